@@ -1,0 +1,33 @@
+# One command to set up and test everything: `make test`.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+DISTRIBUTIONS := . plugins/protege-mail plugins/protege-files plugins/protege-web examples/protege-weather
+STAMP := $(VENV)/.installed
+
+.PHONY: install test lint format bench clean
+
+$(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml examples/*/pyproject.toml)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check \
+		-e '.[test]' $(addprefix -e ,$(filter-out .,$(DISTRIBUTIONS)))
+	@touch $@
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+test: lint
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python bench/registry.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,16 @@
+"""protege-web: the built-in plugin that will carry web_search and web_fetch.
+
+Those tools have not landed yet; until they do this plugin registers no tool, so nothing in
+the manifest pretends to work.
+"""
+
+from protege import Tool, hookimpl
+
+TOOLS: tuple[type[Tool], ...] = ()
+
+
+@hookimpl
+def register_tools(register):
+    """Offer this plugin's tools to the manifest."""
+    for tool_class in TOOLS:
+        register(tool_class)

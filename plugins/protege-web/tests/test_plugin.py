@@ -1,0 +1,16 @@
+from protege.plugins import PluginStatus, discover
+from protege.registry import refresh
+
+
+def test_found_through_its_entry_point_as_a_builtin():
+    (source,) = [s for s in discover() if s.distribution == "protege-web"]
+    assert source.entry_point == "protege_web"
+    assert source.builtin
+
+
+def test_loads_cleanly_and_registers_only_what_it_ships():
+    manifest = refresh()
+    (report,) = [r for r in manifest.plugins if r.plugin.source.distribution == "protege-web"]
+    assert report.plugin.status is PluginStatus.OK
+    assert report.plugin.hooks == ("register_tools",)
+    assert report.tool_ids == ()

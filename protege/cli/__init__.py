@@ -1,0 +1,107 @@
+"""The ``protege`` command line: each command mirrors a piece of the Python API."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+import click
+
+from protege.errors import ProtegeError
+
+# Built-in commands are imported only when run, so ``protege --help`` stays fast and never
+# imports a plugin, a model client or a database driver.
+COMMANDS = {
+    "doctor": ("protege.cli.doctor", "doctor", "Report every problem with tools and plugins."),
+    "plugins": ("protege.cli.plugins", "plugins", "List installed plugins and their status."),
+    "tools": ("protege.cli.tools", "tools", "List the tools in the manifest and where from."),
+}
+DEBUG_VARIABLE = "PROTEGE_DEBUG"
+
+
+class ProtegeGroup(click.Group):
+    """A click group that loads built-in commands lazily and plugin commands on demand."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._plugin_commands: dict[str, click.Command] | None = None
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in COMMANDS:
+            module_name, attribute, _ = COMMANDS[cmd_name]
+            return getattr(importlib.import_module(module_name), attribute)
+        return self.plugin_commands().get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, summary) for name, (_, _, summary) in sorted(COMMANDS.items())]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+        formatter.write_paragraph()
+        formatter.write_text("Plugins may add commands of their own; `protege plugins` lists them.")
+
+    def plugin_commands(self) -> dict[str, click.Command]:
+        """Commands contributed through the ``register_commands`` hook, collected once."""
+        if self._plugin_commands is None:
+            from protege.plugins import plugin_host
+
+            host = plugin_host()
+            collected: dict[str, click.Command] = {}
+            for plugin, error in host.call_each(
+                "register_commands", lambda _plugin: {"cli": _CommandSink(collected)}
+            ):
+                if error is not None:
+                    host.mark_broken(plugin, error)
+                    click.echo(
+                        f"warning: plugin {plugin.source.distribution}: {plugin.error}", err=True
+                    )
+            self._plugin_commands = {k: v for k, v in collected.items() if k not in COMMANDS}
+        return self._plugin_commands
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ProtegeError as error:
+            raise click.ClickException(str(error)) from None
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as error:
+            if os.environ.get(DEBUG_VARIABLE):
+                raise
+            message = " ".join(str(error).split()) or "no message"
+            raise click.ClickException(
+                f"internal error ({type(error).__name__}: {message}); "
+                f"set {DEBUG_VARIABLE}=1 to see the traceback"
+            ) from None
+
+
+class _CommandSink(click.Group):
+    """The group plugins add commands to; it records them instead of serving them."""
+
+    def __init__(self, collected: dict[str, click.Command]) -> None:
+        super().__init__(name="protege")
+        self.collected = collected
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        self.collected.setdefault(name or cmd.name or "", cmd)
+
+
+def _version() -> str:
+    from protege import __version__
+
+    return __version__
+
+
+@click.group(cls=ProtegeGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(version=_version(), prog_name="protege")
+def cli() -> None:
+    """protege: AI colleagues that live in your application and are reached by email."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the command line (the ``protege`` console script)."""
+    cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="protege")

@@ -1,0 +1,24 @@
+"""Printing for the command line: aligned tables and JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+
+def echo_json(data: Any) -> None:
+    """Print ``data`` as indented JSON."""
+    click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def echo_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """Print rows under headers, each column as wide as its widest cell."""
+    cells = [[str(h) for h in headers], *[["" if c is None else str(c) for c in r] for r in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for row in cells:
+        click.echo(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )

@@ -1,0 +1,38 @@
+"""``protege plugins``: the installed plugins and what became of each."""
+
+from __future__ import annotations
+
+import click
+
+from protege.cli.output import echo_json, echo_table
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the plugins as JSON.")
+def plugins(as_json: bool) -> None:
+    """List installed plugins: version, entry point, hooks, tools, and status."""
+    from protege.registry import manifest
+
+    reports = manifest().plugins
+    if as_json:
+        echo_json([report.as_dict() for report in reports])
+        return
+    if not reports:
+        click.echo("No plugins installed.")
+        return
+    echo_table(
+        ["DISTRIBUTION", "VERSION", "ENTRY POINT", "HOOKS", "TOOLS", "STATUS"],
+        [
+            (
+                r.plugin.source.distribution,
+                r.plugin.source.version,
+                r.plugin.source.entry_point,
+                ", ".join(r.plugin.hooks) or "-",
+                ", ".join(r.tool_ids) or "-",
+                r.plugin.status
+                if r.plugin.error is None
+                else f"{r.plugin.status}: {r.plugin.error}",
+            )
+            for r in reports
+        ],
+    )

@@ -1,0 +1,55 @@
+"""``protege tools``: the manifest, as ``protege.registry.manifest()`` returns it."""
+
+from __future__ import annotations
+
+import click
+
+from protege.cli.output import echo_json, echo_table
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+def tools(as_json: bool) -> None:
+    """List every tool on offer, where it comes from, and the tools it shadows."""
+    from protege.registry import manifest
+
+    found = manifest()
+    if as_json:
+        echo_json(
+            {
+                "tools": [entry.as_dict() for entry in found.tools],
+                "shadowed": [loser.as_dict() for loser in found.shadowed],
+            }
+        )
+        return
+    if not found.tools:
+        click.echo("No tools registered.")
+    else:
+        echo_table(
+            ["ID", "NAME", "ORIGIN", "FROM", "SUMMARY"],
+            [
+                (e.id, e.display_name, e.origin, _source(e.source, e.version), e.summary)
+                for e in found.tools
+            ],
+        )
+    if found.shadowed:
+        click.echo("\nShadowed (never offered):")
+        echo_table(
+            ["ID", "ORIGIN", "FROM", "SHADOWED BY"],
+            [
+                (
+                    s.entry.id,
+                    s.entry.origin,
+                    _source(s.entry.source, s.entry.version),
+                    s.winner.describe_source(),
+                )
+                for s in found.shadowed
+            ],
+        )
+    problems = found.problems()
+    if problems:
+        click.echo(f"\n{len(problems)} problem(s) found: run `protege doctor`.", err=True)
+
+
+def _source(source: str, version: str | None) -> str:
+    return f"{source} {version}" if version else source

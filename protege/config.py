@@ -1,0 +1,119 @@
+"""Configuration: ``protege.toml`` plus the environment, read into one frozen ``Config``."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+
+import attrs
+import cattrs
+
+from protege.errors import ConfigError
+
+CONFIG_FILENAME = "protege.toml"
+CONFIG_VARIABLE = "PROTEGE_CONFIG"
+DATA_DIR_VARIABLE = "PROTEGE_DATA_DIR"
+DATABASE_URL_VARIABLE = "PROTEGE_DATABASE_URL"
+DEFAULT_DATA_DIR = ".protege"
+
+
+@attrs.frozen(kw_only=True)
+class FileSettings:
+    """The keys ``protege.toml`` may hold; any other key is an error, not a silent no-op."""
+
+    tool_modules: tuple[str, ...] = ()
+    data_dir: str = DEFAULT_DATA_DIR
+    database_url: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Config:
+    """The settings of one protege installation, frozen once read.
+
+    ``root`` is the folder holding ``protege.toml`` (or the working directory when there is
+    none); relative paths in the file, and host tool modules, are found from there.
+    """
+
+    root: Path
+    path: Path | None = None
+    tool_modules: tuple[str, ...] = ()
+    data_dir: Path
+    database_url: str
+
+    @classmethod
+    def defaults(cls, root: Path) -> Config:
+        """The embedded defaults for a project at ``root``: local files and SQLite."""
+        return _build(root, None, FileSettings(), {})
+
+
+_converter = cattrs.Converter(forbid_extra_keys=True)
+
+
+def _structure_names(value: object, _type: object) -> tuple[str, ...]:
+    # cattrs would happily split a lone string into characters.
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError("must be a list of strings")
+    return tuple(value)
+
+
+def _describe(error: BaseException, type_: object) -> str:
+    if type(error) is ValueError and str(error):
+        return str(error)
+    return cattrs.v.format_exception(error, type_)
+
+
+_converter.register_structure_hook_func(lambda t: t == tuple[str, ...], _structure_names)
+
+
+def load_config(start: Path | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    """Read the configuration: ``$PROTEGE_CONFIG``, else the nearest ``protege.toml`` upward
+    from ``start`` (the working directory), else the embedded defaults."""
+    environ = os.environ if environ is None else environ
+    start = Path.cwd() if start is None else Path(start)
+    path = _find_config_file(start, environ)
+    if path is None:
+        return _build(start.resolve(), None, FileSettings(), environ)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ConfigError(f"cannot read {path}: {error.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path} is not valid TOML: {error}") from None
+    try:
+        settings = _converter.structure(raw, FileSettings)
+    except cattrs.BaseValidationError as error:
+        problems = "; ".join(
+            cattrs.transform_error(error, path=path.name, format_exception=_describe)
+        )
+        raise ConfigError(f"{path} has settings protege cannot use: {problems}") from None
+    return _build(path.parent.resolve(), path.resolve(), settings, environ)
+
+
+def _find_config_file(start: Path, environ: Mapping[str, str]) -> Path | None:
+    explicit = environ.get(CONFIG_VARIABLE)
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise ConfigError(f"{CONFIG_VARIABLE} names {explicit}, which is not a file")
+        return path
+    for folder in (start.resolve(), *start.resolve().parents):
+        candidate = folder / CONFIG_FILENAME
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _build(
+    root: Path, path: Path | None, settings: FileSettings, environ: Mapping[str, str]
+) -> Config:
+    data_dir = root / environ.get(DATA_DIR_VARIABLE, settings.data_dir)
+    database_url = environ.get(DATABASE_URL_VARIABLE) or settings.database_url
+    return Config(
+        root=root,
+        path=path,
+        tool_modules=settings.tool_modules,
+        data_dir=data_dir,
+        database_url=database_url or f"sqlite:///{data_dir / 'protege.db'}",
+    )

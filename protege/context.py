@@ -1,0 +1,35 @@
+"""The one object every tool call in a run receives."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+
+def _exactly_one_subject(instance: RunContext, attribute: attrs.Attribute, value: Any) -> None:
+    if (instance.message is None) == (instance.responsibility is None):
+        raise ValueError(
+            "a RunContext has exactly one of message (reply runs) "
+            "or responsibility (scheduled runs)"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class RunContext:
+    """Everything a tool may know about the run it is part of, frozen for the run's lifetime.
+
+    A reply run has ``message`` set; a scheduled run has ``responsibility`` set; never both.
+    ``deliver(mail, attachments=())`` sends mail as the run's agent. Being frozen, the context
+    cannot carry state from one tool call to the next.
+    """
+
+    agent: Any
+    message: Any = None
+    responsibility: Any = attrs.field(default=None, validator=_exactly_one_subject)
+    deliver: Callable[..., Any]
+    config: Any
+    logger: logging.Logger | logging.LoggerAdapter
+    correlation_id: str | None = None

@@ -1,0 +1,53 @@
+"""The hooks a protege plugin may implement.
+
+A plugin is a module named by an entry point in the ``protege`` group; it implements any of the
+hooks below with functions decorated by ``protege.hookimpl``::
+
+    from protege import Tool, hookimpl
+
+    class GetForecastTool(Tool):
+        ...
+
+    @hookimpl
+    def register_tools(register):
+        register(GetForecastTool)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    import click
+
+    from protege.tool import Tool
+
+PROJECT_NAME = "protege"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def register_tools(register: Callable[[type[Tool]], Any]) -> None:
+    """Offer tool classes to the manifest by calling ``register(ToolClass)`` for each.
+
+    Called once per process, when the manifest is first built. A class that breaks the tool
+    contract is reported and left out; the plugin's other tools still register. If this hook
+    raises, none of the plugin's tools are registered and the plugin is reported as broken.
+    A tool whose id a host tool, a built-in tool, or an earlier plugin (by distribution name)
+    already uses is shadowed: listed by ``protege tools``, never offered to a model.
+    """
+
+
+@hookspec
+def register_commands(cli: click.Group) -> None:
+    """Add commands to the ``protege`` command line with ``cli.add_command(...)``.
+
+    Called only when a command that protege itself does not define is invoked, so plugins
+    are never imported to print ``protege --help``. A command whose name protege already uses
+    is ignored.
+    """

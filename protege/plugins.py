@@ -1,0 +1,263 @@
+"""Finding, selecting and loading plugins, so that one broken plugin never stops the others."""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from enum import StrEnum
+from typing import Any
+
+import attrs
+import pluggy
+
+from protege import hookspecs
+
+logger = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "protege"
+BUILTIN_DISTRIBUTIONS = frozenset({"protege-mail", "protege-files", "protege-web"})
+LOAD_VARIABLE = "PROTEGE_LOAD_PLUGINS"
+DISABLE_VARIABLE = "PROTEGE_DISABLE_PLUGINS"
+
+
+def normalize(distribution: str) -> str:
+    """A distribution name in canonical form (PEP 503): ``Protege_Web`` is ``protege-web``."""
+    return re.sub(r"[-_.]+", "-", distribution).lower()
+
+
+class PluginStatus(StrEnum):
+    """Where a plugin stands after loading."""
+
+    OK = "ok"
+    ERROR = "error"
+    DISABLED = "disabled"
+
+
+@attrs.frozen
+class PluginSource:
+    """One ``protege`` entry point of an installed distribution, before anything is imported."""
+
+    distribution: str
+    version: str
+    entry_point: str
+    value: str
+
+    @property
+    def builtin(self) -> bool:
+        """True for the first-party plugins that ship with protege."""
+        return normalize(self.distribution) in BUILTIN_DISTRIBUTIONS
+
+    @property
+    def origin(self) -> str:
+        """``builtin`` or ``plugin``: how the registry ranks this plugin's tools."""
+        return "builtin" if self.builtin else "plugin"
+
+
+@attrs.define
+class LoadedPlugin:
+    """A plugin source and what became of it: its status, error, and the hooks it implements."""
+
+    source: PluginSource
+    status: PluginStatus
+    error: str | None = None
+    module: Any = None
+    hooks: tuple[str, ...] = ()
+
+
+def error_line(error: BaseException) -> str:
+    """The one-line form of an exception, as reports show it."""
+    message = " ".join(str(error).split())
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+def discover(path: Sequence[str] | None = None) -> tuple[PluginSource, ...]:
+    """Every ``protege`` entry point installed, ordered by distribution name then entry point.
+
+    A distribution found twice on the path counts once (the first, as for imports).
+    """
+    if path is None:
+        return _discover_installed()
+    return _scan(importlib.metadata.distributions(path=list(path)))
+
+
+@functools.cache
+def _discover_installed() -> tuple[PluginSource, ...]:
+    return _scan(importlib.metadata.distributions())
+
+
+def _scan(distributions: Iterator[importlib.metadata.Distribution]) -> tuple[PluginSource, ...]:
+    seen_distributions: set[str] = set()
+    sources = []
+    for dist in distributions:
+        entry_points = [ep for ep in dist.entry_points if ep.group == ENTRY_POINT_GROUP]
+        if not entry_points:
+            continue
+        name, version = _name_and_version(dist)
+        if normalize(name) in seen_distributions:
+            continue
+        seen_distributions.add(normalize(name))
+        sources.extend(
+            PluginSource(distribution=name, version=version, entry_point=ep.name, value=ep.value)
+            for ep in entry_points
+        )
+    return tuple(sorted(sources, key=lambda s: (normalize(s.distribution), s.entry_point)))
+
+
+def _name_and_version(dist: importlib.metadata.Distribution) -> tuple[str, str]:
+    # Reading the two headers directly skips a full email parse of METADATA per plugin.
+    headers: dict[str, str] = {}
+    for line in (dist.read_text("METADATA") or "").splitlines():
+        if not line.strip():
+            break
+        key, _, value = line.partition(":")
+        if key in ("Name", "Version"):
+            headers.setdefault(key, value.strip())
+    if len(headers) < 2:
+        return dist.metadata["Name"] or "", dist.version
+    return headers["Name"], headers["Version"]
+
+
+@attrs.frozen
+class Selection:
+    """Which plugins the environment lets load; read before any plugin is imported."""
+
+    only: frozenset[str] | None = None
+    disabled: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> Selection:
+        """The selection ``PROTEGE_LOAD_PLUGINS`` and ``PROTEGE_DISABLE_PLUGINS`` describe."""
+        environ = os.environ if environ is None else environ
+        only = environ.get(LOAD_VARIABLE)
+        return cls(
+            only=None if only is None else _name_set(only),
+            disabled=_name_set(environ.get(DISABLE_VARIABLE, "")),
+        )
+
+    def refusal(self, source: PluginSource) -> str | None:
+        """Why ``source`` may not load, or None if it may."""
+        name = normalize(source.distribution)
+        if name in self.disabled:
+            return f"disabled by {DISABLE_VARIABLE}"
+        if self.only is not None and not source.builtin and name not in self.only:
+            return f"not named in {LOAD_VARIABLE}"
+        return None
+
+
+def _name_set(value: str) -> frozenset[str]:
+    return frozenset(normalize(part.strip()) for part in value.split(",") if part.strip())
+
+
+class PluginHost:
+    """The plugins of one process: each imported and registered with pluggy, or reported why not."""
+
+    def __init__(
+        self, sources: Sequence[PluginSource] | None = None, selection: Selection | None = None
+    ) -> None:
+        self.selection = Selection.from_environment() if selection is None else selection
+        self.manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+        self.manager.add_hookspecs(hookspecs)
+        self.plugins: list[LoadedPlugin] = []
+        claimed: dict[str, PluginSource] = {}
+        for source in discover() if sources is None else sources:
+            self.plugins.append(self._load(source, claimed))
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        """Names in ``PROTEGE_LOAD_PLUGINS`` that no installed distribution has."""
+        installed = {normalize(p.source.distribution) for p in self.plugins}
+        return tuple(sorted((self.selection.only or frozenset()) - installed))
+
+    def _load(self, source: PluginSource, claimed: dict[str, PluginSource]) -> LoadedPlugin:
+        refusal = self.selection.refusal(source)
+        if refusal is not None:
+            return LoadedPlugin(source, PluginStatus.DISABLED, error=refusal)
+        owner = claimed.setdefault(source.entry_point, source)
+        if owner is not source:
+            return self._broken(
+                source,
+                f"entry point name {source.entry_point!r} is already used by {owner.distribution}",
+            )
+        try:
+            module = importlib.metadata.EntryPoint(
+                name=source.entry_point, value=source.value, group=ENTRY_POINT_GROUP
+            ).load()
+            self.manager.register(module, name=f"{source.distribution}:{source.entry_point}")
+        except (Exception, SystemExit) as error:
+            return self._broken(source, error_line(error))
+        callers = self.manager.get_hookcallers(module) or []
+        hooks = tuple(sorted(caller.name for caller in callers))
+        unknown = sorted(caller.name for caller in callers if caller.spec is None)
+        if unknown:
+            self.manager.unregister(module)
+            return self._broken(source, f"implements unknown hook(s): {', '.join(unknown)}")
+        return LoadedPlugin(source, PluginStatus.OK, module=module, hooks=hooks)
+
+    def _broken(self, source: PluginSource, error: str) -> LoadedPlugin:
+        logger.warning("plugin %s %s skipped: %s", source.distribution, source.version, error)
+        return LoadedPlugin(source, PluginStatus.ERROR, error=error)
+
+    def call_each(
+        self, hook: str, arguments: Callable[[LoadedPlugin], dict[str, Any]]
+    ) -> Iterator[tuple[LoadedPlugin, BaseException | None]]:
+        """Call ``hook`` on each loaded plugin on its own, yielding the plugin and what it raised.
+
+        Each plugin gets its own arguments, so a caller can tell whose call did what; one
+        plugin raising does not stop the calls to the next.
+        """
+        implementations: dict[int, list[Any]] = {}
+        for impl in getattr(self.manager.hook, hook).get_hookimpls():
+            if not (impl.hookwrapper or impl.wrapper):
+                implementations.setdefault(id(impl.plugin), []).append(impl)
+        for plugin in self.plugins:
+            if plugin.status is not PluginStatus.OK:
+                continue
+            impls = implementations.get(id(plugin.module), [])
+            if not impls:
+                continue
+            kwargs = arguments(plugin)
+            for impl in impls:
+                try:
+                    impl.function(**{name: kwargs[name] for name in impl.argnames})
+                except (Exception, SystemExit) as error:
+                    yield plugin, error
+                    break
+            else:
+                yield plugin, None
+
+    def mark_broken(self, plugin: LoadedPlugin, error: BaseException) -> None:
+        """Record that ``plugin`` failed in a hook, and stop calling it."""
+        plugin.status = PluginStatus.ERROR
+        plugin.error = error_line(error)
+        logger.warning(
+            "plugin %s %s skipped: %s",
+            plugin.source.distribution,
+            plugin.source.version,
+            plugin.error,
+        )
+
+
+_lock = threading.Lock()
+_host: PluginHost | None = None
+
+
+def plugin_host() -> PluginHost:
+    """This process's plugins, loaded on first use."""
+    global _host
+    with _lock:
+        if _host is None:
+            _host = PluginHost()
+        return _host
+
+
+def refresh() -> None:
+    """Forget the discovered and loaded plugins, so the next use scans and loads again."""
+    global _host
+    with _lock:
+        _discover_installed.cache_clear()
+        _host = None

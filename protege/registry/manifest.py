@@ -1,0 +1,182 @@
+"""The manifest: every tool this process can offer, merged from host, built-in and plugin tools."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import cast
+
+import attrs
+
+from protege.config import Config
+from protege.errors import InvalidTool
+from protege.plugins import LoadedPlugin, PluginHost, PluginStatus
+from protege.registry.entries import Origin, Rejected, Shadowed, ToolEntry
+from protege.registry.host import host_tool_classes
+from protege.tool import Tool, check_tool_class
+
+logger = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class PluginReport:
+    """One plugin as ``protege plugins`` shows it: what it is, what it did, and its status."""
+
+    plugin: LoadedPlugin
+    tool_ids: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, object]:
+        """The report as plain JSON data."""
+        source = self.plugin.source
+        return {
+            "distribution": source.distribution,
+            "version": source.version,
+            "entry_point": source.entry_point,
+            "origin": source.origin,
+            "hooks": list(self.plugin.hooks),
+            "tools": list(self.tool_ids),
+            "status": str(self.plugin.status),
+            "error": self.plugin.error,
+        }
+
+
+@attrs.frozen
+class Manifest:
+    """The tools on offer in this process, ordered by id, with everything that was left out.
+
+    ``tools`` are the winners, one per id. ``shadowed`` lost an id collision; ``rejected``
+    broke the tool contract (or, for host modules, failed to import).
+    """
+
+    tools: tuple[ToolEntry, ...]
+    shadowed: tuple[Shadowed, ...] = ()
+    rejected: tuple[Rejected, ...] = ()
+    plugins: tuple[PluginReport, ...] = ()
+    missing_plugins: tuple[str, ...] = ()
+    _by_id: dict[str, ToolEntry] = attrs.field(init=False, repr=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_by_id", {entry.id: entry for entry in self.tools})
+
+    def __contains__(self, tool_id: object) -> bool:
+        return tool_id in self._by_id
+
+    def __iter__(self) -> Iterator[ToolEntry]:
+        return iter(self.tools)
+
+    def __len__(self) -> int:
+        return len(self.tools)
+
+    def get(self, tool_id: str) -> ToolEntry | None:
+        """The entry offered under ``tool_id``, or None."""
+        return self._by_id.get(tool_id)
+
+    def ids(self, origin: Origin | None = None) -> list[str]:
+        """The offered tool ids, sorted; only those of ``origin`` when given."""
+        return [e.id for e in self.tools if origin is None or e.origin is origin]
+
+    def problems(self) -> list[str]:
+        """Every problem an operator should look at, one line each."""
+        lines = [
+            f"plugin {r.plugin.source.distribution} {r.plugin.source.version}: {r.plugin.error}"
+            for r in self.plugins
+            if r.plugin.status is PluginStatus.ERROR
+        ]
+        lines += [
+            f"PROTEGE_LOAD_PLUGINS names {name}, which is not installed"
+            for name in self.missing_plugins
+        ]
+        lines += [f"rejected ({r.origin} {r.source}): {r.reason}" for r in self.rejected]
+        lines += [
+            f"tool {s.entry.id} from {s.entry.describe_source()} is shadowed by "
+            f"{s.winner.describe_source()}"
+            for s in self.shadowed
+        ]
+        return lines
+
+
+class _Collector:
+    """Gathers candidate entries and rejections while sources are read."""
+
+    def __init__(self) -> None:
+        self.candidates: list[ToolEntry] = []
+        self.rejected: list[Rejected] = []
+
+    def offer(
+        self, tool_class: object, origin: Origin, source: str, version: str | None
+    ) -> ToolEntry | None:
+        try:
+            check_tool_class(tool_class)
+        except InvalidTool as error:
+            self.rejected.append(Rejected(origin, source, str(error)))
+            return None
+        entry = ToolEntry(cast(type[Tool], tool_class), origin, source, version)
+        if entry in self.candidates:
+            return None
+        self.candidates.append(entry)
+        return entry
+
+
+def build_manifest(config: Config, plugins: PluginHost) -> Manifest:
+    """Read the host modules in ``config`` and the tools of ``plugins`` into a manifest."""
+    collector = _Collector()
+    for module_name in config.tool_modules:
+        classes, errors = host_tool_classes(module_name, config.root)
+        collector.rejected.extend(Rejected(Origin.HOST, module_name, e) for e in errors)
+        for tool_class in classes:
+            collector.offer(tool_class, Origin.HOST, tool_class.__module__, None)
+    reports = _register_plugin_tools(plugins, collector)
+    tools, shadowed = _resolve(collector.candidates)
+    for loser in shadowed:
+        logger.warning(
+            "tool %s from %s is shadowed by %s",
+            loser.entry.id,
+            loser.entry.describe_source(),
+            loser.winner.describe_source(),
+        )
+    return Manifest(
+        tools=tools,
+        shadowed=shadowed,
+        rejected=tuple(collector.rejected),
+        plugins=reports,
+        missing_plugins=plugins.missing,
+    )
+
+
+def _register_plugin_tools(plugins: PluginHost, collector: _Collector) -> tuple[PluginReport, ...]:
+    registered: dict[int, list[ToolEntry]] = {}
+
+    def arguments(plugin: LoadedPlugin) -> dict[str, object]:
+        source = plugin.source
+        entries = registered.setdefault(id(plugin), [])
+
+        def register(tool_class: type[Tool]) -> None:
+            origin = Origin(source.origin)
+            entry = collector.offer(tool_class, origin, source.distribution, source.version)
+            if entry is not None:
+                entries.append(entry)
+
+        return {"register": register}
+
+    for plugin, error in plugins.call_each("register_tools", arguments):
+        if error is not None:
+            plugins.mark_broken(plugin, error)
+            withdrawn = registered.pop(id(plugin), [])
+            collector.candidates[:] = [c for c in collector.candidates if c not in withdrawn]
+    return tuple(
+        PluginReport(plugin, tuple(sorted(e.id for e in registered.get(id(plugin), []))))
+        for plugin in plugins.plugins
+    )
+
+
+def _resolve(candidates: list[ToolEntry]) -> tuple[tuple[ToolEntry, ...], tuple[Shadowed, ...]]:
+    # Host modules keep the order tool_modules gives; plugins arrive sorted by distribution.
+    ranked = sorted(candidates, key=lambda entry: entry.origin.rank)
+    winners: dict[str, ToolEntry] = {}
+    shadowed = []
+    for entry in ranked:
+        winner = winners.setdefault(entry.id, entry)
+        if winner is not entry:
+            shadowed.append(Shadowed(entry, winner))
+    tools = tuple(sorted(winners.values(), key=lambda entry: entry.id))
+    return tools, tuple(sorted(shadowed, key=lambda s: (s.entry.id, s.entry.origin.rank)))

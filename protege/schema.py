@@ -1,0 +1,190 @@
+"""JSON Schema checks for tool input schemas, fast enough to run on every manifest build.
+
+Checking a schema against the Draft 2020-12 metaschema with jsonschema costs over a
+millisecond, and importing jsonschema costs more than building a manifest of a hundred
+tools. So a schema written in the plain subset most tools use (the keywords in
+``_PLAIN_KEYWORDS``, with ordinary values) is recognised as valid directly; anything else
+goes to jsonschema. The plain check only ever says "valid": when unsure it defers, so it can
+never accept a schema the metaschema rejects.
+
+For the jsonschema path, the 2020-12 metaschema is used in a flattened form (vocabularies
+inlined, each ``$dynamicRef`` pointed at the root), which means the same and checks faster.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from typing import Any
+
+DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
+_DEFS = "#/$defs/"
+_VOCABULARY_KEYS = ("$schema", "$id", "$vocabulary", "$dynamicAnchor", "$defs", "$comment")
+
+
+_SIMPLE_TYPES = frozenset({"array", "boolean", "integer", "null", "number", "object", "string"})
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_type(value: Any) -> bool:
+    if isinstance(value, str):
+        return value in _SIMPLE_TYPES
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(item, str) and item in _SIMPLE_TYPES for item in value)
+        and len(set(value)) == len(value)
+    )
+
+
+def _is_names(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and all(isinstance(item, str) for item in value)
+        and len(set(value)) == len(value)
+    )
+
+
+def _is_pattern(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        re.compile(value)
+    except re.error:
+        return False
+    return True
+
+
+def _is_any(value: Any) -> bool:
+    return True
+
+
+_PLAIN_KEYWORDS = {
+    "type": _is_type,
+    "title": _is_text,
+    "description": _is_text,
+    "format": _is_text,
+    "default": _is_any,
+    "const": _is_any,
+    "enum": lambda value: isinstance(value, list),
+    "examples": lambda value: isinstance(value, list),
+    "required": _is_names,
+    "pattern": _is_pattern,
+    "minLength": _is_count,
+    "maxLength": _is_count,
+    "minItems": _is_count,
+    "maxItems": _is_count,
+    "minProperties": _is_count,
+    "maxProperties": _is_count,
+    "uniqueItems": lambda value: isinstance(value, bool),
+    "minimum": _is_number,
+    "maximum": _is_number,
+    "exclusiveMinimum": _is_number,
+    "exclusiveMaximum": _is_number,
+    "multipleOf": lambda value: _is_number(value) and value > 0,
+}
+
+
+def is_plainly_valid(schema: Any) -> bool:
+    """True if ``schema`` uses only plain keywords with ordinary values, and so is certainly
+    a valid Draft 2020-12 schema; False means "not sure", not "invalid"."""
+    if isinstance(schema, bool):
+        return True
+    if not isinstance(schema, dict):
+        return False
+    for key, value in schema.items():
+        check = _PLAIN_KEYWORDS.get(key)
+        if check is not None:
+            if not check(value):
+                return False
+        elif key == "properties":
+            if not isinstance(value, dict) or not all(map(is_plainly_valid, value.values())):
+                return False
+        elif key in ("items", "additionalProperties"):
+            if not is_plainly_valid(value):
+                return False
+        else:
+            return False
+    return True
+
+
+def schema_problem(schema: dict[str, Any]) -> str | None:
+    """Why ``schema`` is not a valid JSON Schema of its declared draft (2020-12 if none)."""
+    if "$schema" not in schema and is_plainly_valid(schema):
+        return None
+    import jsonschema
+
+    declared = schema.get("$schema")
+    if declared is None or declared.rstrip("#") == DRAFT_2020_12:
+        validator = _flat_2020_12_validator()
+    else:
+        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        validator = _metaschema_validator(cls)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(schema))
+    if error is None:
+        return None
+    where = "/".join(str(part) for part in error.absolute_path)
+    return f"{error.message} (at {where})" if where else error.message
+
+
+@functools.cache
+def _metaschema_validator(cls: Any) -> Any:
+    return cls(cls.META_SCHEMA, format_checker=cls.FORMAT_CHECKER)
+
+
+@functools.cache
+def _flat_2020_12_validator() -> Any:
+    import jsonschema
+
+    cls = jsonschema.Draft202012Validator
+    return cls(flat_2020_12_metaschema(), format_checker=cls.FORMAT_CHECKER)
+
+
+def flat_2020_12_metaschema() -> dict[str, Any]:
+    """The Draft 2020-12 metaschema with its vocabularies inlined and no dynamic references."""
+    from urllib.parse import urljoin
+
+    import jsonschema
+    from jsonschema_specifications import REGISTRY
+
+    root = jsonschema.Draft202012Validator.META_SCHEMA
+    definitions: dict[str, Any] = {}
+    vocabularies = []
+    for reference in (part["$ref"] for part in root["allOf"]):
+        prefix = reference.rsplit("/", 1)[-1].replace("-", "_")
+        vocabulary = REGISTRY.contents(urljoin(root["$id"], reference))
+        for name, definition in vocabulary.get("$defs", {}).items():
+            definitions[f"{prefix}_{name}"] = _inline(definition, prefix)
+        vocabularies.append(
+            {k: _inline(v, prefix) for k, v in vocabulary.items() if k not in _VOCABULARY_KEYS}
+        )
+    rest = {k: _inline(v, "") for k, v in root.items() if k not in (*_VOCABULARY_KEYS, "allOf")}
+    return {"$schema": root["$schema"], **rest, "allOf": vocabularies, "$defs": definitions}
+
+
+def _inline(node: Any, prefix: str) -> Any:
+    if isinstance(node, list):
+        return [_inline(item, prefix) for item in node]
+    if not isinstance(node, dict):
+        return node
+    inlined = {}
+    for key, value in node.items():
+        if key == "$dynamicRef" and value == "#meta":
+            inlined["$ref"] = "#"
+        elif key == "$ref" and isinstance(value, str) and value.startswith(_DEFS):
+            inlined["$ref"] = f"{_DEFS}{prefix}_{value.removeprefix(_DEFS)}"
+        else:
+            inlined[key] = _inline(value, prefix)
+    return inlined

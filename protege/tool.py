@@ -1,0 +1,184 @@
+"""The tool contract: declaring a tool by subclassing ``Tool``, and checking a declaration."""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+from typing import Any, ClassVar
+
+from protege.errors import InvalidTool
+from protege.result import Result, Trust, failure, success
+from protege.schema import schema_problem
+
+TOOL_ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+DEFAULT_TIMEOUT = 30.0
+EMPTY_INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {},
+    "additionalProperties": False,
+}
+
+_ACRONYM_BOUNDARY = re.compile(r"([A-Z]+)([A-Z][a-z])")
+_WORD_BOUNDARY = re.compile(r"([a-z0-9])([A-Z])")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s")
+_DERIVED_ATTRIBUTES = ("display_name", "summary")
+
+
+def tool_id_for(class_name: str) -> str:
+    """The tool id a class name yields: ``HTTPFetchTool`` gives ``http_fetch``."""
+    if class_name.endswith("Tool"):
+        class_name = class_name[: -len("Tool")]
+    snake = _ACRONYM_BOUNDARY.sub(r"\1_\2", class_name)
+    snake = _WORD_BOUNDARY.sub(r"\1_\2", snake)
+    return snake.lower()
+
+
+def titleize(tool_id: str) -> str:
+    """The human label for an id: ``lookup_order`` gives ``Lookup Order``."""
+    return " ".join(word.capitalize() for word in tool_id.split("_") if word)
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence (or first line) of a description, for the operator-facing summary."""
+    text = " ".join(text.strip().splitlines()[0].split()) if text.strip() else ""
+    return _SENTENCE_END.split(text, maxsplit=1)[0]
+
+
+class Tool:
+    """Base class of every tool: subclass it to declare one.
+
+    The class name gives the tool id (``LookupOrderTool`` is ``lookup_order``). ``description``
+    and ``input_schema`` are what the model sees; ``display_name`` and ``summary`` are for
+    operators. ``use(context, **input)`` does the work (``def`` or ``async def``) and returns
+    ``self.success(...)`` or ``self.failure(...)``. Set ``abstract = True`` on a shared base
+    class that is not itself a tool.
+    """
+
+    abstract: ClassVar[bool] = True
+    id: ClassVar[str]
+    description: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    display_name: ClassVar[str] = ""
+    input_schema: ClassVar[dict[str, Any]] = EMPTY_INPUT_SCHEMA
+    timeout: ClassVar[float] = DEFAULT_TIMEOUT
+    trust: ClassVar[Trust] = Trust.TRUSTED
+
+    _explicit: ClassVar[frozenset[str]] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.abstract = bool(cls.__dict__.get("abstract", False))
+        cls.id = tool_id_for(cls.__name__)
+        cls._explicit = cls._explicit | {a for a in _DERIVED_ATTRIBUTES if a in cls.__dict__}
+        if "display_name" not in cls._explicit:
+            cls.display_name = titleize(cls.id)
+        if "summary" not in cls._explicit:
+            cls.summary = (
+                first_sentence(cls.description) if isinstance(cls.description, str) else ""
+            )
+
+    def use(self, context: Any, **input: Any) -> Result:
+        """Carry out the tool's action; subclasses replace this."""
+        raise NotImplementedError(f"{type(self).__name__} does not define use()")
+
+    def success(self, **data: Any) -> Result:
+        """A successful result, marked with this tool's trust."""
+        return _with_trust(success(**data), self.trust)
+
+    def failure(self, reason: str | BaseException, **data: Any) -> Result:
+        """A failed result, marked with this tool's trust."""
+        return _with_trust(failure(reason, **data), self.trust)
+
+
+def _with_trust(result: Result, trust: Trust) -> Result:
+    return result.untrusted() if Trust(trust) is Trust.UNTRUSTED else result
+
+
+def is_async(tool_class: type[Tool]) -> bool:
+    """Whether the tool's ``use`` is a coroutine function."""
+    return inspect.iscoroutinefunction(tool_class.use)
+
+
+def check_tool_class(tool_class: object) -> None:
+    """Raise ``InvalidTool`` naming every way ``tool_class`` breaks the tool contract."""
+    if not (isinstance(tool_class, type) and issubclass(tool_class, Tool)):
+        raise InvalidTool(f"{tool_class!r} is not a subclass of protege.Tool")
+    if tool_class.abstract:
+        raise InvalidTool(f"{tool_class.__qualname__} is abstract (abstract = True)")
+    problems = [
+        *_id_problems(tool_class),
+        *_metadata_problems(tool_class),
+        *_schema_and_signature_problems(tool_class),
+    ]
+    if problems:
+        raise InvalidTool(f"{tool_class.__qualname__}: " + "; ".join(problems))
+
+
+def _id_problems(tool_class: type[Tool]) -> list[str]:
+    if TOOL_ID_PATTERN.match(tool_class.id):
+        return []
+    return [f"its id {tool_class.id!r} (from the class name) must match {TOOL_ID_PATTERN.pattern}"]
+
+
+def _metadata_problems(tool_class: type[Tool]) -> list[str]:
+    problems = []
+    for name in ("description", "summary", "display_name"):
+        value = getattr(tool_class, name)
+        if not isinstance(value, str) or not value.strip():
+            problems.append(f"{name} must be a non-empty string")
+            if name == "description":
+                break  # the summary derives from it: one complaint is enough
+    timeout = tool_class.timeout
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        problems.append("timeout must be a number of seconds")
+    elif not (timeout > 0 and math.isfinite(timeout)):
+        problems.append("timeout must be a positive, finite number of seconds")
+    try:
+        Trust(tool_class.trust)
+    except ValueError:
+        problems.append("trust must be 'trusted' or 'untrusted'")
+    return problems
+
+
+def _schema_and_signature_problems(tool_class: type[Tool]) -> list[str]:
+    schema = tool_class.input_schema
+    if not isinstance(schema, dict):
+        return ["input_schema must be a dict holding a JSON Schema"]
+    problem = schema_problem(schema)
+    if problem is not None:
+        return [f"input_schema is not valid JSON Schema: {problem}"]
+    if schema.get("type") != "object":
+        return ['input_schema must describe an object ("type": "object")']
+    if tool_class.use is Tool.use:
+        return ["it does not define use()"]
+    return _signature_problems(tool_class, schema)
+
+
+def _signature_problems(tool_class: type[Tool], schema: dict[str, Any]) -> list[str]:
+    parameters = list(inspect.signature(tool_class.use).parameters.values())[1:]  # drop self
+    accepts_any = any(p.kind is p.VAR_KEYWORD for p in parameters)
+    named = {p.name: p for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    problems = [
+        f"use() parameter {p.name!r} is positional-only, so it cannot be passed by name"
+        for p in parameters
+        if p.kind is p.POSITIONAL_ONLY
+    ]
+    if "context" not in named and not accepts_any:
+        problems.append("use() must accept the run context as a parameter named 'context'")
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    if "context" in properties:
+        problems.append("input_schema may not have a property named 'context' (it is reserved)")
+    if not accepts_any:
+        problems.extend(
+            f"input_schema property {name!r} is not a parameter of use()"
+            for name in dict.fromkeys([*properties, *required])
+            if name not in named and name != "context"
+        )
+    problems.extend(
+        f"use() parameter {name!r} has no default, so input_schema must list it as required"
+        for name, p in named.items()
+        if name != "context" and p.default is p.empty and name not in required
+    )
+    return problems

@@ -1,0 +1,89 @@
+import protege
+
+
+def marker_plugin(site, marker):
+    return site.add(
+        "marker-tools",
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('imported')\n",
+    )
+
+
+def test_help_never_imports_a_plugin(site, run_protege, tmp_path):
+    marker = tmp_path / "imported"
+    marker_plugin(site, marker)
+    for args in (["--help"], ["tools", "--help"], ["plugins", "--help"], ["doctor", "--help"]):
+        result = run_protege(*args, pythonpath=site.path)
+        assert result.returncode == 0, result.stderr
+        assert not marker.exists(), args
+    assert run_protege("tools", pythonpath=site.path).returncode == 0
+    assert marker.exists()  # the same plugin is imported once a command needs it
+
+
+def test_help_lists_the_commands(run_protege):
+    result = run_protege("--help")
+    for command in ("doctor", "plugins", "tools"):
+        assert command in result.stdout
+
+
+def test_version(run_protege):
+    result = run_protege("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"protege, version {protege.__version__}"
+
+
+def test_unknown_command_is_a_usage_error(run_protege):
+    result = run_protege("frobnicate")
+    assert result.returncode == 2
+    assert "No such command 'frobnicate'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_configuration_is_one_line_and_exit_1(run_protege):
+    (run_protege.project / "protege.toml").write_text("tool_modules = [\n")
+    result = run_protege("tools")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("Error: ")
+    assert "protege.toml is not valid TOML" in line
+
+
+def test_plugin_commands_are_found_when_invoked(site, run_protege):
+    site.add(
+        "greeting-tools",
+        """
+        import click
+        from protege import hookimpl
+
+        @click.command()
+        def greet():
+            click.echo("hello from a plugin")
+
+        @hookimpl
+        def register_commands(cli):
+            cli.add_command(greet)
+        """,
+    )
+    result = run_protege("greet", pythonpath=site.path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "hello from a plugin\n"
+
+
+def test_a_plugin_command_cannot_replace_a_builtin_command(site, run_protege):
+    site.add(
+        "hijack-tools",
+        """
+        import click
+        from protege import hookimpl
+
+        @click.command()
+        def tools():
+            click.echo("hijacked")
+
+        @hookimpl
+        def register_commands(cli):
+            cli.add_command(tools)
+        """,
+    )
+    result = run_protege("tools", pythonpath=site.path)
+    assert "hijacked" not in result.stdout

@@ -1,0 +1,145 @@
+"""Shared fixtures: synthetic plugin distributions, real enough for importlib.metadata."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+from textwrap import dedent
+
+import attrs
+import pytest
+
+from protege.config import Config
+from protege.plugins import PluginHost, PluginSource, Selection, discover, normalize
+
+
+class Site:
+    """A folder on ``sys.path`` holding installed-looking distributions written by a test."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.modules: list[str] = []
+
+    def add(
+        self,
+        distribution: str,
+        source: str = "",
+        *,
+        module: str | None = None,
+        version: str = "1.0",
+        entry_point: str | None = None,
+    ) -> str:
+        """Install ``distribution`` with one module holding ``source``; returns the module name."""
+        module = module or normalize(distribution).replace("-", "_")
+        (self.path / f"{module}.py").write_text(dedent(source))
+        info = self.path / f"{distribution.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n"
+        )
+        (info / "entry_points.txt").write_text(f"[protege]\n{entry_point or module} = {module}\n")
+        importlib.invalidate_caches()
+        self.modules.append(module)
+        return module
+
+    @staticmethod
+    def tool_plugin(*class_names: str, extra: str = "") -> str:
+        """Source of a plugin module registering one valid tool per class name."""
+        classes = "".join(
+            f"\nclass {name}(Tool):\n"
+            f'    description = "Does {name}."\n\n'
+            "    def use(self, context):\n"
+            "        return self.success(by=__name__)\n"
+            for name in class_names
+        )
+        registers = "".join(f"    register({name})\n" for name in class_names) or "    pass\n"
+        return (
+            "from protege import Tool, hookimpl\n"
+            f"{classes}\n{extra}\n"
+            "@hookimpl\ndef register_tools(register):\n" + registers
+        )
+
+    def sources(self) -> tuple[PluginSource, ...]:
+        """The plugin sources of this site alone."""
+        return discover(path=[str(self.path)])
+
+    def host(self, selection: Selection | None = None) -> PluginHost:
+        """Load this site's plugins, and nothing else installed, as a process would."""
+        return PluginHost(self.sources(), selection or Selection())
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """An empty site of synthetic distributions, on ``sys.path`` for the test's duration."""
+    path = tmp_path / "site"
+    path.mkdir()
+    monkeypatch.syspath_prepend(str(path))
+    made = Site(path)
+    yield made
+    for module in made.modules:
+        sys.modules.pop(module, None)
+
+
+@pytest.fixture
+def run_protege(tmp_path: Path):
+    """Run the real ``protege`` command in a subprocess, from an empty project folder."""
+    project = tmp_path / "project"
+    project.mkdir()
+
+    def run(*args: str, env: dict[str, str] | None = None, pythonpath: Path | None = None):
+        environ = {k: v for k, v in os.environ.items() if not k.startswith(("PROTEGE_", "PYTHON"))}
+        if pythonpath is not None:
+            environ["PYTHONPATH"] = str(pythonpath)
+        environ.update(env or {})
+        return subprocess.run(
+            [sys.executable, "-m", "protege", *args],
+            cwd=project,
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    run.project = project
+    return run
+
+
+class HostProject:
+    """A host application's folder: tool modules written by a test, and its ``Config``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.modules: list[str] = []
+
+    def module(self, name: str, source: str) -> str:
+        """Write a host module (``pkg.sub`` names make packages); returns its name."""
+        path = self.root.joinpath(*name.split("."))
+        for parent in reversed([p for p in path.parents if self.root in p.parents]):
+            parent.mkdir(exist_ok=True)
+            (parent / "__init__.py").touch()
+        path.with_suffix(".py").write_text(dedent(source))
+        importlib.invalidate_caches()
+        self.modules.append(name)
+        return name
+
+    def config(self, *tool_modules: str) -> Config:
+        """The project's configuration naming ``tool_modules``."""
+        return attrs.evolve(Config.defaults(self.root), tool_modules=tool_modules)
+
+
+@pytest.fixture
+def host_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """An empty host application folder; its modules are forgotten after the test."""
+    root = tmp_path / "app"
+    root.mkdir()
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    project = HostProject(root)
+    yield project
+    for name in list(sys.modules):
+        if any(name == m or name.startswith(f"{m.split('.')[0]}.") for m in project.modules):
+            sys.modules.pop(name, None)
+    for name in project.modules:
+        sys.modules.pop(name.split(".")[0], None)

@@ -1,0 +1,66 @@
+from pathlib import Path
+
+import pytest
+
+from protege.config import load_config
+from protege.errors import ConfigError
+
+
+def test_defaults_without_a_config_file_use_local_files_and_sqlite(tmp_path):
+    config = load_config(tmp_path, environ={})
+    assert config.path is None
+    assert config.root == tmp_path.resolve()
+    assert config.tool_modules == ()
+    assert config.data_dir == tmp_path.resolve() / ".protege"
+    assert config.database_url == f"sqlite:///{tmp_path.resolve() / '.protege' / 'protege.db'}"
+
+
+def test_config_file_is_found_from_the_working_directory_upward(tmp_path):
+    (tmp_path / "protege.toml").write_text('tool_modules = ["shop.tools"]\ndata_dir = "var"\n')
+    nested = tmp_path / "a" / "b"
+    nested.mkdir(parents=True)
+    config = load_config(nested, environ={})
+    assert config.path == (tmp_path / "protege.toml").resolve()
+    assert config.root == tmp_path.resolve()
+    assert config.tool_modules == ("shop.tools",)
+    assert config.data_dir == tmp_path.resolve() / "var"
+
+
+def test_protege_config_names_the_file_explicitly(tmp_path):
+    elsewhere = tmp_path / "deploy" / "settings.toml"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text('tool_modules = ["app.tools"]\n')
+    config = load_config(tmp_path, environ={"PROTEGE_CONFIG": str(elsewhere)})
+    assert config.tool_modules == ("app.tools",)
+    assert config.root == elsewhere.parent.resolve()
+
+
+def test_environment_overrides_the_file(tmp_path):
+    (tmp_path / "protege.toml").write_text('database_url = "sqlite:///file.db"\n')
+    environ = {"PROTEGE_DATABASE_URL": "postgresql://db/protege", "PROTEGE_DATA_DIR": "/srv/p"}
+    config = load_config(tmp_path, environ=environ)
+    assert config.database_url == "postgresql://db/protege"
+    assert config.data_dir == Path("/srv/p")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('tool_module = ["x"]\n', "extra fields found (tool_module)"),
+        ("tool_modules = 3\n", "tool_modules"),
+        ('tool_modules = "shop.tools"\n', "must be a list of strings @ protege.toml.tool_modules"),
+        ("tool_modules = [\n", "is not valid TOML"),
+    ],
+)
+def test_a_bad_config_file_is_a_clear_error(tmp_path, content, message):
+    (tmp_path / "protege.toml").write_text(content)
+    with pytest.raises(ConfigError) as raised:
+        load_config(tmp_path, environ={})
+    assert message in str(raised.value)
+    assert "protege.toml" in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+def test_protege_config_naming_a_missing_file_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="which is not a file"):
+        load_config(tmp_path, environ={"PROTEGE_CONFIG": str(tmp_path / "nope.toml")})

@@ -1,0 +1,39 @@
+"""The README's code is run here, so what newcomers copy works."""
+
+import re
+from pathlib import Path
+
+from protege.config import Config
+from protege.registry import Origin, build_manifest
+from protege.tool import check_tool_class
+
+README = Path(__file__).parent.parent / "README.md"
+
+
+def readme_block(name: str) -> str:
+    pattern = rf"<!-- readme-test: {name} -->\n```python\n(.*?)```"
+    match = re.search(pattern, README.read_text(), re.DOTALL)
+    assert match, f"README has no block marked {name}"
+    return match.group(1)
+
+
+def test_the_tool_example_is_a_valid_tool_that_works():
+    namespace: dict = {}
+    exec(readme_block("tool"), namespace)
+    tool_class = namespace["LookupOrderTool"]
+    check_tool_class(tool_class)
+    assert (tool_class.id, tool_class.display_name) == ("lookup_order", "Lookup Order")
+    found = tool_class().use(context=None, order_number="SCP-1042")
+    assert found.for_model() == {"ok": True, "status": "delivered", "total_cents": 2450}
+    missing = tool_class().use(context=None, order_number="SCP-1")
+    assert missing.reason == "no order SCP-1"
+
+
+def test_the_plugin_example_registers_its_tool_when_installed(site, tmp_path):
+    site.add("protege-dice", readme_block("plugin"))
+    manifest = build_manifest(Config.defaults(tmp_path), site.host())
+    roll = manifest.get("roll_dice")
+    assert (roll.origin, roll.source) == (Origin.PLUGIN, "protege-dice")
+    faces = roll.tool_class().use(context=None, count=3).data["faces"]
+    assert len(faces) == 3
+    assert all(1 <= face <= 6 for face in faces)
