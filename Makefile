@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 DISTRIBUTIONS := . plugins/protege-mail plugins/protege-files plugins/protege-web examples/protege-weather
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint format bench clean
+.PHONY: install test test-sqlite test-postgres lint format bench clean
 
 $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml examples/*/pyproject.toml)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,11 +23,18 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: lint
+# The whole suite on SQLite, then again on PostgreSQL (found or started by the script).
+test: lint test-sqlite test-postgres
+
+test-sqlite: $(STAMP)
 	$(BIN)/python -m pytest
+
+test-postgres: $(STAMP)
+	url="$$(scripts/postgres-for-tests)" && PROTEGE_TEST_DATABASE_URL="$$url" $(BIN)/python -m pytest
 
 bench: $(STAMP)
 	$(BIN)/python bench/registry.py
+	$(BIN)/python bench/access.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .pg-test

@@ -143,3 +143,59 @@ def host_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
             sys.modules.pop(name, None)
     for name in project.modules:
         sys.modules.pop(name.split(".")[0], None)
+
+
+def _scoop_tool(name: str, description: str) -> type:
+    from protege import Tool
+
+    def use(self, context):
+        return self.success(tool=self.id)
+
+    return type(name, (Tool,), {"description": description, "use": use, "__module__": "scoop"})
+
+
+@pytest.fixture(scope="session")
+def scoop_manifest():
+    """The Scoop's tools from the toolkits seed, plus a built-in ``send_email``."""
+    from protege.registry import Manifest, Origin, ToolEntry
+
+    host = [
+        _scoop_tool("LookupOrderTool", "Looks up an order."),
+        _scoop_tool("CheckFlavorStockTool", "Checks flavor stock."),
+        _scoop_tool("ProcessRefundTool", "Refunds an order."),
+    ]
+    entries = [ToolEntry(cls, Origin.HOST, "scoop") for cls in host]
+    entries.append(
+        ToolEntry(_scoop_tool("SendEmailTool", "Sends mail."), Origin.BUILTIN, "protege-mail")
+    )
+    return Manifest(tools=tuple(sorted(entries, key=lambda e: e.id)))
+
+
+class Inbound:
+    """The part of an inbound message tool resolution reads: who sent it."""
+
+    def __init__(self, sender: str) -> None:
+        self.sender = sender
+
+
+def run_context(agent, *, sender: str | None = None, responsibility: object = None):
+    """A RunContext for a reply run from ``sender`` or a scheduled run."""
+    import logging
+
+    from protege import RunContext
+
+    return RunContext(
+        agent=agent,
+        message=None if sender is None else Inbound(sender),
+        responsibility=responsibility,
+        deliver=lambda mail, attachments=(): None,
+        config=None,
+        logger=logging.getLogger("test"),
+        correlation_id="test",
+    )
+
+
+@pytest.fixture
+def context_for():
+    """Build a RunContext: ``context_for(agent, sender=...)`` or ``(agent, responsibility=...)``."""
+    return run_context

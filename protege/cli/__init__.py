@@ -14,8 +14,16 @@ from protege.errors import ProtegeError
 # Built-in commands are imported only when run, so ``protege --help`` stays fast and never
 # imports a plugin, a model client or a database driver.
 COMMANDS = {
+    "access": ("protege.cli.access", "access", "Explain which tools a run would get, and why."),
+    "access-rules": ("protege.cli.rules", "access_rules", "Who may reach an agent at all."),
+    "agents": ("protege.cli.agents", "agents", "Create, list, show and delete agents."),
     "doctor": ("protege.cli.doctor", "doctor", "Report every problem with tools and plugins."),
+    "grants": ("protege.cli.grants", "grants", "Attach toolkits to agents, set their terms."),
+    "migrate": ("protege.cli.sync", "migrate", "Apply pending database migrations."),
     "plugins": ("protege.cli.plugins", "plugins", "List installed plugins and their status."),
+    "rules": ("protege.cli.rules", "rules", "The sender gate of a grant."),
+    "sync": ("protege.cli.sync", "sync", "Migrate and rebuild the system toolkits (each deploy)."),
+    "toolkits": ("protege.cli.toolkits", "toolkits", "Create and edit toolkits of tools."),
     "tools": ("protege.cli.tools", "tools", "List the tools in the manifest and where from."),
 }
 DEBUG_VARIABLE = "PROTEGE_DEBUG"

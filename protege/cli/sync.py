@@ -1,0 +1,44 @@
+"""``protege migrate`` and ``protege sync``: bring the database in line with the code."""
+
+from __future__ import annotations
+
+import click
+
+from protege.cli.output import echo_json
+
+
+@click.command()
+def migrate() -> None:
+    """Apply pending database schema migrations."""
+    from protege import db
+
+    db.connect()
+    applied = db.migrate()
+    for name in applied:
+        click.echo(f"applied {name}")
+    if not applied:
+        click.echo("The database schema is up to date.")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print what changed as JSON.")
+def sync(as_json: bool) -> None:
+    """Migrate, then rebuild the system toolkits from the live manifest (run on each deploy)."""
+    from protege import db
+    from protege.toolkits import sync as run_sync
+
+    db.connect()
+    report = run_sync()
+    if as_json:
+        echo_json(report.as_dict())
+        return
+    for name in report.migrations:
+        click.echo(f"applied migration {name}")
+    for name in report.created:
+        click.echo(f"created toolkit {name}")
+    if report.added:
+        click.echo(f"All Tools: added {', '.join(report.added)}")
+    if report.removed:
+        click.echo(f"All Tools: removed {', '.join(report.removed)}")
+    if not report.changed:
+        click.echo("Nothing to change: the system toolkits match the manifest.")

@@ -1,0 +1,116 @@
+"""The database: SQLite by default, PostgreSQL by URL, behind one peewee proxy."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import peewee
+
+from protege.errors import ProtegeError
+
+database = peewee.DatabaseProxy()
+
+EXCLUSIVE_LOCK_KEY = 0x70726F74  # "prot"
+SQLITE_PRAGMAS = {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 5000}
+
+
+class DatabaseError(ProtegeError):
+    """The database URL is unusable, the server unreachable, or the schema out of date."""
+
+
+def open_database(url: str) -> peewee.Database:
+    """A peewee database for ``url`` (``sqlite:///path`` or ``postgresql://...``), not yet bound."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme == "sqlite":
+        raw = unquote(parts.path)
+        # sqlite:///relative.db has path "/relative.db"; sqlite:////abs.db has "//abs.db".
+        path = raw[1:] if raw.startswith("/") else raw
+        if path in ("", ":memory:"):
+            return peewee.SqliteDatabase(":memory:", pragmas=SQLITE_PRAGMAS)
+        Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        return peewee.SqliteDatabase(str(Path(path).expanduser()), pragmas=SQLITE_PRAGMAS)
+    if scheme in ("postgres", "postgresql"):
+        try:
+            import psycopg2  # noqa: F401
+        except ImportError:
+            raise DatabaseError(
+                "PostgreSQL needs the psycopg2 driver: pip install 'protege[postgres]'"
+            ) from None
+        settings = {
+            "user": unquote(parts.username) if parts.username else None,
+            "password": unquote(parts.password) if parts.password else None,
+            "host": parts.hostname,
+            "port": parts.port,
+        }
+        settings.update(parse_qsl(parts.query))  # e.g. ?sslmode=require&options=...
+        return peewee.PostgresqlDatabase(unquote(parts.path.lstrip("/")) or "postgres", **settings)
+    raise DatabaseError(
+        f"unsupported database URL {_redacted(url)!r}: use sqlite:///PATH or postgresql://..."
+    )
+
+
+def connect(url: str | None = None) -> peewee.Database:
+    """Bind protege's records to the database at ``url`` (default: the configured one)."""
+    if url is None:
+        from protege.config import load_config
+
+        url = load_config().database_url
+    db = open_database(url)
+    try:
+        db.connect(reuse_if_open=True)
+    except peewee.OperationalError as error:
+        message = " ".join(str(error).split())
+        raise DatabaseError(f"cannot open the database {_redacted(url)}: {message}") from None
+    if database.obj is not None and not database.obj.is_closed():
+        database.obj.close()
+    database.initialize(db)
+    return db
+
+
+@contextlib.contextmanager
+def exclusive() -> Iterator[None]:
+    """A transaction that no other protege process runs at the same time.
+
+    On PostgreSQL it holds an advisory lock, so deploys on several machines may run
+    ``protege sync`` together; on SQLite it takes the write lock before reading.
+    """
+    if isinstance(database.obj, peewee.PostgresqlDatabase):
+        with database.atomic():
+            database.execute_sql("SELECT pg_advisory_xact_lock(%s)", (EXCLUSIVE_LOCK_KEY,))
+            yield
+    elif database.transaction_depth() == 0:
+        with database.atomic(lock_type="IMMEDIATE"):  # take the write lock before reading
+            yield
+    else:
+        with database.atomic():
+            yield
+
+
+def migrate() -> list[str]:
+    """Apply every pending schema migration; returns the names of those applied."""
+    from protege.migrations import apply_pending
+
+    return apply_pending(database)
+
+
+def require_current() -> None:
+    """Raise ``DatabaseError`` unless every migration has been applied."""
+    from protege.migrations import pending
+
+    waiting = pending(database)
+    if waiting:
+        raise DatabaseError(
+            f"the database schema is out of date ({len(waiting)} migration(s) pending): "
+            "run `protege migrate` or `protege sync`"
+        )
+
+
+def _redacted(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        return url.replace(f":{parts.password}@", ":***@", 1)
+    return url

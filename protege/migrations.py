@@ -1,0 +1,135 @@
+"""Versioned schema migrations, applied in order by ``protege migrate`` and ``protege sync``.
+
+Each migration is frozen once released: a later change to the schema is a new migration,
+never an edit to an old one. DDL is written out (not derived from the models) for that
+reason; ``tests/models/test_schema.py`` checks that models and tables agree.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+
+import attrs
+import peewee
+
+from protege.db import exclusive
+
+VERSION_TABLE = "protege_schema_version"
+
+
+@attrs.frozen
+class Migration:
+    """One step of the schema's history."""
+
+    version: int
+    name: str
+    apply: Callable[[peewee.Database], None]
+
+
+def _dialect(db: peewee.Database) -> dict[str, str]:
+    if isinstance(getattr(db, "obj", db), peewee.PostgresqlDatabase):
+        return {"pk": "SERIAL PRIMARY KEY", "ts": "TIMESTAMP"}
+    return {"pk": "INTEGER PRIMARY KEY AUTOINCREMENT", "ts": "TIMESTAMP"}
+
+
+def _run(db: peewee.Database, statements: str) -> None:
+    for statement in statements.format(**_dialect(db)).split(";"):
+        if statement.strip():
+            db.execute_sql(statement)
+
+
+def _0001_agents_and_toolkits(db: peewee.Database) -> None:
+    _run(
+        db,
+        """
+        CREATE TABLE agent (
+            id {pk},
+            name VARCHAR(200) NOT NULL UNIQUE,
+            address VARCHAR(320) NOT NULL UNIQUE,
+            instructions TEXT NOT NULL DEFAULT '',
+            created_at {ts} NOT NULL,
+            updated_at {ts} NOT NULL
+        );
+        CREATE TABLE agent_access_rule (
+            id {pk},
+            agent_id INTEGER NOT NULL REFERENCES agent (id) ON DELETE CASCADE,
+            kind VARCHAR(5) NOT NULL CHECK (kind IN ('allow', 'deny')),
+            pattern VARCHAR(320) NOT NULL
+        );
+        CREATE INDEX agent_access_rule_agent_id ON agent_access_rule (agent_id);
+        CREATE TABLE toolkit (
+            id {pk},
+            name VARCHAR(200) NOT NULL UNIQUE,
+            description TEXT NOT NULL DEFAULT '',
+            member_tool_ids TEXT NOT NULL DEFAULT '[]',
+            system_key VARCHAR(32) UNIQUE,
+            created_at {ts} NOT NULL,
+            updated_at {ts} NOT NULL
+        );
+        CREATE TABLE agent_toolkit (
+            id {pk},
+            agent_id INTEGER NOT NULL REFERENCES agent (id) ON DELETE CASCADE,
+            toolkit_id INTEGER NOT NULL REFERENCES toolkit (id) ON DELETE CASCADE,
+            allow_proactive BOOLEAN NOT NULL DEFAULT FALSE,
+            created_at {ts} NOT NULL,
+            UNIQUE (agent_id, toolkit_id)
+        );
+        CREATE INDEX agent_toolkit_toolkit_id ON agent_toolkit (toolkit_id);
+        CREATE TABLE agent_toolkit_rule (
+            id {pk},
+            grant_id INTEGER NOT NULL REFERENCES agent_toolkit (id) ON DELETE CASCADE,
+            kind VARCHAR(5) NOT NULL CHECK (kind IN ('allow', 'deny')),
+            pattern VARCHAR(320) NOT NULL
+        );
+        CREATE INDEX agent_toolkit_rule_grant_id ON agent_toolkit_rule (grant_id, kind);
+        CREATE INDEX agent_toolkit_rule_pattern ON agent_toolkit_rule (pattern)
+        """,
+    )
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "agents and toolkits", _0001_agents_and_toolkits),
+)
+
+
+def _ensure_version_table(db: peewee.Database) -> None:
+    db.execute_sql(
+        f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} ("
+        "version INTEGER PRIMARY KEY, name VARCHAR(200) NOT NULL, applied_at TIMESTAMP NOT NULL)"
+    )
+
+
+def applied_versions(db: peewee.Database) -> set[int]:
+    """The versions recorded as applied (empty for a database protege never touched)."""
+    if VERSION_TABLE not in db.get_tables():
+        return set()
+    return {row[0] for row in db.execute_sql(f"SELECT version FROM {VERSION_TABLE}")}
+
+
+def pending(db: peewee.Database) -> list[Migration]:
+    """The migrations not yet applied, in order."""
+    done = applied_versions(db)
+    return [m for m in MIGRATIONS if m.version not in done]
+
+
+def apply_pending(db: peewee.Database) -> list[str]:
+    """Apply each pending migration in its own transaction; returns their names.
+
+    Safe to run from several processes at once: each migration is re-checked inside
+    ``db.exclusive()``, which lets one process at a time in.
+    """
+    _ensure_version_table(db)
+    applied = []
+    for migration in pending(db):
+        with exclusive():
+            if migration.version in applied_versions(db):
+                continue  # another process applied it while we waited
+            migration.apply(db)
+            db.execute_sql(
+                f"INSERT INTO {VERSION_TABLE} (version, name, applied_at) "
+                f"VALUES ({db.param}, {db.param}, {db.param})",
+                (migration.version, migration.name, datetime.datetime.now(datetime.UTC)),
+            )
+        applied.append(f"{migration.version:04d} {migration.name}")
+    return applied

@@ -1,0 +1,7 @@
+"""protege's records, for host apps, scripts and tests (public API)."""
+
+from protege.models.agents import Agent, AgentAccessRule
+from protege.models.base import Record
+from protege.models.toolkits import AgentToolkit, AgentToolkitRule, Toolkit
+
+__all__ = ["Agent", "AgentAccessRule", "AgentToolkit", "AgentToolkitRule", "Record", "Toolkit"]

@@ -1,0 +1,129 @@
+"""Agents: the colleagues people write to, each with its own address and access rules."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import peewee
+
+from protege.access import Decision, decide, require_address
+from protege.db import database
+from protege.errors import ProtegeError
+from protege.models.base import Record, utcnow
+from protege.models.rules import RuleRecord
+
+if TYPE_CHECKING:
+    from protege.access import Resolution
+    from protege.context import RunContext
+    from protege.models.toolkits import AgentToolkit, Toolkit
+    from protege.registry import Manifest, ToolEntry
+
+logger = logging.getLogger(__name__)
+
+
+class Agent(Record):
+    """An AI colleague: a name, an email address, and the instructions it works by.
+
+    It has no tools of its own: it gets them from the toolkits granted to it. On create it
+    is granted *Default Tools*, if ``protege sync`` has created it.
+    """
+
+    name = peewee.CharField(max_length=200, unique=True)
+    address = peewee.CharField(max_length=320, unique=True)
+    instructions = peewee.TextField(default="")
+    created_at = peewee.DateTimeField(default=utcnow)
+    updated_at = peewee.DateTimeField(default=utcnow)
+
+    @classmethod
+    def named(cls, name: str) -> Agent:
+        """The agent called ``name``; ``ProtegeError`` if there is none."""
+        agent = cls.get_or_none(cls.name == name)
+        if agent is None:
+            raise ProtegeError(f"no agent named {name!r}")
+        return agent
+
+    def save(self, *args: Any, force_insert: bool = False, **kwargs: Any) -> Any:
+        self.name = (self.name or "").strip()
+        if not self.name:
+            raise ProtegeError("an agent needs a name")
+        self.address = require_address(self.address or "")
+        for field, value in (("name", self.name), ("address", self.address)):
+            column = getattr(Agent, field)
+            if Agent.get_or_none((column == value) & (Agent.id != self.id)) is not None:
+                raise ProtegeError(f"an agent with {field} {value!r} already exists")
+        creating = force_insert or self.id is None
+        self.updated_at = utcnow()
+        with database.atomic():
+            result = super().save(*args, force_insert=force_insert, **kwargs)
+            if creating:
+                self._grant_default_tools()
+        return result
+
+    def _grant_default_tools(self) -> None:
+        from protege.models.toolkits import Toolkit
+
+        default = Toolkit.default_tools()
+        if default is None:
+            logger.warning(
+                "agent %s was created with no toolkits, so it has no tools: "
+                "run `protege sync` to create Default Tools, then attach it",
+                self.name,
+            )
+            return
+        self.grant(default)
+
+    def grant(self, toolkit: Toolkit, *, allow_proactive: bool = False) -> AgentToolkit:
+        """Attach ``toolkit`` to this agent, with an open gate; returns the grant."""
+        from protege.models.toolkits import AgentToolkit
+
+        existing = AgentToolkit.get_or_none(agent=self, toolkit=toolkit)
+        if existing is not None:
+            raise ProtegeError(f"{toolkit.name!r} is already attached to {self.name}")
+        return AgentToolkit.create(agent=self, toolkit=toolkit, allow_proactive=allow_proactive)
+
+    def grant_of(self, toolkit: Toolkit) -> AgentToolkit:
+        """The grant attaching ``toolkit`` to this agent; ``ProtegeError`` if not attached."""
+        from protege.models.toolkits import AgentToolkit
+
+        grant = AgentToolkit.get_or_none(agent=self, toolkit=toolkit)
+        if grant is None:
+            raise ProtegeError(f"{toolkit.name!r} is not attached to {self.name}")
+        return grant
+
+    def add_access_rule(self, kind: str, pattern: str) -> AgentAccessRule:
+        """Add an allow or deny rule deciding who may reach this agent at all."""
+        return AgentAccessRule.create(agent=self, kind=kind, pattern=pattern)
+
+    def admits(self, sender: str | None) -> Decision:
+        """Whether ``sender`` may reach this agent, and why (checked at the gateway)."""
+        return decide(self.access_rules, sender)
+
+    def available_tools(self, manifest: Manifest | None = None) -> list[ToolEntry]:
+        """Every tool any grant could give, ignoring gates: the catalogue view."""
+        from protege.access import catalogue
+
+        return catalogue(self, manifest)
+
+    def available_tools_for(
+        self, context: RunContext, manifest: Manifest | None = None
+    ) -> list[ToolEntry]:
+        """The tools this run may use: what the harness offers and dispatch enforces."""
+        return self.resolve_for(context, manifest).tools
+
+    def resolve_for(self, context: RunContext, manifest: Manifest | None = None) -> Resolution:
+        """The tools this run may use, with each grant's decision."""
+        from protege.access import resolve
+
+        if context.responsibility is not None:
+            return resolve(self, scheduled=True, manifest=manifest)
+        return resolve(self, sender=context.message.sender, manifest=manifest)
+
+
+class AgentAccessRule(RuleRecord):
+    """One allow/deny pattern deciding who may reach an agent at all."""
+
+    agent = peewee.ForeignKeyField(Agent, backref="access_rules", on_delete="CASCADE")
+
+    class Meta:
+        table_name = "agent_access_rule"

@@ -1,0 +1,132 @@
+"""Toolkits (bundles of tool ids), grants (a toolkit attached to an agent) and gate rules."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import peewee
+
+from protege.access import Decision, decide
+from protege.errors import ProtegeError
+from protege.models.agents import Agent
+from protege.models.base import JSONListField, Record, utcnow
+from protege.models.rules import RuleRecord
+from protege.tool import TOOL_ID_PATTERN
+
+ALL_TOOLS = "all_tools"
+DEFAULT_TOOLS = "default_tools"
+SYSTEM_TOOLKIT_NAMES = {ALL_TOOLS: "All Tools", DEFAULT_TOOLS: "Default Tools"}
+
+
+class Toolkit(Record):
+    """A named bundle of tool ids, defined once and attachable to many agents.
+
+    Members are stored as ids, so a member whose tool is gone from the manifest is skipped
+    when tools are resolved, never an error. ``system_key`` marks the two toolkits protege
+    maintains (*All Tools*, *Default Tools*); those cannot be deleted.
+    """
+
+    name = peewee.CharField(max_length=200, unique=True)
+    description = peewee.TextField(default="")
+    member_tool_ids = JSONListField(default=list)
+    system_key = peewee.CharField(max_length=32, null=True, unique=True)
+    created_at = peewee.DateTimeField(default=utcnow)
+    updated_at = peewee.DateTimeField(default=utcnow)
+
+    @classmethod
+    def all_tools(cls) -> Toolkit | None:
+        """The *All Tools* system toolkit, or None before the first sync."""
+        return cls.get_or_none(cls.system_key == ALL_TOOLS)
+
+    @classmethod
+    def default_tools(cls) -> Toolkit | None:
+        """The *Default Tools* system toolkit, or None before the first sync."""
+        return cls.get_or_none(cls.system_key == DEFAULT_TOOLS)
+
+    @classmethod
+    def named(cls, name: str) -> Toolkit:
+        """The toolkit called ``name``; ``ProtegeError`` if there is none."""
+        toolkit = cls.get_or_none(cls.name == name)
+        if toolkit is None:
+            raise ProtegeError(f"no toolkit named {name!r}")
+        return toolkit
+
+    def save(self, *args: Any, **kwargs: Any) -> Any:
+        self.name = (self.name or "").strip()
+        if not self.name:
+            raise ProtegeError("a toolkit needs a name")
+        self.member_tool_ids = _checked_ids(self.member_tool_ids)
+        clash = Toolkit.get_or_none((Toolkit.name == self.name) & (Toolkit.id != self.id))
+        if clash is not None:
+            raise ProtegeError(f"a toolkit named {self.name!r} already exists")
+        self.updated_at = utcnow()
+        return super().save(*args, **kwargs)
+
+    def delete_instance(self, *args: Any, **kwargs: Any) -> Any:
+        if self.system_key is not None:
+            raise ProtegeError(f"{self.name!r} is a system toolkit and cannot be deleted")
+        return super().delete_instance(*args, **kwargs)
+
+    def add_tools(self, tool_ids: Iterable[str]) -> list[str]:
+        """Add members; returns the ids that were not members before."""
+        added = [i for i in dict.fromkeys(tool_ids) if i not in self.member_tool_ids]
+        self.member_tool_ids = [*self.member_tool_ids, *added]
+        self.save()
+        return added
+
+    def remove_tools(self, tool_ids: Iterable[str]) -> list[str]:
+        """Remove members; returns the ids that were members."""
+        removing = set(tool_ids)
+        removed = [i for i in self.member_tool_ids if i in removing]
+        self.member_tool_ids = [i for i in self.member_tool_ids if i not in removing]
+        self.save()
+        return removed
+
+
+def _checked_ids(tool_ids: Iterable[str]) -> list[str]:
+    ids = list(dict.fromkeys(tool_ids or []))
+    bad = [i for i in ids if not (isinstance(i, str) and TOOL_ID_PATTERN.match(i))]
+    if bad:
+        raise ProtegeError(f"not tool ids: {', '.join(map(repr, bad))}")
+    return sorted(ids)
+
+
+class AgentToolkit(Record):
+    """A grant: one toolkit attached to one agent, on terms of its own.
+
+    The sender gate (``rules``) decides which senders unlock the toolkit on reply runs;
+    ``allow_proactive`` decides whether its tools are offered on scheduled runs.
+    """
+
+    agent = peewee.ForeignKeyField(Agent, backref="grants", on_delete="CASCADE")
+    toolkit = peewee.ForeignKeyField(Toolkit, backref="grants", on_delete="CASCADE")
+    allow_proactive = peewee.BooleanField(default=False)
+    created_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "agent_toolkit"
+        indexes = ((("agent", "toolkit"), True),)
+
+    def add_rule(self, kind: str, pattern: str) -> AgentToolkitRule:
+        """Add an allow or deny rule to this grant's sender gate."""
+        return AgentToolkitRule.create(grant=self, kind=kind, pattern=pattern)
+
+    def decide(self, sender: str | None) -> Decision:
+        """Whether ``sender`` passes this grant's gate, and why."""
+        return decide(self.rules, sender)
+
+    def permits(self, sender: str | None) -> bool:
+        """Whether ``sender`` passes this grant's gate."""
+        return self.decide(sender).admitted
+
+
+class AgentToolkitRule(RuleRecord):
+    """One allow/deny pattern on a grant's sender gate."""
+
+    grant = peewee.ForeignKeyField(
+        AgentToolkit, backref="rules", on_delete="CASCADE", column_name="grant_id"
+    )
+
+    class Meta:
+        table_name = "agent_toolkit_rule"

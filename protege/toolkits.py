@@ -1,0 +1,87 @@
+"""The system toolkits and ``sync``, which keeps them true to the live manifest.
+
+*All Tools* always holds every tool in the manifest: each sync rewrites its members.
+*Default Tools* is created by the first sync holding every built-in tool, is granted to each
+new agent, and from then on its members are the operator's: sync never touches them again.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from protege import db
+from protege.errors import ProtegeError
+from protege.models.toolkits import (
+    ALL_TOOLS,
+    DEFAULT_TOOLS,
+    SYSTEM_TOOLKIT_NAMES,
+    Toolkit,
+)
+from protege.registry import Manifest, Origin
+
+DESCRIPTIONS = {
+    ALL_TOOLS: "Every tool in the manifest; rewritten by each `protege sync`.",
+    DEFAULT_TOOLS: "Granted to every new agent. Starts with the built-in tools; yours to edit.",
+}
+
+
+@attrs.frozen
+class SyncReport:
+    """What one sync changed; empty lists everywhere mean it changed nothing."""
+
+    migrations: list[str]
+    created: list[str]
+    added: list[str]
+    removed: list[str]
+
+    @property
+    def changed(self) -> bool:
+        """Whether anything changed."""
+        return bool(self.migrations or self.created or self.added or self.removed)
+
+    def as_dict(self) -> dict[str, object]:
+        """The report as plain JSON data."""
+        return {
+            "migrations_applied": self.migrations,
+            "toolkits_created": self.created,
+            "all_tools_added": self.added,
+            "all_tools_removed": self.removed,
+        }
+
+
+def sync(manifest: Manifest | None = None) -> SyncReport:
+    """Apply migrations, then bring the system toolkits in line with ``manifest``.
+
+    Idempotent; meant to run on every deploy (``protege sync``). Uses the process manifest
+    when none is given.
+    """
+    from protege.registry import manifest as process_manifest
+
+    migrations = db.migrate()
+    manifest = process_manifest() if manifest is None else manifest
+    created: list[str] = []
+    with db.exclusive():
+        live = set(manifest.ids())
+        all_tools = Toolkit.all_tools()
+        before = set() if all_tools is None else set(all_tools.member_tool_ids)
+        all_tools = all_tools or _create_system_toolkit(ALL_TOOLS, [], created)
+        added, removed = sorted(live - before), sorted(before - live)
+        if added or removed:
+            all_tools.member_tool_ids = sorted(live)
+            all_tools.save()
+        if Toolkit.default_tools() is None:
+            _create_system_toolkit(DEFAULT_TOOLS, manifest.ids(Origin.BUILTIN), created)
+    return SyncReport(migrations=migrations, created=created, added=added, removed=removed)
+
+
+def _create_system_toolkit(key: str, initial_ids: list[str], created: list[str]) -> Toolkit:
+    name = SYSTEM_TOOLKIT_NAMES[key]
+    if Toolkit.get_or_none(Toolkit.name == name) is not None:
+        raise ProtegeError(
+            f"a toolkit named {name!r} already exists but is not the system toolkit: "
+            "rename it, then run sync again"
+        )
+    created.append(name)
+    return Toolkit.create(
+        name=name, description=DESCRIPTIONS[key], member_tool_ids=initial_ids, system_key=key
+    )

@@ -1,0 +1,262 @@
+"""The toolkit and access commands, run as an operator would (in-process, for speed)."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from protege import registry
+from protege.cli import cli
+
+SCOOP_TOOLS = """
+from protege import Tool
+
+
+class LookupOrderTool(Tool):
+    description = "Looks up an order by number."
+
+    def use(self, context):
+        return self.success()
+
+
+class CheckFlavorStockTool(Tool):
+    description = "Checks how much of a flavor is in stock."
+
+    def use(self, context):
+        return self.success()
+
+
+class ProcessRefundTool(Tool):
+    description = "Refunds an order."
+
+    def use(self, context):
+        return self.success()
+"""
+
+
+@pytest.fixture
+def operator(host_project, protege_db, monkeypatch):
+    """Runs `protege ...` in The Scoop's project, against the test database."""
+    (host_project.root / "protege.toml").write_text('tool_modules = ["scoop_tools"]\n')
+    host_project.module("scoop_tools", SCOOP_TOOLS)
+    monkeypatch.chdir(host_project.root)
+    registry.refresh()
+    runner = CliRunner()
+
+    def run(*args, ok=True):
+        result = runner.invoke(cli, list(args), env={"PROTEGE_DATABASE_URL": protege_db.url})
+        if ok:
+            assert result.exit_code == 0, result.output
+        result.returncode = result.exit_code
+        return result
+
+    yield run
+    monkeypatch.undo()
+    registry.refresh()
+
+
+@pytest.fixture
+def scoop(operator):
+    """The toolkits seed's setup, made with the CLI."""
+    operator("sync")
+    operator("agents", "create", "Sundae", "--address", "sundae@thescoop.example")
+    operator(
+        "toolkits", "create", "Support", "--tool", "lookup_order", "--tool", "check_flavor_stock"
+    )
+    operator("toolkits", "create", "Finance", "--tool", "process_refund")
+    operator("grants", "attach", "Sundae", "Support")
+    operator("grants", "attach", "Sundae", "Finance")
+    operator("rules", "add", "Sundae", "Finance", "allow", "*@thescoop.com")
+    return operator
+
+
+def test_explain_shows_each_toolkit_decision_and_the_tools(scoop):
+    out = scoop("access", "explain", "Sundae", "--sender", "jane@acme.com").stdout
+    assert out.splitlines() == [
+        "Sundae, reply to jane@acme.com (routing key: jane@acme.com)",
+        "  sender may write to Sundae: no rules: open to every sender",
+        "  admitted  Default Tools: no rules: open to every sender",
+        "  refused   Finance: no allow rule matches (allow-list)",
+        "  admitted  Support: no rules: open to every sender",
+        "tools: check_flavor_stock, lookup_order",
+    ]
+
+
+def test_explain_json_for_mara_with_a_tag(scoop):
+    out = scoop("access", "explain", "Sundae", "--sender", "Mara+billing@TheScoop.com", "--json")
+    data = json.loads(out.stdout)
+    assert data["routing_key"] == "mara@thescoop.com"
+    finance = next(t for t in data["toolkits"] if t["toolkit"] == "Finance")
+    assert finance == {
+        "toolkit": "Finance",
+        "admitted": True,
+        "reason": "allow rule *@thescoop.com matches",
+        "tools": ["process_refund"],
+        "missing": [],
+    }
+    assert data["tools"] == ["check_flavor_stock", "lookup_order", "process_refund"]
+
+
+def test_explain_a_scheduled_run(scoop):
+    scoop("grants", "configure", "Sundae", "Support", "--allow-proactive")
+    data = json.loads(scoop("access", "explain", "Sundae", "--scheduled", "--json").stdout)
+    assert data["run"] == "scheduled"
+    assert data["tools"] == ["check_flavor_stock", "lookup_order"]
+    assert [t["admitted"] for t in data["toolkits"]] == [False, False, True]
+
+
+def test_explain_needs_exactly_one_of_sender_and_scheduled(scoop):
+    result = scoop("access", "explain", "Sundae", ok=False)
+    assert result.returncode == 2
+    assert "exactly one of --sender ADDRESS or --scheduled" in result.stderr
+
+
+def test_explain_shows_the_agent_access_decision(scoop):
+    scoop("access-rules", "add", "Sundae", "deny", "*@acme.com")
+    out = scoop("access", "explain", "Sundae", "--sender", "jane@acme.com").stdout
+    assert "  sender may NOT write to Sundae: deny rule *@acme.com matches" in out
+    assert scoop("access-rules", "list", "Sundae").stdout == "deny *@acme.com\n"
+    scoop("access-rules", "remove", "Sundae", "deny", "*@ACME.com")
+    assert "anyone may reach" in scoop("access-rules", "list", "Sundae").stdout
+
+
+def test_agents_show_prints_grants_rules_and_catalogue(scoop):
+    data = json.loads(scoop("agents", "show", "Sundae", "--json").stdout)
+    assert [g["toolkit"] for g in data["grants"]] == ["Default Tools", "Finance", "Support"]
+    finance = data["grants"][1]
+    assert finance["rules"] == ["allow *@thescoop.com"]
+    assert data["catalogue"] == ["check_flavor_stock", "lookup_order", "process_refund"]
+    text = scoop("agents", "show", "Sundae").stdout
+    assert "    gate: allow *@thescoop.com" in text
+    assert "catalogue: check_flavor_stock, lookup_order, process_refund" in text
+
+
+def test_agents_list_and_delete(scoop):
+    rows = json.loads(scoop("agents", "list", "--json").stdout)
+    assert rows == [
+        {
+            "name": "Sundae",
+            "address": "sundae@thescoop.example",
+            "toolkits": ["Default Tools", "Finance", "Support"],
+        }
+    ]
+    assert scoop("agents", "delete", "Sundae", "--yes").stdout == "deleted agent Sundae\n"
+    assert json.loads(scoop("agents", "list", "--json").stdout) == []
+
+
+def test_delete_without_yes_and_without_a_terminal_does_nothing(scoop):
+    result = scoop("agents", "delete", "Sundae", ok=False)
+    assert result.returncode == 1
+    assert len(json.loads(scoop("agents", "list", "--json").stdout)) == 1
+
+
+def test_toolkit_editing(scoop):
+    assert scoop("toolkits", "add-tools", "Finance", "lookup_order").stdout == (
+        "Finance: added lookup_order\n"
+    )
+    assert scoop("toolkits", "remove-tools", "Finance", "lookup_order").stdout == (
+        "Finance: removed lookup_order\n"
+    )
+    show = json.loads(scoop("toolkits", "show", "Finance", "--json").stdout)
+    assert show["tools"] == [
+        {"id": "process_refund", "summary": "Refunds an order.", "in_manifest": True}
+    ]
+    assert show["agents"] == ["Sundae"]
+
+
+def test_unknown_tool_ids_are_refused_unless_forced(scoop):
+    result = scoop("toolkits", "add-tools", "Finance", "procss_refund", ok=False)
+    assert result.returncode == 1
+    assert "not in the manifest: procss_refund" in result.stderr
+    scoop("toolkits", "add-tools", "Finance", "future_tool", "--force")
+    show = json.loads(scoop("toolkits", "show", "Finance", "--json").stdout)
+    assert {"id": "future_tool", "summary": None, "in_manifest": False} in show["tools"]
+    out = scoop("access", "explain", "Sundae", "--sender", "mara@thescoop.com").stdout
+    assert "skipped (not in the manifest): future_tool" in out
+
+
+def test_all_tools_members_are_not_edited_by_hand(scoop):
+    result = scoop("toolkits", "add-tools", "All Tools", "lookup_order", ok=False)
+    assert "rewritten by `protege sync`" in result.stderr
+
+
+def test_system_toolkit_cannot_be_deleted(scoop):
+    result = scoop("toolkits", "delete", "Default Tools", "--yes", ok=False)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "Error: 'Default Tools' is a system toolkit and cannot be deleted"
+    )
+
+
+def test_toolkits_list(scoop):
+    rows = {r["name"]: r for r in json.loads(scoop("toolkits", "list", "--json").stdout)}
+    assert rows["All Tools"]["tools"] == [
+        "check_flavor_stock",
+        "get_forecast",
+        "lookup_order",
+        "process_refund",
+    ]
+    assert rows["All Tools"]["system"] == "all_tools"
+    assert rows["Finance"]["agents"] == ["Sundae"]
+
+
+def test_grants_detach_and_rules_listing(scoop):
+    assert scoop("rules", "list", "Sundae", "Finance").stdout == "allow *@thescoop.com\n"
+    scoop("rules", "remove", "Sundae", "Finance", "allow", "*@thescoop.com")
+    assert "open to every sender" in scoop("rules", "list", "Sundae", "Finance").stdout
+    scoop("grants", "detach", "Sundae", "Finance")
+    result = scoop("rules", "list", "Sundae", "Finance", ok=False)
+    assert result.stderr.strip() == "Error: 'Finance' is not attached to Sundae"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("agents", "show", "Nobody"), "Error: no agent named 'Nobody'"),
+        (("toolkits", "show", "Nothing"), "Error: no toolkit named 'Nothing'"),
+        (("rules", "add", "Sundae", "Finance", "allow", "*@*.com"), "is not a rule pattern"),
+        (("grants", "attach", "Sundae", "Finance"), "already attached to Sundae"),
+        (("agents", "create", "Sundae", "--address", "s2@x.example"), "already exists"),
+        (("agents", "create", "Bad", "--address", "nope"), "is not an email address"),
+        (("toolkits", "create", "Finance"), "a toolkit named 'Finance' already exists"),
+    ],
+)
+def test_operator_mistakes_are_one_line_errors(scoop, args, message):
+    result = scoop(*args, ok=False)
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert message in line
+    assert "Traceback" not in result.stderr
+
+
+def test_sync_reports_changes_then_nothing(operator):
+    first = json.loads(operator("sync", "--json").stdout)
+    assert first["migrations_applied"] == []  # the test database is migrated already
+    assert first["toolkits_created"] == ["All Tools", "Default Tools"]
+    assert first["all_tools_added"] == [
+        "check_flavor_stock",
+        "get_forecast",
+        "lookup_order",
+        "process_refund",
+    ]
+    assert operator("sync").stdout == (
+        "Nothing to change: the system toolkits match the manifest.\n"
+    )
+
+
+def test_commands_on_an_unmigrated_database_say_what_to_run(run_protege, tmp_path):
+    url = f"sqlite:///{tmp_path}/new.db"
+    result = run_protege("agents", "list", env={"PROTEGE_DATABASE_URL": url})
+    assert result.returncode == 1
+    assert "run `protege migrate` or `protege sync`" in result.stderr
+    migrated = run_protege("migrate", env={"PROTEGE_DATABASE_URL": url})
+    assert migrated.stdout == "applied 0001 agents and toolkits\n"
+    assert run_protege("agents", "list", env={"PROTEGE_DATABASE_URL": url}).returncode == 0
+
+
+def test_agent_created_before_sync_warns_to_run_sync(run_protege, tmp_path):
+    env = {"PROTEGE_DATABASE_URL": f"sqlite:///{tmp_path}/new.db"}
+    run_protege("migrate", env=env)
+    result = run_protege("agents", "create", "Early", "--address", "early@x.example", env=env)
+    assert result.returncode == 0
+    assert "Run `protege sync`" in result.stderr

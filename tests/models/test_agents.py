@@ -1,0 +1,79 @@
+import logging
+
+import pytest
+
+from protege.errors import ProtegeError
+from protege.models import Agent, Toolkit
+from protege.toolkits import sync
+
+
+def test_new_agent_is_granted_default_tools_with_an_open_gate(protege_db, scoop_manifest):
+    sync(scoop_manifest)
+    sundae = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    (grant,) = sundae.grants
+    assert grant.toolkit == Toolkit.default_tools()
+    assert grant.rules.count() == 0
+    assert not grant.allow_proactive
+    assert grant.permits("anyone@anywhere.org")
+
+
+def test_agent_created_before_sync_has_no_toolkits_and_a_warning(protege_db, caplog):
+    with caplog.at_level(logging.WARNING, logger="protege.models"):
+        early = Agent.create(name="Early", address="early@thescoop.example")
+    assert early.grants.count() == 0
+    assert "run `protege sync`" in caplog.text
+
+
+def test_saving_an_existing_agent_grants_nothing_more(protege_db, scoop_manifest):
+    sync(scoop_manifest)
+    sundae = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    sundae.instructions = "Be kind."
+    sundae.save()
+    assert sundae.grants.count() == 1
+
+
+def test_address_is_stored_bare_and_lowercased(protege_db):
+    agent = Agent.create(name="Sundae", address="Sundae <Sundae@TheScoop.example>")
+    assert agent.address == "sundae@thescoop.example"
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"name": "", "address": "a@b.example"}, "needs a name"),
+        ({"name": "X", "address": "not-an-address"}, "is not an email address"),
+        ({"name": "Sundae", "address": "other@b.example"}, "name 'Sundae' already exists"),
+        ({"name": "Other", "address": "SUNDAE@thescoop.example"}, "address"),
+    ],
+)
+def test_invalid_or_duplicate_agents_are_clear_errors(protege_db, fields, message):
+    Agent.create(name="Sundae", address="sundae@thescoop.example")
+    with pytest.raises(ProtegeError, match=message):
+        Agent.create(**fields)
+    assert Agent.select().count() == 1
+
+
+def test_access_rules_decide_who_may_reach_the_agent(protege_db):
+    scout = Agent.create(name="Scout", address="scout@thescoop.example")
+    assert scout.admits("jane@acme.com").admitted  # no rules: anyone
+    scout.add_access_rule("allow", "*@thescoop.com")
+    assert scout.admits("Mara+ops@TheScoop.com").admitted
+    refused = scout.admits("jane@acme.com")
+    assert not refused.admitted
+    assert refused.reason == "no allow rule matches (allow-list)"
+
+
+def test_unknown_agent_is_a_clear_error(protege_db):
+    with pytest.raises(ProtegeError, match="no agent named 'Nobody'"):
+        Agent.named("Nobody")
+
+
+def test_deleting_an_agent_removes_its_grants_and_rules(protege_db, scoop_manifest):
+    sync(scoop_manifest)
+    sundae = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    finance = Toolkit.create(name="Finance", member_tool_ids=["process_refund"])
+    sundae.grant(finance).add_rule("allow", "*@thescoop.com")
+    sundae.add_access_rule("deny", "*@evil.com")
+    sundae.delete_instance(recursive=True)
+    assert finance.grants.count() == 0
+    assert Toolkit.named("Finance") == finance
