@@ -1,11 +1,11 @@
-# One command to set up and test everything: `make test`.
+# Two commands: `make demo` sets up and shows protege at work; `make test` runs every test.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 DISTRIBUTIONS := . plugins/protege-mail plugins/protege-files plugins/protege-web examples/protege-weather
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-sqlite test-postgres lint format bench clean
+.PHONY: install demo test test-sqlite test-postgres lint format bench clean
 
 $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml examples/*/pyproject.toml)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,6 +14,9 @@ $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml examples/*/pyprojec
 	@touch $@
 
 install: $(STAMP)
+
+demo: $(STAMP)
+	examples/the_scoop/access-tour.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
