@@ -16,7 +16,40 @@ CONFIG_FILENAME = "protege.toml"
 CONFIG_VARIABLE = "PROTEGE_CONFIG"
 DATA_DIR_VARIABLE = "PROTEGE_DATA_DIR"
 DATABASE_URL_VARIABLE = "PROTEGE_DATABASE_URL"
+MODEL_VARIABLE = "PROTEGE_MODEL"
 DEFAULT_DATA_DIR = ".protege"
+
+
+@attrs.frozen(kw_only=True)
+class ModelSettings:
+    """``[model]``: the OpenAI-compatible Chat Completions endpoint runs talk to.
+
+    ``base_url`` falls back to ``OPENAI_BASE_URL``, then OpenAI's own. The API key is read
+    from the environment variable ``api_key_env`` names. ``max_output_tokens``, when set, is
+    sent as ``token_parameter`` (reasoning models take ``max_completion_tokens``; some older
+    servers only know ``max_tokens``).
+    """
+
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout: float = 60.0
+    max_retries: int = attrs.field(default=3, validator=attrs.validators.ge(0))
+    max_output_tokens: int | None = None
+    token_parameter: str = attrs.field(
+        default="max_completion_tokens",
+        validator=attrs.validators.in_(("max_completion_tokens", "max_tokens")),
+    )
+    temperature: float | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RunSettings:
+    """``[runs]``: the budgets and limits of one agent run."""
+
+    max_model_turns: int = attrs.field(default=20, validator=attrs.validators.ge(1))
+    max_tool_failures: int = attrs.field(default=5, validator=attrs.validators.ge(0))
+    max_result_bytes: int = attrs.field(default=64 * 1024, validator=attrs.validators.ge(1024))
 
 
 @attrs.frozen(kw_only=True)
@@ -26,6 +59,8 @@ class FileSettings:
     tool_modules: tuple[str, ...] = ()
     data_dir: str = DEFAULT_DATA_DIR
     database_url: str | None = None
+    model: ModelSettings = ModelSettings()
+    runs: RunSettings = RunSettings()
 
 
 @attrs.frozen(kw_only=True)
@@ -41,6 +76,8 @@ class Config:
     tool_modules: tuple[str, ...] = ()
     data_dir: Path
     database_url: str
+    model: ModelSettings = ModelSettings()
+    runs: RunSettings = RunSettings()
 
     @classmethod
     def defaults(cls, root: Path) -> Config:
@@ -116,4 +153,8 @@ def _build(
         tool_modules=settings.tool_modules,
         data_dir=data_dir,
         database_url=database_url or f"sqlite:///{data_dir / 'protege.db'}",
+        model=attrs.evolve(settings.model, model=environ[MODEL_VARIABLE])
+        if environ.get(MODEL_VARIABLE)
+        else settings.model,
+        runs=settings.runs,
     )

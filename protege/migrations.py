@@ -88,8 +88,70 @@ def _0001_agents_and_toolkits(db: peewee.Database) -> None:
     )
 
 
+def _0002_messages_and_runs(db: peewee.Database) -> None:
+    _run(
+        db,
+        """
+        CREATE TABLE message (
+            id {pk},
+            agent_id INTEGER NOT NULL REFERENCES agent (id) ON DELETE CASCADE,
+            direction VARCHAR(8) NOT NULL CHECK (direction IN ('inbound', 'outbound')),
+            sender VARCHAR(998) NOT NULL,
+            to_addresses TEXT NOT NULL DEFAULT '[]',
+            cc_addresses TEXT NOT NULL DEFAULT '[]',
+            subject TEXT NOT NULL DEFAULT '',
+            body_text TEXT NOT NULL DEFAULT '',
+            message_id VARCHAR(998) NOT NULL,
+            in_reply_to VARCHAR(998),
+            reference_ids TEXT NOT NULL DEFAULT '[]',
+            thread_key VARCHAR(998) NOT NULL,
+            created_at {ts} NOT NULL
+        );
+        CREATE INDEX message_agent_thread ON message (agent_id, thread_key);
+        CREATE INDEX message_message_id ON message (message_id);
+        CREATE TABLE responsibility (
+            id {pk},
+            agent_id INTEGER NOT NULL REFERENCES agent (id) ON DELETE CASCADE,
+            name VARCHAR(200) NOT NULL,
+            prompt TEXT NOT NULL,
+            schedule VARCHAR(200),
+            created_at {ts} NOT NULL,
+            UNIQUE (agent_id, name)
+        );
+        CREATE TABLE run (
+            id {pk},
+            agent_id INTEGER NOT NULL REFERENCES agent (id) ON DELETE CASCADE,
+            kind VARCHAR(9) NOT NULL CHECK (kind IN ('reply', 'scheduled')),
+            message_id INTEGER REFERENCES message (id) ON DELETE CASCADE,
+            responsibility_id INTEGER REFERENCES responsibility (id) ON DELETE CASCADE,
+            status VARCHAR(8) NOT NULL
+                CHECK (status IN ('queued', 'running', 'done', 'failed')),
+            attempts INTEGER NOT NULL DEFAULT 0,
+            correlation_id VARCHAR(64) NOT NULL UNIQUE,
+            error TEXT,
+            created_at {ts} NOT NULL,
+            started_at {ts},
+            finished_at {ts},
+            CHECK ((message_id IS NULL) <> (responsibility_id IS NULL))
+        );
+        CREATE INDEX run_status ON run (status, id);
+        CREATE INDEX run_message_id ON run (message_id);
+        CREATE TABLE event (
+            id {pk},
+            run_id INTEGER NOT NULL REFERENCES run (id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            kind VARCHAR(32) NOT NULL,
+            payload TEXT NOT NULL,
+            created_at {ts} NOT NULL,
+            UNIQUE (run_id, seq)
+        )
+        """,
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "agents and toolkits", _0001_agents_and_toolkits),
+    Migration(2, "messages and runs", _0002_messages_and_runs),
 )
 
 

@@ -64,3 +64,34 @@ def test_a_bad_config_file_is_a_clear_error(tmp_path, content, message):
 def test_protege_config_naming_a_missing_file_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="which is not a file"):
         load_config(tmp_path, environ={"PROTEGE_CONFIG": str(tmp_path / "nope.toml")})
+
+
+def test_model_and_run_sections(tmp_path):
+    (tmp_path / "protege.toml").write_text(
+        "[model]\n"
+        'model = "gpt-5-mini"\n'
+        'base_url = "http://127.0.0.1:8000/v1"\n'
+        "max_output_tokens = 800\n"
+        "[runs]\n"
+        "max_model_turns = 4\n"
+    )
+    config = load_config(tmp_path, environ={})
+    assert config.model.model == "gpt-5-mini"
+    assert config.model.base_url == "http://127.0.0.1:8000/v1"
+    assert config.model.token_parameter == "max_completion_tokens"
+    assert (config.runs.max_model_turns, config.runs.max_tool_failures) == (4, 5)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("[runs]\nmax_model_turns = 0\n", "max_model_turns"),
+        ('[model]\ntoken_parameter = "tokens"\n', "token_parameter"),
+        ("[model]\nmodle = 'x'\n", "extra fields found (modle)"),
+    ],
+)
+def test_bad_sections_are_clear_errors(tmp_path, content, message):
+    (tmp_path / "protege.toml").write_text(content)
+    with pytest.raises(ConfigError) as raised:
+        load_config(tmp_path, environ={})
+    assert message in str(raised.value)

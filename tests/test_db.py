@@ -3,7 +3,17 @@ import pytest
 
 from protege import db
 from protege.migrations import MIGRATIONS, applied_versions
-from protege.models import Agent, AgentAccessRule, AgentToolkit, AgentToolkitRule, Toolkit
+from protege.models import (
+    Agent,
+    AgentAccessRule,
+    AgentToolkit,
+    AgentToolkitRule,
+    Event,
+    Message,
+    Responsibility,
+    Run,
+    Toolkit,
+)
 
 
 def test_sqlite_url_creates_its_folder_and_uses_wal_and_foreign_keys(tmp_path):
@@ -37,12 +47,25 @@ def test_an_unmigrated_database_is_refused_with_what_to_run(tmp_path):
     db.connect(f"sqlite:///{tmp_path}/fresh.db")
     with pytest.raises(db.DatabaseError, match="run `protege migrate` or `protege sync`"):
         db.require_current()
-    assert db.migrate() == ["0001 agents and toolkits"]
+    assert db.migrate() == ["0001 agents and toolkits", "0002 messages and runs"]
     db.require_current()
     db.database.close()
 
 
-@pytest.mark.parametrize("model", [Agent, AgentAccessRule, Toolkit, AgentToolkit, AgentToolkitRule])
+@pytest.mark.parametrize(
+    "model",
+    [
+        Agent,
+        AgentAccessRule,
+        Toolkit,
+        AgentToolkit,
+        AgentToolkitRule,
+        Message,
+        Responsibility,
+        Run,
+        Event,
+    ],
+)
 def test_models_match_the_migrated_tables(protege_db, model):
     columns = {c.name for c in db.database.get_columns(model._meta.table_name)}
     assert columns == {f.column_name for f in model._meta.sorted_fields}

@@ -22,6 +22,7 @@ COMMANDS = {
     "migrate": ("protege.cli.sync", "migrate", "Apply pending database migrations."),
     "plugins": ("protege.cli.plugins", "plugins", "List installed plugins and their status."),
     "rules": ("protege.cli.rules", "rules", "The sender gate of a grant."),
+    "runs": ("protege.cli.runs", "runs", "Start, list and inspect agent runs."),
     "sync": ("protege.cli.sync", "sync", "Migrate and rebuild the system toolkits (each deploy)."),
     "toolkits": ("protege.cli.toolkits", "toolkits", "Create and edit toolkits of tools."),
     "tools": ("protege.cli.tools", "tools", "List the tools in the manifest and where from."),

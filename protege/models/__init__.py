@@ -2,6 +2,19 @@
 
 from protege.models.agents import Agent, AgentAccessRule
 from protege.models.base import Record
+from protege.models.messages import Message
+from protege.models.runs import Event, Responsibility, Run
 from protege.models.toolkits import AgentToolkit, AgentToolkitRule, Toolkit
 
-__all__ = ["Agent", "AgentAccessRule", "AgentToolkit", "AgentToolkitRule", "Record", "Toolkit"]
+__all__ = [
+    "Agent",
+    "AgentAccessRule",
+    "AgentToolkit",
+    "AgentToolkitRule",
+    "Event",
+    "Message",
+    "Record",
+    "Responsibility",
+    "Run",
+    "Toolkit",
+]

@@ -250,7 +250,7 @@ def test_commands_on_an_unmigrated_database_say_what_to_run(run_protege, tmp_pat
     assert result.returncode == 1
     assert "run `protege migrate` or `protege sync`" in result.stderr
     migrated = run_protege("migrate", env={"PROTEGE_DATABASE_URL": url})
-    assert migrated.stdout == "applied 0001 agents and toolkits\n"
+    assert migrated.stdout == "applied 0001 agents and toolkits\napplied 0002 messages and runs\n"
     assert run_protege("agents", "list", env={"PROTEGE_DATABASE_URL": url}).returncode == 0
 
 

@@ -1,0 +1,157 @@
+"""``protege runs``: start a run without mail, list runs, and read a run's audit trail."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from protege.cli.database import open_database
+from protege.cli.output import echo_json, echo_table
+from protege.errors import ProtegeError
+
+EXCERPT = 160
+
+
+@click.group()
+def runs() -> None:
+    """Start, list and inspect agent runs."""
+
+
+@runs.command("start")
+@click.argument("agent")
+@click.option("--sender", required=True, help="Who the message is from.")
+@click.option("--message", "body", required=True, help="The message body.")
+@click.option("--subject", default="", help="The message subject.")
+@click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
+def start(agent: str, sender: str, body: str, subject: str, as_json: bool) -> None:
+    """Run AGENT on a message from SENDER, as if it had arrived by mail, and show the run."""
+    from protege.harness import execute, queue_reply
+    from protege.mail import record_inbound
+    from protege.models import Agent
+
+    open_database()
+    found = Agent.named(agent)
+    reach = found.admits(sender)
+    if not reach.admitted:
+        raise ProtegeError(f"{sender} may not write to {found.name}: {reach.reason}")
+    message = record_inbound(found, sender=sender, body=body, subject=subject)
+    run = execute(queue_reply(message))
+    _show(run, as_json)
+    if run.status != "done":
+        raise click.exceptions.Exit(1)
+
+
+@runs.command("list")
+@click.option("--agent", help="Only this agent's runs.")
+@click.option("--limit", default=20, show_default=True, help="How many runs, newest first.")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def list_runs(agent: str | None, limit: int, as_json: bool) -> None:
+    """List recent runs, newest first."""
+    from protege.models import Agent, Run
+
+    open_database()
+    query = Run.select(Run, Agent).join(Agent).order_by(Run.id.desc()).limit(limit)
+    if agent:
+        query = query.where(Run.agent == Agent.named(agent))
+    rows = [_summary(run) for run in query]
+    if as_json:
+        echo_json(rows)
+    elif not rows:
+        click.echo("No runs yet.")
+    else:
+        echo_table(
+            ["RUN", "AGENT", "KIND", "STATUS", "ATTEMPTS", "CREATED", "ERROR"],
+            [
+                (
+                    r["id"],
+                    r["agent"],
+                    r["kind"],
+                    r["status"],
+                    r["attempts"],
+                    r["created_at"],
+                    r["error"] or "",
+                )
+                for r in rows
+            ],
+        )
+
+
+@runs.command("show")
+@click.argument("run_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def show(run_id: int, as_json: bool) -> None:
+    """Show a run and every event of its audit trail."""
+    from protege.models import Run
+
+    open_database()
+    run = Run.get_or_none(Run.id == run_id)
+    if run is None:
+        raise ProtegeError(f"no run {run_id}")
+    _show(run, as_json)
+
+
+def _summary(run) -> dict[str, object]:
+    return {
+        "id": run.id,
+        "agent": run.agent.name,
+        "kind": run.kind,
+        "status": run.status,
+        "attempts": run.attempts,
+        "correlation_id": run.correlation_id,
+        "created_at": run.created_at.isoformat(timespec="seconds"),
+        "error": run.error,
+    }
+
+
+def _show(run, as_json: bool) -> None:
+    timeline = run.timeline()
+    if as_json:
+        echo_json(
+            {
+                **_summary(run),
+                "events": [{"seq": e.seq, "kind": e.kind, **e.payload} for e in timeline],
+            }
+        )
+        return
+    subject = f"message from {run.message.sender}" if run.message_id else run.responsibility.name
+    click.echo(f"run {run.id}: {run.agent.name}, {run.kind} ({subject}), {run.status}")
+    if run.error:
+        click.echo(f"error: {run.error}")
+    for event in timeline:
+        click.echo(f"{event.seq:4d} {describe(event.kind, event.payload)}")
+
+
+def describe(kind: str, payload: dict) -> str:
+    """One readable line for an event."""
+    if kind == "model_request":
+        tools = ", ".join(payload["tools"]) or "none"
+        return (
+            f"model request, turn {payload['turn']}: {payload['messages']} messages; tools: {tools}"
+        )
+    if kind == "model_response":
+        tokens = payload.get("usage", {}).get("total_tokens", "?")
+        calls = [c["function"]["name"] for c in payload.get("tool_calls") or []]
+        said = f" says {_excerpt(payload['content'])}" if payload.get("content") else ""
+        asks = f" calls {', '.join(calls)}" if calls else ""
+        return f"model{said}{asks} ({tokens} tokens, {payload.get('latency_ms')} ms)"
+    if kind == "tool_call":
+        return f"  call {payload['tool']} {_excerpt(payload['arguments'])}"
+    if kind == "tool_refused":
+        return f"  REFUSED {payload['tool']}: {payload['reason']}"
+    if kind == "tool_result":
+        state = "ok" if payload["ok"] else "failed"
+        fenced = " (untrusted)" if payload.get("trust") == "untrusted" else ""
+        return f"  {state}{fenced}: {_excerpt(payload['content'])}"
+    if kind == "budget_exhausted":
+        return f"budget exhausted: {payload['budget']} ({payload['limit']})"
+    if kind == "delivery":
+        return f"  delivery: {_excerpt(json.dumps(payload['mail'], default=str))}"
+    if kind == "error":
+        return f"error: {payload['error']}"
+    return f"{kind}: {_excerpt(json.dumps(payload, default=str))}"
+
+
+def _excerpt(text: str | None) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= EXCERPT else text[: EXCERPT - 1] + "…"

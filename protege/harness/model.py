@@ -1,0 +1,144 @@
+"""The model: any OpenAI-compatible Chat Completions endpoint, through the official client."""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from protege.config import ModelSettings
+from protege.errors import ProtegeError
+
+PLACEHOLDER_KEY = "not-set"  # the client insists on a key; local endpoints ignore it
+
+
+class ModelError(ProtegeError):
+    """The model endpoint could not give an answer; the message says what to fix."""
+
+
+@attrs.frozen
+class ModelReply:
+    """One answer of the model: its text, its tool calls, and what it cost."""
+
+    content: str | None
+    tool_calls: list[dict[str, Any]]
+    usage: dict[str, Any]
+    latency_ms: float
+    model: str
+
+    def as_message(self) -> dict[str, Any]:
+        """The reply as the assistant message to send back in the next request."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = self.tool_calls
+        return message
+
+
+class ModelClient:
+    """Sends a run's conversation to the configured model."""
+
+    def __init__(self, settings: ModelSettings, environ: Mapping[str, str] | None = None) -> None:
+        environ = os.environ if environ is None else environ
+        if not settings.model:
+            raise ModelError(
+                'no model is configured: set model = "..." under [model] in protege.toml'
+            )
+        self.settings = settings
+        self.base_url = settings.base_url or environ.get("OPENAI_BASE_URL") or None
+        self.api_key_env = settings.api_key_env
+        self._client = _client(
+            self.base_url,
+            environ.get(settings.api_key_env) or PLACEHOLDER_KEY,
+            settings.timeout,
+            settings.max_retries,
+        )
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
+        """One Chat Completions call (retried by the client on 429 and 5xx)."""
+        import openai
+
+        request: dict[str, Any] = {"model": self.settings.model, "messages": messages}
+        if tools:
+            request["tools"] = tools
+        if self.settings.max_output_tokens:
+            request[self.settings.token_parameter] = self.settings.max_output_tokens
+        if self.settings.temperature is not None:
+            request["temperature"] = self.settings.temperature
+        start = time.perf_counter()
+        try:
+            completion = self._client.chat.completions.create(**request)
+        except openai.AuthenticationError:
+            raise ModelError(
+                f"the model endpoint refused the API key (401): set {self.api_key_env} "
+                "to a valid key, or api_key_env under [model] to the variable that holds it"
+            ) from None
+        except openai.PermissionDeniedError as error:
+            raise ModelError(f"the model endpoint denied access (403): {_said(error)}") from None
+        except openai.NotFoundError:
+            raise ModelError(
+                f"the model endpoint has no model {self.settings.model!r} (404): check "
+                f"model and base_url under [model] (base_url: {self.base_url or 'OpenAI'})"
+            ) from None
+        except openai.RateLimitError as error:
+            raise ModelError(
+                f"the model endpoint is still rate limiting after "
+                f"{self.settings.max_retries} retries: {_said(error)}"
+            ) from None
+        except openai.APIStatusError as error:
+            raise ModelError(
+                f"the model endpoint answered {error.status_code}: {_said(error)}"
+            ) from None
+        except openai.APITimeoutError:
+            raise ModelError(
+                f"the model endpoint did not answer within {self.settings.timeout} s "
+                "(raise timeout under [model])"
+            ) from None
+        except openai.APIConnectionError:
+            raise ModelError(
+                f"cannot reach the model endpoint at {self.base_url or 'OpenAI'}: "
+                "check base_url under [model] or OPENAI_BASE_URL"
+            ) from None
+        latency_ms = (time.perf_counter() - start) * 1000
+        if not completion.choices:
+            raise ModelError("the model endpoint answered with no choices")
+        message = completion.choices[0].message
+        return ModelReply(
+            content=message.content,
+            tool_calls=[
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {
+                        "name": call.function.name,
+                        "arguments": call.function.arguments,
+                    },
+                }
+                for call in message.tool_calls or []
+            ],
+            usage=completion.usage.model_dump() if completion.usage else {},
+            latency_ms=latency_ms,
+            model=completion.model,
+        )
+
+
+def _said(error: Exception) -> str:
+    body = getattr(error, "body", None)
+    if isinstance(body, dict):
+        message = body.get("message") or body.get("error", {}).get("message")
+        if message:
+            return " ".join(str(message).split())
+    return " ".join(str(error).split())
+
+
+@functools.lru_cache(maxsize=8)
+def _client(base_url: str | None, api_key: str, timeout: float, max_retries: int) -> Any:
+    # One client per endpoint and process, so its connection pool is reused across runs.
+    import openai
+
+    return openai.OpenAI(
+        base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
+    )

@@ -1,0 +1,127 @@
+"""The conversation a run shows the model: instructions, policy, the thread so far, the ask."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from protege.harness import events
+from protege.harness.fence import Fence
+from protege.models import Event, Message, Run
+from protege.result import Trust
+
+HISTORY_LIMIT = 20  # earlier inbound messages of the thread shown to the model, newest kept
+
+
+def system_prompt(run: Run, fence: Fence) -> str:
+    """The agent's instructions, the security policy, and the facts of this run."""
+    agent = run.agent
+    parts = [agent.instructions.strip()] if agent.instructions.strip() else []
+    parts.append(
+        f"You are {agent.name}, reached by email at {agent.address}. Your plain replies are "
+        "never sent to anyone: to write to someone, call send_email if you have it."
+    )
+    parts.append(fence.policy())
+    return "\n\n".join(parts)
+
+
+def render_email(message: Message, fence: Fence) -> str:
+    """An email as the model sees it: headers and body, fenced (it came from outside)."""
+    lines = [
+        f"From: {message.sender}",
+        f"To: {', '.join(message.to_addresses)}",
+    ]
+    if message.cc_addresses:
+        lines.append(f"Cc: {', '.join(message.cc_addresses)}")
+    lines += [f"Subject: {message.subject}", "", message.body_text]
+    return fence.wrap("\n".join(lines), source="email")
+
+
+def render_result(payload: dict[str, Any], fence: Fence) -> str:
+    """A tool result event's content as the model sees it, fenced if untrusted."""
+    if payload.get("trust") == Trust.UNTRUSTED:
+        return fence.wrap(payload["content"], source=f"tool {payload['tool']}")
+    return payload["content"]
+
+
+def build_messages(run: Run, fence: Fence) -> list[dict[str, Any]]:
+    """The full conversation for the first model call of ``run``."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt(run, fence)}]
+    if run.message_id is None:
+        messages.append({"role": "user", "content": run.responsibility.prompt})
+        return messages
+    messages += thread_history(run, fence)
+    messages.append({"role": "user", "content": render_email(run.message, fence)})
+    return messages
+
+
+def thread_history(run: Run, fence: Fence) -> list[dict[str, Any]]:
+    """The earlier messages of the run's thread, each followed by what the agent did then."""
+    current = run.message
+    earlier = list(
+        Message.select()
+        .where(
+            (Message.agent == run.agent_id)
+            & (Message.thread_key == current.thread_key)
+            & (Message.direction == "inbound")
+            & (Message.id < current.id)
+        )
+        .order_by(Message.id.desc())
+        .limit(HISTORY_LIMIT)
+    )[::-1]
+    if not earlier:
+        return []
+    runs = {r.message_id: r for r in Run.select().where(Run.message.in_([m.id for m in earlier]))}
+    timelines: dict[int, list[Event]] = {}
+    for event in (
+        Event.select()
+        .where(Event.run.in_([r.id for r in runs.values()]))
+        .where(Event.kind.in_([events.MODEL_RESPONSE, events.TOOL_RESULT]))
+        .order_by(Event.run, Event.seq)
+    ):
+        timelines.setdefault(event.run_id, []).append(event)
+    history: list[dict[str, Any]] = []
+    for message in earlier:
+        history.append({"role": "user", "content": render_email(message, fence)})
+        earlier_run = runs.get(message.id)
+        if earlier_run is not None:
+            history += _replay(timelines.get(earlier_run.id, []), fence)
+    return history
+
+
+def _replay(timeline: list[Event], fence: Fence) -> list[dict[str, Any]]:
+    replayed: list[dict[str, Any]] = []
+    answered: set[str] = set()
+    for event in timeline:
+        payload = event.payload
+        if event.kind == events.MODEL_RESPONSE:
+            message: dict[str, Any] = {"role": "assistant", "content": payload.get("content")}
+            if payload.get("tool_calls"):
+                message["tool_calls"] = payload["tool_calls"]
+            replayed.append(message)
+        else:
+            answered.add(payload["call_id"])
+            replayed.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": payload["call_id"],
+                    "content": render_result(payload, fence),
+                }
+            )
+    # A run that ended mid-turn may have left calls unanswered; the API rejects that. Only
+    # the last turn can be cut short, so the answers belong at the end.
+    unanswered = [
+        call["id"]
+        for message in replayed
+        for call in message.get("tool_calls", [])
+        if call["id"] not in answered
+    ]
+    replayed += [
+        {
+            "role": "tool",
+            "tool_call_id": call_id,
+            "content": json.dumps({"ok": False, "reason": "not run: the run ended first"}),
+        }
+        for call_id in unanswered
+    ]
+    return replayed

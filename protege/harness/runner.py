@@ -1,0 +1,191 @@
+"""One run, start to finish: context, tools, model turns, dispatch, budgets, audit trail."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any
+
+from protege.config import Config, load_config
+from protege.context import RunContext
+from protege.errors import ProtegeError
+from protege.harness import events
+from protege.harness.dispatch import Dispatcher
+from protege.harness.events import EventLog
+from protege.harness.fence import Fence
+from protege.harness.model import ModelClient
+from protege.harness.prompt import build_messages
+from protege.models import Agent, Message, Responsibility, Run
+from protege.models.base import utcnow
+from protege.models.runs import DONE, FAILED, QUEUED, REPLY, RUNNING, SCHEDULED
+from protege.registry import Manifest
+
+logger = logging.getLogger("protege.run")
+
+
+class _CorrelatedLogger(logging.LoggerAdapter):
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        return f"[{self.extra['correlation_id']}] {msg}", kwargs
+
+
+def queue_reply(message: Message) -> Run:
+    """Queue a run answering ``message`` (an inbound message of its agent)."""
+    return Run.create(
+        agent=message.agent_id,
+        kind=REPLY,
+        message=message,
+        correlation_id=uuid.uuid4().hex,
+    )
+
+
+def queue_scheduled(responsibility: Responsibility) -> Run:
+    """Queue a run carrying out ``responsibility``."""
+    return Run.create(
+        agent=responsibility.agent_id,
+        kind=SCHEDULED,
+        responsibility=responsibility,
+        correlation_id=uuid.uuid4().hex,
+    )
+
+
+def claim_next() -> Run | None:
+    """Take the oldest queued run for this worker, or None; safe with several workers."""
+    while True:
+        candidate = Run.select(Run.id).where(Run.status == QUEUED).order_by(Run.id).first()
+        if candidate is None:
+            return None
+        claimed = (
+            Run.update(status=RUNNING, attempts=Run.attempts + 1, started_at=utcnow())
+            .where((Run.id == candidate.id) & (Run.status == QUEUED))
+            .execute()
+        )
+        if claimed:
+            return Run.get_by_id(candidate.id)
+
+
+def execute(
+    run: Run,
+    *,
+    config: Config | None = None,
+    manifest: Manifest | None = None,
+    model: ModelClient | None = None,
+) -> Run:
+    """Carry out ``run`` to the end and return it, done or failed; never raises for a tool.
+
+    A run that is still queued is claimed first. The model's plain text is stored as an
+    event and never delivered: mail goes out only through tools.
+    """
+    from protege.registry import manifest as process_manifest
+
+    if run.status == QUEUED:
+        Run.update(status=RUNNING, attempts=Run.attempts + 1, started_at=utcnow()).where(
+            Run.id == run.id
+        ).execute()
+        run = Run.get_by_id(run.id)
+    config = load_config() if config is None else config
+    manifest = process_manifest() if manifest is None else manifest
+    log = EventLog(run)
+    try:
+        model = ModelClient(config.model) if model is None else model
+        asyncio.run(_turns(run, config, manifest, model, log))
+    except ProtegeError as error:
+        _fail(run, log, str(error))
+    except Exception as error:  # a bug in protege itself: the run fails, the worker lives
+        logger.exception("run %s failed unexpectedly", run.id)
+        _fail(run, log, f"internal error: {type(error).__name__}: {error}")
+    return Run.get_by_id(run.id)
+
+
+async def _turns(
+    run: Run, config: Config, manifest: Manifest, model: ModelClient, log: EventLog
+) -> None:
+    context = _context(run, config, log)
+    granted = run.agent.resolve_for(context, manifest).tools  # once: catalogue and backstop
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": entry.id,
+                "description": entry.description,
+                "parameters": entry.tool_class.input_schema,
+            },
+        }
+        for entry in granted
+    ]
+    fence = Fence()
+    messages = build_messages(run, fence)
+    dispatcher = Dispatcher(granted, context, fence, log, config.runs.max_result_bytes)
+    limits = config.runs
+    failures = 0
+    for turn in range(1, limits.max_model_turns + 1):
+        log.record(
+            events.MODEL_REQUEST,
+            turn=turn,
+            model=config.model.model,
+            messages=len(messages),
+            tools=[entry.id for entry in granted],
+        )
+        reply = model.complete(messages, tools)
+        log.record(
+            events.MODEL_RESPONSE,
+            turn=turn,
+            content=reply.content,
+            tool_calls=reply.tool_calls,
+            usage=reply.usage,
+            latency_ms=round(reply.latency_ms, 1),
+            model=reply.model,
+        )
+        messages.append(reply.as_message())
+        if not reply.tool_calls:
+            _finish(run, DONE)
+            return
+        for call in reply.tool_calls:
+            if failures > limits.max_tool_failures:
+                outcome_content = '{"ok": false, "reason": "not run: the run is out of budget"}'
+                messages.append(
+                    {"role": "tool", "tool_call_id": call["id"], "content": outcome_content}
+                )
+                continue
+            outcome = await dispatcher.dispatch(call)
+            messages.append(
+                {"role": "tool", "tool_call_id": outcome.call_id, "content": outcome.content}
+            )
+            failures += 0 if outcome.result.ok else 1
+        if failures > limits.max_tool_failures:
+            _exhausted(run, log, "max_tool_failures", limits.max_tool_failures)
+            return
+    _exhausted(run, log, "max_model_turns", limits.max_model_turns)
+
+
+def _context(run: Run, config: Config, log: EventLog) -> RunContext:
+    agent: Agent = run.agent
+
+    def deliver(mail: Any, attachments: Any = ()) -> dict[str, Any]:
+        # Until the mail gateway lands, a delivery is recorded on the run and goes nowhere.
+        log.record(events.DELIVERY, mail=mail, attachments=list(attachments), agent=agent.address)
+        return {"status": "recorded"}
+
+    return RunContext(
+        agent=agent,
+        message=run.message if run.message_id is not None else None,
+        responsibility=run.responsibility if run.responsibility_id is not None else None,
+        deliver=deliver,
+        config=config,
+        logger=_CorrelatedLogger(logger, {"correlation_id": run.correlation_id}),
+        correlation_id=run.correlation_id,
+    )
+
+
+def _exhausted(run: Run, log: EventLog, budget: str, limit: int) -> None:
+    log.record(events.BUDGET_EXHAUSTED, budget=budget, limit=limit)
+    _finish(run, FAILED, f"budget exhausted: {budget} ({limit})")
+
+
+def _fail(run: Run, log: EventLog, error: str) -> None:
+    log.record(events.ERROR, error=error)
+    _finish(run, FAILED, error)
+
+
+def _finish(run: Run, status: str, error: str | None = None) -> None:
+    Run.update(status=status, error=error, finished_at=utcnow()).where(Run.id == run.id).execute()

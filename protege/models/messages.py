@@ -1,0 +1,38 @@
+"""Mail as protege keeps it: every message an agent received or sent, in its thread."""
+
+from __future__ import annotations
+
+import peewee
+
+from protege.models.agents import Agent
+from protege.models.base import JSONListField, Record, utcnow
+
+INBOUND = "inbound"
+OUTBOUND = "outbound"
+
+
+class Message(Record):
+    """One email, inbound or outbound, of one agent.
+
+    ``thread_key`` groups a conversation: the first ``References`` entry, else
+    ``In-Reply-To``, else the message's own ``Message-ID``. Inbound content came from outside
+    and is always shown to a model inside untrusted fences.
+    """
+
+    agent = peewee.ForeignKeyField(Agent, backref="messages", on_delete="CASCADE")
+    direction = peewee.CharField(max_length=8)
+    sender = peewee.CharField(max_length=998)
+    to_addresses = JSONListField(default=list)
+    cc_addresses = JSONListField(default=list)
+    subject = peewee.TextField(default="")
+    body_text = peewee.TextField(default="")
+    message_id = peewee.CharField(max_length=998)
+    in_reply_to = peewee.CharField(max_length=998, null=True)
+    reference_ids = JSONListField(default=list)
+    thread_key = peewee.CharField(max_length=998)
+    created_at = peewee.DateTimeField(default=utcnow)
+
+    @property
+    def inbound(self) -> bool:
+        """Whether the agent received this message (rather than sent it)."""
+        return self.direction == INBOUND

@@ -1,0 +1,68 @@
+"""Runs (one piece of an agent's work), their audit trail of events, and responsibilities."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import peewee
+
+from protege.models.agents import Agent
+from protege.models.base import Record, utcnow
+from protege.models.messages import Message
+
+QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
+REPLY, SCHEDULED = "reply", "scheduled"
+
+
+class Responsibility(Record):
+    """A duty an agent carries out on its own: a prompt, run on a schedule."""
+
+    agent = peewee.ForeignKeyField(Agent, backref="responsibilities", on_delete="CASCADE")
+    name = peewee.CharField(max_length=200)
+    prompt = peewee.TextField()
+    schedule = peewee.CharField(max_length=200, null=True)
+    created_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        indexes = ((("agent", "name"), True),)
+
+
+class Run(Record):
+    """One run of an agent: answering an inbound message, or carrying out a responsibility."""
+
+    agent = peewee.ForeignKeyField(Agent, backref="runs", on_delete="CASCADE")
+    kind = peewee.CharField(max_length=9)
+    message = peewee.ForeignKeyField(Message, null=True, backref="runs", on_delete="CASCADE")
+    responsibility = peewee.ForeignKeyField(
+        Responsibility, null=True, backref="runs", on_delete="CASCADE"
+    )
+    status = peewee.CharField(max_length=8, default=QUEUED)
+    attempts = peewee.IntegerField(default=0)
+    correlation_id = peewee.CharField(max_length=64, unique=True)
+    error = peewee.TextField(null=True)
+    created_at = peewee.DateTimeField(default=utcnow)
+    started_at = peewee.DateTimeField(null=True)
+    finished_at = peewee.DateTimeField(null=True)
+
+    def timeline(self) -> list[Event]:
+        """This run's events, in the order they happened."""
+        return list(self.events.order_by(Event.seq))
+
+
+class Event(Record):
+    """One step of a run, appended and never changed: the run's audit trail."""
+
+    run = peewee.ForeignKeyField(Run, backref="events", on_delete="CASCADE")
+    seq = peewee.IntegerField()
+    kind = peewee.CharField(max_length=32)
+    payload_json = peewee.TextField(column_name="payload")
+    created_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        indexes = ((("run", "seq"), True),)
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The event's data."""
+        return json.loads(self.payload_json)

@@ -1,0 +1,114 @@
+"""Running agents and tools in tests, through the same paths production uses."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from protege.config import Config, load_config
+from protege.context import RunContext
+from protege.harness import execute, queue_reply, queue_scheduled
+from protege.harness.dispatch import Dispatcher
+from protege.harness.fence import Fence
+from protege.mail import record_inbound, reply_headers
+from protege.models import Agent, Message, Responsibility, Run
+from protege.registry import Manifest
+from protege.result import Result
+
+
+def run_reply(
+    agent: Agent,
+    *,
+    sender: str,
+    body: str,
+    subject: str = "",
+    reply_to: Message | None = None,
+    config: Config | None = None,
+    manifest: Manifest | None = None,
+) -> Run:
+    """Deliver an email from ``sender`` to ``agent`` and run the agent on it to the end.
+
+    ``reply_to`` threads the email as a reply to an earlier message.
+    """
+    headers = reply_headers(reply_to) if reply_to is not None else {}
+    message = record_inbound(agent, sender=sender, body=body, subject=subject, **headers)
+    return execute(queue_reply(message), config=config, manifest=manifest)
+
+
+def run_scheduled(
+    responsibility: Responsibility,
+    *,
+    config: Config | None = None,
+    manifest: Manifest | None = None,
+) -> Run:
+    """Run ``responsibility`` once, to the end."""
+    return execute(queue_scheduled(responsibility), config=config, manifest=manifest)
+
+
+def make_context(
+    agent: Agent | None = None,
+    *,
+    sender: str | None = "someone@example.test",
+    subject: str = "",
+    body: str = "",
+    responsibility: Responsibility | None = None,
+    config: Config | None = None,
+    deliver: Callable[..., Any] | None = None,
+    deliveries: list[dict[str, Any]] | None = None,
+) -> RunContext:
+    """A run context for calling a tool directly: a reply run from ``sender`` by default,
+    a scheduled run when ``responsibility`` is given. Records need no database: an agent
+    and message that are not saved do. Deliveries go to ``deliveries`` unless ``deliver``
+    is given."""
+    agent = agent or Agent(name="Test Agent", address="agent@example.test")
+    message = None
+    if responsibility is None:
+        message = Message(
+            agent=agent,
+            direction="inbound",
+            sender=sender,
+            to_addresses=[agent.address],
+            subject=subject,
+            body_text=body,
+            message_id="<test@example.test>",
+            thread_key="<test@example.test>",
+        )
+    recorded = deliveries if deliveries is not None else []
+
+    def record(mail: Any, attachments: Any = ()) -> dict[str, Any]:
+        recorded.append({"mail": mail, "attachments": list(attachments)})
+        return {"status": "recorded"}
+
+    return RunContext(
+        agent=agent,
+        message=message,
+        responsibility=responsibility,
+        deliver=deliver or record,
+        config=config or load_config(),
+        logger=logging.getLogger("protege.testing"),
+        correlation_id="test",
+    )
+
+
+def run_tool(
+    tool_id: str, *, context: RunContext, manifest: Manifest | None = None, **input: Any
+) -> Result:
+    """Call one tool as dispatch would: schema checked, timeout applied, errors turned into
+    failures. The tool is looked up in ``manifest`` (the process manifest by default)."""
+    from protege.registry import manifest as process_manifest
+
+    manifest = process_manifest() if manifest is None else manifest
+    entry = manifest.get(tool_id)
+    if entry is None:
+        raise LookupError(f"no tool {tool_id!r} in the manifest (see `protege tools`)")
+    dispatcher = Dispatcher([entry], context, Fence(), None, max_result_bytes=64 * 1024)
+    call = {"id": "call_test", "function": {"name": tool_id, "arguments": _json(input)}}
+    return asyncio.run(dispatcher.dispatch(call)).result
+
+
+def _json(values: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(values, default=str)
