@@ -5,16 +5,41 @@ This module is the public API for tool and plugin authors; everything it does no
 is internal.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from __future__ import annotations
 
-from protege.context import RunContext
-from protege.hookspecs import hookimpl
-from protege.result import Result, Trust, failure, success
-from protege.tool import Tool
+import importlib
+from typing import TYPE_CHECKING, Any
 
-try:
-    __version__ = version("protege")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0+unknown"
+__version__ = "0.1.0"
+
+# Names load on first use, so `import protege` (and so `protege --help`) stays cheap.
+_EXPORTS = {
+    "Result": "protege.result",
+    "RunContext": "protege.context",
+    "Tool": "protege.tool",
+    "Trust": "protege.result",
+    "failure": "protege.result",
+    "hookimpl": "protege.hookspecs",
+    "success": "protege.result",
+}
 
 __all__ = ["Result", "RunContext", "Tool", "Trust", "failure", "hookimpl", "success"]
+
+if TYPE_CHECKING:
+    from protege.context import RunContext
+    from protege.hookspecs import hookimpl
+    from protege.result import Result, Trust, failure, success
+    from protege.tool import Tool
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'protege' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -5,12 +5,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from protege.db import database
 from protege.harness import events
 from protege.harness.fence import Fence
 from protege.models import Event, Message, Run
 from protege.result import Trust
 
 HISTORY_LIMIT = 20  # earlier inbound messages of the thread shown to the model, newest kept
+# Asked on every reply run, usually of a new thread: plain SQL, as building it costs more.
+_EARLIER_SQL = (
+    "SELECT * FROM message WHERE agent_id = {p} AND thread_key = {p} "
+    f"AND direction = 'inbound' AND id < {{p}} ORDER BY id DESC LIMIT {HISTORY_LIMIT}"
+)
 
 
 def system_prompt(run: Run, fence: Fence) -> str:
@@ -58,16 +64,9 @@ def build_messages(run: Run, fence: Fence) -> list[dict[str, Any]]:
 def thread_history(run: Run, fence: Fence) -> list[dict[str, Any]]:
     """The earlier messages of the run's thread, each followed by what the agent did then."""
     current = run.message
+    p = database.param
     earlier = list(
-        Message.select()
-        .where(
-            (Message.agent == run.agent_id)
-            & (Message.thread_key == current.thread_key)
-            & (Message.direction == "inbound")
-            & (Message.id < current.id)
-        )
-        .order_by(Message.id.desc())
-        .limit(HISTORY_LIMIT)
+        Message.raw(_EARLIER_SQL.format(p=p), run.agent_id, current.thread_key, current.id)
     )[::-1]
     if not earlier:
         return []

@@ -16,12 +16,20 @@ from protege.harness.events import EventLog
 from protege.harness.fence import Fence
 from protege.harness.model import ModelClient
 from protege.harness.prompt import build_messages
+from protege.db import database
 from protege.models import Agent, Message, Responsibility, Run
 from protege.models.base import utcnow
 from protege.models.runs import DONE, FAILED, QUEUED, REPLY, RUNNING, SCHEDULED
 from protege.registry import Manifest
 
 logger = logging.getLogger("protege.run")
+
+# Run-state writes on every run, as plain SQL (building them with peewee costs more).
+_CLAIM = (
+    "UPDATE run SET status = 'running', attempts = attempts + 1, started_at = {p} "
+    "WHERE id = {p} AND status = 'queued'"
+)
+_FINISH = "UPDATE run SET status = {p}, error = {p}, finished_at = {p} WHERE id = {p}"
 
 
 class _CorrelatedLogger(logging.LoggerAdapter):
@@ -55,12 +63,7 @@ def claim_next() -> Run | None:
         candidate = Run.select(Run.id).where(Run.status == QUEUED).order_by(Run.id).first()
         if candidate is None:
             return None
-        claimed = (
-            Run.update(status=RUNNING, attempts=Run.attempts + 1, started_at=utcnow())
-            .where((Run.id == candidate.id) & (Run.status == QUEUED))
-            .execute()
-        )
-        if claimed:
+        if _claim(candidate.id, utcnow()):
             return Run.get_by_id(candidate.id)
 
 
@@ -79,10 +82,10 @@ def execute(
     from protege.registry import manifest as process_manifest
 
     if run.status == QUEUED:
-        Run.update(status=RUNNING, attempts=Run.attempts + 1, started_at=utcnow()).where(
-            Run.id == run.id
-        ).execute()
-        run = Run.get_by_id(run.id)
+        started = utcnow()
+        if not _claim(run.id, started):
+            raise ProtegeError(f"run {run.id} was claimed by another worker")
+        run.status, run.attempts, run.started_at = RUNNING, run.attempts + 1, started
     config = load_config() if config is None else config
     manifest = process_manifest() if manifest is None else manifest
     log = EventLog(run)
@@ -94,7 +97,7 @@ def execute(
     except Exception as error:  # a bug in protege itself: the run fails, the worker lives
         logger.exception("run %s failed unexpectedly", run.id)
         _fail(run, log, f"internal error: {type(error).__name__}: {error}")
-    return Run.get_by_id(run.id)
+    return run
 
 
 async def _turns(
@@ -158,8 +161,15 @@ async def _turns(
     _exhausted(run, log, "max_model_turns", limits.max_model_turns)
 
 
+def _claim(run_id: int, started: Any) -> bool:
+    return database.execute_sql(_CLAIM.format(p=database.param), (started, run_id)).rowcount == 1
+
+
 def _context(run: Run, config: Config, log: EventLog) -> RunContext:
-    agent: Agent = run.agent
+    agent: Agent = Agent.fetch(run.agent_id)
+    run.agent = agent
+    if run.message_id is not None:
+        run.message = Message.fetch(run.message_id)
 
     def deliver(mail: Any, attachments: Any = ()) -> dict[str, Any]:
         # Until the mail gateway lands, a delivery is recorded on the run and goes nowhere.
@@ -188,4 +198,5 @@ def _fail(run: Run, log: EventLog, error: str) -> None:
 
 
 def _finish(run: Run, status: str, error: str | None = None) -> None:
-    Run.update(status=status, error=error, finished_at=utcnow()).where(Run.id == run.id).execute()
+    run.status, run.error, run.finished_at = status, error, utcnow()
+    database.execute_sql(_FINISH.format(p=database.param), (status, error, run.finished_at, run.id))

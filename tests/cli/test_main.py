@@ -87,3 +87,34 @@ def test_a_plugin_command_cannot_replace_a_builtin_command(site, run_protege):
     )
     result = run_protege("tools", pythonpath=site.path)
     assert "hijacked" not in result.stdout
+
+
+def test_help_imports_no_model_client_database_or_schema_library(run_protege):
+    script = (
+        "import runpy, sys\n"
+        "sys.argv = ['protege', '--help']\n"
+        "try:\n"
+        "    runpy.run_module('protege', run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = ('openai', 'peewee', 'jsonschema', 'httpx', 'pluggy')\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))\n"
+    )
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=run_protege.project
+    )
+    assert "Commands:" in result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_public_api_loads_on_first_use():
+    from protege import RunContext, Tool, hookimpl, success
+
+    assert Tool.__module__ == "protege.tool"
+    assert callable(success)
+    assert RunContext.__name__ == "RunContext"
+    assert hookimpl.project_name == "protege"
+    assert set(protege.__all__) >= {"Tool", "Result", "success", "failure", "hookimpl"}

@@ -1,0 +1,69 @@
+"""The helpers plugin authors test their tools with."""
+
+import pytest
+
+from protege import Tool
+from protege.models import Responsibility
+from protege.registry import Manifest, Origin, ToolEntry
+from protege.testing import make_context, run_tool
+
+
+class GreetTool(Tool):
+    description = "Greets whoever wrote."
+    input_schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["greeting"],
+        "properties": {"greeting": {"type": "string"}},
+    }
+
+    def use(self, context, greeting):
+        context.deliver({"to": [context.message.sender], "body": greeting})
+        return self.success(to=context.message.sender, agent=context.agent.name)
+
+
+class ExplodeTool(Tool):
+    description = "Explodes."
+
+    def use(self, context):
+        raise RuntimeError("kaboom")
+
+
+MANIFEST = Manifest(
+    tools=(
+        ToolEntry(ExplodeTool, Origin.PLUGIN, "tests"),
+        ToolEntry(GreetTool, Origin.PLUGIN, "tests"),
+    )
+)
+
+
+def test_make_context_needs_no_database_and_records_deliveries(tmp_path):
+    deliveries = []
+    context = make_context(sender="jane@acme.com", deliveries=deliveries)
+    result = run_tool("greet", context=context, manifest=MANIFEST, greeting="Hello!")
+    assert result.data == {"to": "jane@acme.com", "agent": "Test Agent"}
+    assert deliveries == [{"mail": {"to": ["jane@acme.com"], "body": "Hello!"}, "attachments": []}]
+
+
+def test_run_tool_checks_the_schema_like_dispatch():
+    result = run_tool("greet", context=make_context(), manifest=MANIFEST, greeting=3)
+    assert not result.ok
+    assert result.reason == (
+        "the arguments do not fit the input schema: greeting: 3 is not of type 'string'"
+    )
+
+
+def test_run_tool_turns_exceptions_into_failures():
+    result = run_tool("explode", context=make_context(), manifest=MANIFEST)
+    assert result.reason == "RuntimeError: kaboom"
+
+
+def test_run_tool_names_a_missing_tool():
+    with pytest.raises(LookupError, match="no tool 'nope' in the manifest"):
+        run_tool("nope", context=make_context(), manifest=MANIFEST)
+
+
+def test_make_context_for_a_scheduled_run():
+    context = make_context(responsibility=Responsibility(name="report", prompt="Report."))
+    assert context.message is None
+    assert context.responsibility.name == "report"
