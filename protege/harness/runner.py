@@ -9,6 +9,7 @@ from typing import Any
 
 from protege.config import Config, load_config
 from protege.context import RunContext
+from protege.db import database
 from protege.errors import ProtegeError
 from protege.harness import events
 from protege.harness.dispatch import Dispatcher
@@ -16,7 +17,6 @@ from protege.harness.events import EventLog
 from protege.harness.fence import Fence
 from protege.harness.model import ModelClient
 from protege.harness.prompt import build_messages
-from protege.db import database
 from protege.models import Agent, Message, Responsibility, Run
 from protege.models.base import utcnow
 from protege.models.runs import DONE, FAILED, QUEUED, REPLY, RUNNING, SCHEDULED
