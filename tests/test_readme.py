@@ -37,3 +37,11 @@ def test_the_plugin_example_registers_its_tool_when_installed(site, tmp_path):
     faces = roll.tool_class().use(context=None, count=3).data["faces"]
     assert len(faces) == 3
     assert all(1 <= face <= 6 for face in faces)
+
+
+def test_the_scripted_model_example_is_the_weather_examples_test():
+    example = (README.parent / "examples/protege-weather/tests/test_agent.py").read_text()
+    block = readme_block("scripted")
+    body = block[block.index("def test_an_agent_answers_with_the_forecast") :]
+    for line in body.strip().splitlines():
+        assert line in example, line

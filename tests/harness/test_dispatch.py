@@ -298,3 +298,22 @@ def test_each_run_has_its_own_boundary(run, scripted_model):
     second = scripted_model.shown(1)[0]["content"].split("<<<UNTRUSTED ")[1].split(" ")[0]
     assert first != second
     assert len(first) >= 24
+
+
+class LogTool(Tool):
+    description = "Logs a line."
+
+    def use(self, context):
+        context.logger.warning("looked at the order")
+        return self.success(correlation_id=context.correlation_id)
+
+
+def test_context_logger_stamps_the_correlation_id(agent, config, scripted_model, caplog):
+    from protege.models import Toolkit as TK
+
+    TK.named("Everything").add_tools(["log"])
+    manifest = Manifest(tools=(ToolEntry(LogTool, Origin.HOST, "tests"),))
+    scripted_model.script(tool_call("log"), say("ok"))
+    run = run_reply(agent, sender="j@acme.com", body="Hi", config=config, manifest=manifest)
+    assert f"[{run.correlation_id}] looked at the order" in caplog.text
+    assert json.loads(results(scripted_model)[0])["correlation_id"] == run.correlation_id
