@@ -52,6 +52,36 @@ class RunSettings:
     max_result_bytes: int = attrs.field(default=64 * 1024, validator=attrs.validators.ge(1024))
 
 
+MIB = 1024 * 1024
+
+
+@attrs.frozen(kw_only=True)
+class MailSettings:
+    """``[mail]``: the SMTP gateway, outbound transport, and limits on what mail may carry.
+
+    ``transport = "outbox"`` (the default) writes outgoing mail as ``.eml`` files in the
+    data directory's ``outbox``; ``"smtp"`` hands it to ``smtp_host``.
+    """
+
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 2525
+    workers: int = attrs.field(default=2, validator=attrs.validators.ge(1))
+    transport: str = attrs.field(
+        default="outbox", validator=attrs.validators.in_(("outbox", "smtp"))
+    )
+    smtp_host: str = "127.0.0.1"
+    smtp_port: int = 587
+    smtp_starttls: bool = True
+    smtp_username: str | None = None
+    smtp_password_env: str = "PROTEGE_SMTP_PASSWORD"
+    smtp_timeout: float = 30.0
+    smtp_retries: int = attrs.field(default=3, validator=attrs.validators.ge(0))
+    max_message_bytes: int = 25 * MIB
+    max_attachments: int = 10
+    max_attachment_bytes: int = 10 * MIB
+    loop_limit: int = attrs.field(default=3, validator=attrs.validators.ge(1))
+
+
 @attrs.frozen(kw_only=True)
 class FileSettings:
     """The keys ``protege.toml`` may hold; any other key is an error, not a silent no-op."""
@@ -61,6 +91,7 @@ class FileSettings:
     database_url: str | None = None
     model: ModelSettings = ModelSettings()
     runs: RunSettings = RunSettings()
+    mail: MailSettings = MailSettings()
 
 
 @attrs.frozen(kw_only=True)
@@ -78,6 +109,7 @@ class Config:
     database_url: str
     model: ModelSettings = ModelSettings()
     runs: RunSettings = RunSettings()
+    mail: MailSettings = MailSettings()
 
     @classmethod
     def defaults(cls, root: Path) -> Config:
@@ -157,4 +189,5 @@ def _build(
         if environ.get(MODEL_VARIABLE)
         else settings.model,
         runs=settings.runs,
+        mail=settings.mail,
     )

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 
-from protege.models import Agent, Message
+from protege.access import routing_key
+from protege.models import Agent, Blob, Message, MessageAttachment
 from protege.models.messages import INBOUND
+
+__all__ = [
+    "MAX_SEARCH_RESULTS",
+    "new_message_id",
+    "record_inbound",
+    "reply_headers",
+    "routing_key",
+    "search",
+    "thread_key",
+    "visible_blob",
+]
 
 
 def new_message_id(address: str) -> str:
@@ -58,3 +71,59 @@ def reply_headers(message: Message) -> dict[str, object]:
         "in_reply_to": message.message_id,
         "references": [*message.reference_ids, message.message_id],
     }
+
+
+MAX_SEARCH_RESULTS = 50
+_WORD = re.compile(r"[\w@.+'-]+", re.UNICODE)
+
+
+def search(agent: Agent, query: str, limit: int = 10) -> list[Message]:
+    """The agent's own messages matching every word of ``query``, newest first.
+
+    Searches participants, subject and body with the database's full-text index (FTS5 on
+    SQLite, tsvector on PostgreSQL). Mail the agent refused is left out.
+    """
+    import peewee
+
+    from protege.db import database
+
+    limit = max(1, min(int(limit), MAX_SEARCH_RESULTS))
+    words = _WORD.findall(query or "")
+    if not words:
+        return []
+    p = database.param
+    if isinstance(database.obj, peewee.PostgresqlDatabase):
+        sql = (
+            f"SELECT * FROM message WHERE agent_id = {p} AND status <> 'refused' "
+            f"AND search_vector @@ plainto_tsquery('english', {p}) "
+            f"ORDER BY created_at DESC, id DESC LIMIT {p}"
+        )
+        params: tuple = (agent.id, " ".join(words), limit)
+    else:
+        phrase = " ".join('"' + word.replace('"', '""') + '"' for word in words)
+        sql = (
+            "SELECT message.* FROM message JOIN message_search "
+            "ON message_search.rowid = message.id "
+            f"WHERE message_search MATCH {p} AND message.agent_id = {p} "
+            "AND message.status <> 'refused' "
+            f"ORDER BY message.created_at DESC, message.id DESC LIMIT {p}"
+        )
+        params = (phrase, agent.id, limit)
+    return list(Message.raw(sql, *params))
+
+
+def visible_blob(agent: Agent, blob_id: int) -> Blob | None:
+    """The file ``blob_id`` if ``agent`` may use it (it created it, or it came with the
+    agent's own mail), else None."""
+    blob = Blob.get_or_none(Blob.id == blob_id)
+    if blob is None:
+        return None
+    if blob.agent_id == agent.id:
+        return blob
+    attached = (
+        MessageAttachment.select()
+        .join(Message)
+        .where((MessageAttachment.blob == blob.id) & (Message.agent == agent.id))
+        .exists()
+    )
+    return blob if attached else None

@@ -8,6 +8,7 @@ reason; ``tests/models/test_schema.py`` checks that models and tables agree.
 from __future__ import annotations
 
 import datetime
+import re
 from collections.abc import Callable
 
 import attrs
@@ -33,8 +34,13 @@ def _dialect(db: peewee.Database) -> dict[str, str]:
     return {"pk": "INTEGER PRIMARY KEY AUTOINCREMENT", "ts": "TIMESTAMP"}
 
 
+# Statements end with ";" at the end of a line followed by the next statement's keyword, so
+# the ";" inside a trigger's BEGIN ... END does not split it.
+_STATEMENT_END = re.compile(r";\s*\n(?=\s*(?:CREATE|ALTER|DROP|INSERT|UPDATE)\b)")
+
+
 def _run(db: peewee.Database, statements: str) -> None:
-    for statement in statements.format(**_dialect(db)).split(";"):
+    for statement in _STATEMENT_END.split(statements.format(**_dialect(db))):
         if statement.strip():
             db.execute_sql(statement)
 
@@ -149,9 +155,73 @@ def _0002_messages_and_runs(db: peewee.Database) -> None:
     )
 
 
+def _0003_mail(db: peewee.Database) -> None:
+    _run(
+        db,
+        """
+        CREATE TABLE blob (
+            id {pk},
+            sha256 CHAR(64) NOT NULL,
+            size INTEGER NOT NULL,
+            content_type VARCHAR(255) NOT NULL,
+            filename VARCHAR(255) NOT NULL,
+            agent_id INTEGER REFERENCES agent (id) ON DELETE SET NULL,
+            created_at {ts} NOT NULL
+        );
+        CREATE INDEX blob_sha256 ON blob (sha256);
+        ALTER TABLE message ADD COLUMN status VARCHAR(8) NOT NULL DEFAULT 'accepted';
+        ALTER TABLE message ADD COLUMN flags TEXT NOT NULL DEFAULT '[]';
+        ALTER TABLE message ADD COLUMN reply_to VARCHAR(998);
+        ALTER TABLE message ADD COLUMN bcc_addresses TEXT NOT NULL DEFAULT '[]';
+        ALTER TABLE message ADD COLUMN raw_blob_id INTEGER REFERENCES blob (id);
+        ALTER TABLE message ADD COLUMN run_id INTEGER REFERENCES run (id) ON DELETE SET NULL;
+        ALTER TABLE message ADD COLUMN tool_call_id VARCHAR(200);
+        ALTER TABLE message ADD COLUMN delivery_error TEXT;
+        CREATE UNIQUE INDEX message_sent_by_call ON message (run_id, tool_call_id);
+        CREATE TABLE message_attachment (
+            id {pk},
+            message_id INTEGER NOT NULL REFERENCES message (id) ON DELETE CASCADE,
+            blob_id INTEGER NOT NULL REFERENCES blob (id),
+            position INTEGER NOT NULL,
+            UNIQUE (message_id, position)
+        );
+        CREATE INDEX message_attachment_blob_id ON message_attachment (blob_id)
+        """,
+    )
+    if isinstance(getattr(db, "obj", db), peewee.PostgresqlDatabase):
+        _run(
+            db,
+            """
+            ALTER TABLE message ADD COLUMN search_vector tsvector GENERATED ALWAYS AS (
+                to_tsvector('english', sender || ' ' || to_addresses || ' ' || cc_addresses
+                    || ' ' || subject || ' ' || body_text)
+            ) STORED;
+            CREATE INDEX message_search ON message USING GIN (search_vector)
+            """,
+        )
+    else:
+        _run(
+            db,
+            """
+            CREATE VIRTUAL TABLE message_search USING fts5(
+                participants, subject, body, tokenize = 'porter unicode61'
+            );
+            CREATE TRIGGER message_search_insert AFTER INSERT ON message BEGIN
+                INSERT INTO message_search (rowid, participants, subject, body) VALUES (
+                    new.id, new.sender || ' ' || new.to_addresses || ' ' || new.cc_addresses,
+                    new.subject, new.body_text);
+            END;
+            CREATE TRIGGER message_search_delete AFTER DELETE ON message BEGIN
+                DELETE FROM message_search WHERE rowid = old.id;
+            END
+            """,
+        )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "agents and toolkits", _0001_agents_and_toolkits),
     Migration(2, "messages and runs", _0002_messages_and_runs),
+    Migration(3, "mail: blobs, attachments, search", _0003_mail),
 )
 
 

@@ -8,8 +8,10 @@ from protege.models import (
     AgentAccessRule,
     AgentToolkit,
     AgentToolkitRule,
+    Blob,
     Event,
     Message,
+    MessageAttachment,
     Responsibility,
     Run,
     Toolkit,
@@ -47,7 +49,11 @@ def test_an_unmigrated_database_is_refused_with_what_to_run(tmp_path):
     db.connect(f"sqlite:///{tmp_path}/fresh.db")
     with pytest.raises(db.DatabaseError, match="run `protege migrate` or `protege sync`"):
         db.require_current()
-    assert db.migrate() == ["0001 agents and toolkits", "0002 messages and runs"]
+    assert db.migrate() == [
+        "0001 agents and toolkits",
+        "0002 messages and runs",
+        "0003 mail: blobs, attachments, search",
+    ]
     db.require_current()
     db.database.close()
 
@@ -64,10 +70,13 @@ def test_an_unmigrated_database_is_refused_with_what_to_run(tmp_path):
         Responsibility,
         Run,
         Event,
+        Blob,
+        MessageAttachment,
     ],
 )
 def test_models_match_the_migrated_tables(protege_db, model):
     columns = {c.name for c in db.database.get_columns(model._meta.table_name)}
+    columns.discard("search_vector")  # PostgreSQL's full-text column, kept by the database
     assert columns == {f.column_name for f in model._meta.sorted_fields}
 
 

@@ -30,6 +30,11 @@ from protege.tool import Tool
 
 MAX_SCHEMA_ERRORS = 10
 
+# The tool call being run, for what must happen at most once per call (sending mail).
+current_tool_call: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "protege_tool_call", default=None
+)
+
 
 @attrs.frozen
 class Outcome:
@@ -75,7 +80,11 @@ class Dispatcher:
             reason = f"the tool {tool_id!r} is not available in this run"
             self._record(events.TOOL_REFUSED, call_id=call_id, tool=tool_id, reason=reason)
             return self._finish(call_id, tool_id, failure(reason), Trust.TRUSTED, refused=True)
-        result = await self._run(entry, raw_arguments)
+        token = current_tool_call.set(call_id)
+        try:
+            result = await self._run(entry, raw_arguments)
+        finally:
+            current_tool_call.reset(token)
         return self._finish(call_id, tool_id, result, entry.tool_class.trust)
 
     async def _run(self, entry: ToolEntry, raw_arguments: str) -> Result:

@@ -89,16 +89,34 @@ def thread_history(run: Run, fence: Fence) -> list[dict[str, Any]]:
 
 
 def _replay(timeline: list[Event], fence: Fence) -> list[dict[str, Any]]:
+    replayed, unanswered = replay(timeline, fence)
+    # A run that ended mid-turn left calls unanswered, and the API rejects that. Only the
+    # last turn can be cut short, so the answers belong at the end.
+    return replayed + [
+        {
+            "role": "tool",
+            "tool_call_id": call["id"],
+            "content": json.dumps({"ok": False, "reason": "not run: the run ended first"}),
+        }
+        for call in unanswered
+    ]
+
+
+def replay(timeline: list[Event], fence: Fence) -> tuple[list[dict[str, Any]], list[dict]]:
+    """A run's recorded turns as conversation messages, and the tool calls of its last
+    turn that have no recorded result."""
     replayed: list[dict[str, Any]] = []
     answered: set[str] = set()
+    calls: list[dict[str, Any]] = []
     for event in timeline:
         payload = event.payload
         if event.kind == events.MODEL_RESPONSE:
             message: dict[str, Any] = {"role": "assistant", "content": payload.get("content")}
             if payload.get("tool_calls"):
                 message["tool_calls"] = payload["tool_calls"]
+                calls += payload["tool_calls"]
             replayed.append(message)
-        else:
+        elif event.kind == events.TOOL_RESULT:
             answered.add(payload["call_id"])
             replayed.append(
                 {
@@ -107,20 +125,4 @@ def _replay(timeline: list[Event], fence: Fence) -> list[dict[str, Any]]:
                     "content": render_result(payload, fence),
                 }
             )
-    # A run that ended mid-turn may have left calls unanswered; the API rejects that. Only
-    # the last turn can be cut short, so the answers belong at the end.
-    unanswered = [
-        call["id"]
-        for message in replayed
-        for call in message.get("tool_calls", [])
-        if call["id"] not in answered
-    ]
-    replayed += [
-        {
-            "role": "tool",
-            "tool_call_id": call_id,
-            "content": json.dumps({"ok": False, "reason": "not run: the run ended first"}),
-        }
-        for call_id in unanswered
-    ]
-    return replayed
+    return replayed, [call for call in calls if call["id"] not in answered]

@@ -16,7 +16,7 @@ from protege.harness.dispatch import Dispatcher
 from protege.harness.events import EventLog
 from protege.harness.fence import Fence
 from protege.harness.model import ModelClient
-from protege.harness.prompt import build_messages
+from protege.harness.prompt import build_messages, replay
 from protege.models import Agent, Message, Responsibility, Run
 from protege.models.base import utcnow
 from protege.models.runs import DONE, FAILED, QUEUED, REPLY, RUNNING, SCHEDULED
@@ -120,8 +120,24 @@ async def _turns(
     messages = build_messages(run, fence)
     dispatcher = Dispatcher(granted, context, fence, log, config.runs.max_result_bytes)
     limits = config.runs
-    failures = 0
-    for turn in range(1, limits.max_model_turns + 1):
+    failures = first_turn = 0
+    if log.seq:  # a retried run resumes from its own trail: nothing done is done again
+        timeline = run.timeline()
+        replayed, pending = replay(timeline, fence)
+        messages += replayed
+        first_turn = sum(1 for e in timeline if e.kind == events.MODEL_REQUEST)
+        failures = sum(1 for e in timeline if e.kind == events.TOOL_RESULT and not e.payload["ok"])
+        for call in pending:
+            outcome = await dispatcher.dispatch(call)
+            messages.append(
+                {"role": "tool", "tool_call_id": outcome.call_id, "content": outcome.content}
+            )
+            failures += 0 if outcome.result.ok else 1
+        last = replayed[-1] if replayed else {}
+        if last.get("role") == "assistant" and not last.get("tool_calls"):
+            _finish(run, DONE)  # it had given its final answer before it stopped
+            return
+    for turn in range(first_turn + 1, limits.max_model_turns + 1):
         log.record(
             events.MODEL_REQUEST,
             turn=turn,
@@ -172,9 +188,13 @@ def _context(run: Run, config: Config, log: EventLog) -> RunContext:
         run.message = Message.fetch(run.message_id)
 
     def deliver(mail: Any, attachments: Any = ()) -> dict[str, Any]:
-        # Until the mail gateway lands, a delivery is recorded on the run and goes nowhere.
-        log.record(events.DELIVERY, mail=mail, attachments=list(attachments), agent=agent.address)
-        return {"status": "recorded"}
+        from protege.gateway.outbound import deliver as send
+
+        outcome = send(
+            agent=agent, run=run, config=config, mail=dict(mail), attachments=attachments
+        )
+        log.record(events.DELIVERY, **outcome)
+        return outcome
 
     return RunContext(
         agent=agent,

@@ -2,6 +2,7 @@
 
 from protege.models.agents import Agent, AgentAccessRule
 from protege.models.base import Record
+from protege.models.blobs import Blob, MessageAttachment
 from protege.models.messages import Message
 from protege.models.runs import Event, Responsibility, Run
 from protege.models.toolkits import AgentToolkit, AgentToolkitRule, Toolkit
@@ -11,8 +12,10 @@ __all__ = [
     "AgentAccessRule",
     "AgentToolkit",
     "AgentToolkitRule",
+    "Blob",
     "Event",
     "Message",
+    "MessageAttachment",
     "Record",
     "Responsibility",
     "Run",

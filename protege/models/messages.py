@@ -9,6 +9,11 @@ from protege.models.base import JSONListField, Record, utcnow
 
 INBOUND = "inbound"
 OUTBOUND = "outbound"
+ACCEPTED = "accepted"  # inbound, a run was queued
+REFUSED = "refused"  # inbound, the agent's access rules refused the sender
+IGNORED = "ignored"  # inbound, an auto-reply or a loop: stored, no run
+SENT = "sent"  # outbound, handed to the transport
+FAILED = "failed"  # outbound, the transport gave up
 
 
 class Message(Record):
@@ -31,6 +36,26 @@ class Message(Record):
     reference_ids = JSONListField(default=list)
     thread_key = peewee.CharField(max_length=998)
     created_at = peewee.DateTimeField(default=utcnow)
+    status = peewee.CharField(max_length=8, default=ACCEPTED)
+    flags = JSONListField(default=list)
+    reply_to = peewee.CharField(max_length=998, null=True)
+    bcc_addresses = JSONListField(default=list)
+    raw_blob = peewee.DeferredForeignKey("Blob", null=True, column_name="raw_blob_id")
+    run = peewee.DeferredForeignKey("Run", null=True, column_name="run_id", backref="sent")
+    tool_call_id = peewee.CharField(max_length=200, null=True)
+    delivery_error = peewee.TextField(null=True)
+
+    @property
+    def attachments(self) -> list:
+        """The blobs attached to this message, in order."""
+        from protege.models.blobs import Blob, MessageAttachment
+
+        return list(
+            Blob.select()
+            .join(MessageAttachment)
+            .where(MessageAttachment.message == self.id)
+            .order_by(MessageAttachment.position)
+        )
 
     @property
     def inbound(self) -> bool:

@@ -78,7 +78,7 @@ def test_explain_shows_each_toolkit_decision_and_the_tools(scoop):
         "  admitted  Default Tools: no rules: open to every sender",
         "  refused   Finance: no allow rule matches (allow-list)",
         "  admitted  Support: no rules: open to every sender",
-        "tools: check_flavor_stock, lookup_order",
+        "tools: check_flavor_stock, lookup_order, search_emails, send_email",
     ]
 
 
@@ -94,7 +94,13 @@ def test_explain_json_for_mara_with_a_tag(scoop):
         "tools": ["process_refund"],
         "missing": [],
     }
-    assert data["tools"] == ["check_flavor_stock", "lookup_order", "process_refund"]
+    assert data["tools"] == [
+        "check_flavor_stock",
+        "lookup_order",
+        "process_refund",
+        "search_emails",
+        "send_email",
+    ]
 
 
 def test_explain_a_scheduled_run(scoop):
@@ -125,10 +131,16 @@ def test_agents_show_prints_grants_rules_and_catalogue(scoop):
     assert [g["toolkit"] for g in data["grants"]] == ["Default Tools", "Finance", "Support"]
     finance = data["grants"][1]
     assert finance["rules"] == ["allow *@thescoop.com"]
-    assert data["catalogue"] == ["check_flavor_stock", "lookup_order", "process_refund"]
+    assert data["catalogue"] == [
+        "check_flavor_stock",
+        "lookup_order",
+        "process_refund",
+        "search_emails",
+        "send_email",
+    ]
     text = scoop("agents", "show", "Sundae").stdout
     assert "    gate: allow *@thescoop.com" in text
-    assert "catalogue: check_flavor_stock, lookup_order, process_refund" in text
+    assert "    tools: search_emails, send_email" in text  # Default Tools: the built-ins
 
 
 def test_agents_list_and_delete(scoop):
@@ -195,7 +207,10 @@ def test_toolkits_list(scoop):
         "get_forecast",
         "lookup_order",
         "process_refund",
+        "search_emails",
+        "send_email",
     ]
+    assert rows["Default Tools"]["tools"] == ["search_emails", "send_email"]
     assert rows["All Tools"]["system"] == "all_tools"
     assert rows["Finance"]["agents"] == ["Sundae"]
 
@@ -238,6 +253,8 @@ def test_sync_reports_changes_then_nothing(operator):
         "get_forecast",
         "lookup_order",
         "process_refund",
+        "search_emails",
+        "send_email",
     ]
     assert operator("sync").stdout == (
         "Nothing to change: the system toolkits match the manifest.\n"
@@ -250,7 +267,11 @@ def test_commands_on_an_unmigrated_database_say_what_to_run(run_protege, tmp_pat
     assert result.returncode == 1
     assert "run `protege migrate` or `protege sync`" in result.stderr
     migrated = run_protege("migrate", env={"PROTEGE_DATABASE_URL": url})
-    assert migrated.stdout == "applied 0001 agents and toolkits\napplied 0002 messages and runs\n"
+    assert migrated.stdout == (
+        "applied 0001 agents and toolkits\n"
+        "applied 0002 messages and runs\n"
+        "applied 0003 mail: blobs, attachments, search\n"
+    )
     assert run_protege("agents", "list", env={"PROTEGE_DATABASE_URL": url}).returncode == 0
 
 

@@ -1,16 +1,14 @@
-"""protege-mail: the built-in plugin that will carry send_email and search_emails.
+"""protege-mail: the built-in mail tools, ``send_email`` and ``search_emails``."""
 
-Those tools have not landed yet; until they do this plugin registers no tool, so nothing in
-the manifest pretends to work.
-"""
+from protege import hookimpl
+from protege_mail.search import SearchEmailsTool
+from protege_mail.send import SendEmailTool
 
-from protege import Tool, hookimpl
-
-TOOLS: tuple[type[Tool], ...] = ()
+TOOLS = (SendEmailTool, SearchEmailsTool)
 
 
 @hookimpl
 def register_tools(register):
-    """Offer this plugin's tools to the manifest."""
+    """Offer the mail tools to the manifest."""
     for tool_class in TOOLS:
         register(tool_class)

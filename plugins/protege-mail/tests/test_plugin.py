@@ -13,4 +13,4 @@ def test_loads_cleanly_and_registers_only_what_it_ships():
     (report,) = [r for r in manifest.plugins if r.plugin.source.distribution == "protege-mail"]
     assert report.plugin.status is PluginStatus.OK
     assert report.plugin.hooks == ("register_tools",)
-    assert report.tool_ids == ()
+    assert report.tool_ids == ("search_emails", "send_email")

@@ -1,0 +1,72 @@
+"""``protege serve`` (the SMTP gateway and workers) and ``protege receive`` (mail from a file)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+import click
+
+from protege.cli.database import open_database
+from protege.errors import ProtegeError
+
+
+@click.command()
+@click.option("--host", help="Address to listen on (default: [mail] listen_host).")
+@click.option("--port", type=int, help="Port to listen on (default: [mail] listen_port).")
+@click.option("--workers", type=int, help="Worker threads running queued runs.")
+def serve(host: str | None, port: int | None, workers: int | None) -> None:
+    """Receive mail by SMTP and carry out the runs it queues, until interrupted."""
+    from protege.config import load_config
+    from protege.gateway.smtp import start_gateway
+    from protege.worker import Workers
+
+    config = load_config()
+    open_database()
+    count = workers or config.mail.workers
+    try:
+        gateway = start_gateway(config, host, port)
+    except OSError as error:
+        raise ProtegeError(f"cannot listen for mail: {error.strerror or error}") from None
+    pool = Workers(config, count).start()
+    click.echo(
+        f"protege: listening for mail on {gateway.hostname}:{gateway.port}, "
+        f"{count} worker(s); Ctrl-C stops"
+    )
+    stopped = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopped.set())
+    stopped.wait()
+    click.echo("protege: stopping (finishing current runs)")
+    gateway.stop()
+    pool.stop()
+
+
+@click.command()
+@click.argument("file", type=click.File("rb"), default="-")
+@click.option(
+    "--to",
+    "recipients",
+    multiple=True,
+    help="Deliver to this address (repeatable; default: the To, Cc and Delivered-To headers).",
+)
+@click.option("--run", "run_now", is_flag=True, help="Carry out the queued runs right away.")
+def receive(file, recipients: tuple[str, ...], run_now: bool) -> None:
+    """Take one email (an .eml FILE, or standard input) as if it had arrived by SMTP."""
+    from protege.config import load_config
+    from protege.gateway.inbound import ingest
+    from protege.worker import drain
+
+    config = load_config()
+    open_database()
+    raw = file.read()
+    delivered = ingest(raw, config=config, recipients=list(recipients) or None)
+    for item in delivered:
+        queued = f" (run {item.run.id} queued)" if item.run is not None else ""
+        flags = f" [{'; '.join(item.message.flags)}]" if item.message.flags else ""
+        click.echo(f"{item.agent.name}: {item.status}{queued}: {item.reason}{flags}")
+    if run_now:
+        for run in drain(config):
+            click.echo(f"run {run.id}: {run.status}" + (f" ({run.error})" if run.error else ""))
+    sys.stdout.flush()

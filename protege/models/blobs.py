@@ -1,0 +1,35 @@
+"""Stored files: attachments of mail, and files agents create. The bytes live on disk."""
+
+from __future__ import annotations
+
+import peewee
+
+from protege.models.agents import Agent
+from protege.models.base import Record, utcnow
+from protege.models.messages import Message
+
+
+class Blob(Record):
+    """One stored file: its name and type, and the content-addressed bytes on disk.
+
+    ``agent`` is set for files an agent created itself (``create_file``).
+    """
+
+    sha256 = peewee.CharField(max_length=64)
+    size = peewee.IntegerField()
+    content_type = peewee.CharField(max_length=255)
+    filename = peewee.CharField(max_length=255)
+    agent = peewee.ForeignKeyField(Agent, null=True, backref="blobs", on_delete="SET NULL")
+    created_at = peewee.DateTimeField(default=utcnow)
+
+
+class MessageAttachment(Record):
+    """A blob attached to a message, in the order it was attached."""
+
+    message = peewee.ForeignKeyField(Message, backref="attachment_links", on_delete="CASCADE")
+    blob = peewee.ForeignKeyField(Blob, backref="attached_to")
+    position = peewee.IntegerField()
+
+    class Meta:
+        table_name = "message_attachment"
+        indexes = ((("message", "position"), True),)

@@ -1,0 +1,70 @@
+"""Workers: threads that take queued runs and carry them out, one at a time each."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from protege.config import Config
+from protege.db import database
+from protege.harness import claim_next, execute
+from protege.models import Run
+from protege.registry import Manifest
+
+logger = logging.getLogger(__name__)
+
+
+def drain(config: Config, manifest: Manifest | None = None) -> list[Run]:
+    """Carry out queued runs in this thread until none is left; returns them."""
+    done = []
+    while (run := claim_next()) is not None:
+        done.append(execute(run, config=config, manifest=manifest))
+    return done
+
+
+class Workers:
+    """A small pool of worker threads polling the run queue (safe beside other pools)."""
+
+    def __init__(
+        self,
+        config: Config,
+        count: int,
+        manifest: Manifest | None = None,
+        poll_interval: float = 0.5,
+    ) -> None:
+        self.config = config
+        self.manifest = manifest
+        self.poll_interval = poll_interval
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"protege-worker-{n}", daemon=True)
+            for n in range(count)
+        ]
+
+    def start(self) -> Workers:
+        """Start the threads."""
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Let each thread finish its current run, then stop."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout)
+
+    def _work(self) -> None:
+        try:
+            while not self._stop.is_set():
+                try:
+                    run = claim_next()
+                    if run is None:
+                        self._stop.wait(self.poll_interval)  # idle: look again shortly
+                        continue
+                    finished = execute(run, config=self.config, manifest=self.manifest)
+                    logger.info("run %s %s", finished.id, finished.status)
+                except Exception:  # the database went away, say: keep the worker alive
+                    logger.exception("worker failed; retrying")
+                    self._stop.wait(self.poll_interval)
+        finally:
+            database.close()
