@@ -47,8 +47,10 @@ def record_inbound(
     message_id: str | None = None,
     in_reply_to: str | None = None,
     references: Sequence[str] = (),
+    reply_to: str | None = None,
 ) -> Message:
-    """Store an inbound message for ``agent``, threaded by its headers."""
+    """Store an inbound message for ``agent``, threaded by its headers (for scripts and
+    tests; mail that really arrives goes through the gateway)."""
     message_id = message_id or new_message_id(sender)
     return Message.create(
         agent=agent,
@@ -62,6 +64,7 @@ def record_inbound(
         in_reply_to=in_reply_to,
         reference_ids=list(references),
         thread_key=thread_key(message_id, in_reply_to, references),
+        reply_to=reply_to,
     )
 
 

@@ -188,12 +188,16 @@ def _0003_mail(db: peewee.Database) -> None:
         CREATE INDEX message_attachment_blob_id ON message_attachment (blob_id)
         """,
     )
+    # Addresses are indexed whole and, with @ and . as spaces, as words: "jane" finds
+    # jane@acme.com on PostgreSQL as FTS5's tokenizer makes it do on SQLite.
     if isinstance(getattr(db, "obj", db), peewee.PostgresqlDatabase):
         _run(
             db,
             """
             ALTER TABLE message ADD COLUMN search_vector tsvector GENERATED ALWAYS AS (
                 to_tsvector('english', sender || ' ' || to_addresses || ' ' || cc_addresses
+                    || ' ' || translate(sender || ' ' || to_addresses || ' ' || cc_addresses,
+                                        '@.', '  ')
                     || ' ' || subject || ' ' || body_text)
             ) STORED;
             CREATE INDEX message_search ON message USING GIN (search_vector)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from protege.config import Config
 from protege.db import database
@@ -31,9 +32,11 @@ class Workers:
         count: int,
         manifest: Manifest | None = None,
         poll_interval: float = 0.5,
+        on_finished: Callable[[Run], None] | None = None,
     ) -> None:
         self.config = config
         self.manifest = manifest
+        self.on_finished = on_finished
         self.poll_interval = poll_interval
         self._stop = threading.Event()
         self._threads = [
@@ -63,6 +66,8 @@ class Workers:
                         continue
                     finished = execute(run, config=self.config, manifest=self.manifest)
                     logger.info("run %s %s", finished.id, finished.status)
+                    if self.on_finished is not None:
+                        self.on_finished(finished)
                 except Exception:  # the database went away, say: keep the worker alive
                     logger.exception("worker failed; retrying")
                     self._stop.wait(self.poll_interval)

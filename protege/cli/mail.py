@@ -29,8 +29,8 @@ def serve(host: str | None, port: int | None, workers: int | None) -> None:
         gateway = start_gateway(config, host, port)
     except OSError as error:
         raise ProtegeError(f"cannot listen for mail: {error.strerror or error}") from None
-    pool = Workers(config, count).start()
-    click.echo(
+    pool = Workers(config, count, on_finished=_report).start()
+    _say(
         f"protege: listening for mail on {gateway.hostname}:{gateway.port}, "
         f"{count} worker(s); Ctrl-C stops"
     )
@@ -38,9 +38,19 @@ def serve(host: str | None, port: int | None, workers: int | None) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopped.set())
     stopped.wait()
-    click.echo("protege: stopping (finishing current runs)")
+    _say("protege: stopping (finishing current runs)")
     gateway.stop()
     pool.stop()
+
+
+def _report(run) -> None:
+    error = f" ({run.error})" if run.error else ""
+    _say(f"run {run.id} ({run.agent.name}): {run.status}{error}")
+
+
+def _say(line: str) -> None:
+    click.echo(line)
+    sys.stdout.flush()  # a log reader (or a test) sees each line as it happens
 
 
 @click.command()

@@ -42,6 +42,24 @@ def start(agent: str, sender: str, body: str, subject: str, as_json: bool) -> No
         raise click.exceptions.Exit(1)
 
 
+@runs.command("retry")
+@click.argument("run_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
+def retry(run_id: int, as_json: bool) -> None:
+    """Run a failed or stuck run again, from where it stopped, and show it."""
+    from protege.harness import execute, requeue
+    from protege.models import Run
+
+    open_database()
+    run = Run.get_or_none(Run.id == run_id)
+    if run is None:
+        raise ProtegeError(f"no run {run_id}")
+    run = execute(requeue(run))
+    _show(run, as_json)
+    if run.status != "done":
+        raise click.exceptions.Exit(1)
+
+
 @runs.command("list")
 @click.option("--agent", help="Only this agent's runs.")
 @click.option("--limit", default=20, show_default=True, help="How many runs, newest first.")

@@ -184,6 +184,7 @@ def parse(raw: bytes, limits: MailSettings, envelope_sender: str | None = None) 
 
     senders = email.utils.getaddresses([header("From")])
     sender = email.utils.formataddr(senders[0]) if senders and senders[0][1] else ""
+    sender = sender.replace("\x00", "")
     if not sender:
         sender = envelope_sender or ""
         flags.append("malformed: no From address")
@@ -199,8 +200,8 @@ def parse(raw: bytes, limits: MailSettings, envelope_sender: str | None = None) 
         to=_addresses(header("To")),
         cc=_addresses(header("Cc")),
         reply_to=(_addresses(header("Reply-To")) or [None])[0],
-        subject=" ".join(header("Subject").split()),
-        body=body,
+        subject=_storable(" ".join(header("Subject").split()), flags),
+        body=_storable(body, flags),
         message_id=message_id,
         in_reply_to=_first_id(header("In-Reply-To")),
         references=_MESSAGE_ID.findall(header("References")),
@@ -228,19 +229,28 @@ def _ignore_reason(header, limits: MailSettings, flags: list[str]) -> str | None
     return None
 
 
+def _storable(text: str, flags: list[str]) -> str:
+    # PostgreSQL text cannot hold NUL; keep everything else as it came.
+    if "\x00" in text:
+        flags.append("malformed: NUL characters replaced")
+        return text.replace("\x00", "\ufffd")
+    return text
+
+
 def _unparsed(raw: bytes, envelope_sender: str | None, flag: str) -> _Parsed:
+    flags = [flag, "synthetic Message-ID"]
     return _Parsed(
         sender=envelope_sender or "",
         to=[],
         cc=[],
         reply_to=None,
         subject="",
-        body=raw.decode("utf-8", errors="replace"),
+        body=_storable(raw.decode("utf-8", errors="replace"), flags),
         message_id=new_message_id("unparsed@protege.invalid"),
         in_reply_to=None,
         references=[],
         attachments=[],
-        flags=[flag, "synthetic Message-ID"],
+        flags=flags,
         ignore_reason=None,
     )
 

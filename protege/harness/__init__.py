@@ -1,5 +1,5 @@
 """The harness: one agent run, from the inbound message (or duty) to the last tool call."""
 
-from protege.harness.runner import claim_next, execute, queue_reply, queue_scheduled
+from protege.harness.runner import claim_next, execute, queue_reply, queue_scheduled, requeue
 
-__all__ = ["claim_next", "execute", "queue_reply", "queue_scheduled"]
+__all__ = ["claim_next", "execute", "queue_reply", "queue_scheduled", "requeue"]

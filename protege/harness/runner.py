@@ -57,6 +57,19 @@ def queue_scheduled(responsibility: Responsibility) -> Run:
     )
 
 
+def requeue(run: Run) -> Run:
+    """Queue a failed (or stuck) run again; it resumes from its own events when it runs.
+
+    Tool calls whose results were recorded are not run again, and mail a call already sent
+    is not sent again.
+    """
+    if run.status in (QUEUED, DONE):
+        raise ProtegeError(f"run {run.id} is {run.status}: only failed or stuck runs are retried")
+    Run.update(status=QUEUED, error=None, finished_at=None).where(Run.id == run.id).execute()
+    run.status, run.error, run.finished_at = QUEUED, None, None
+    return run
+
+
 def claim_next() -> Run | None:
     """Take the oldest queued run for this worker, or None; safe with several workers."""
     while True:

@@ -53,18 +53,18 @@ def make_context(
     sender: str | None = "someone@example.test",
     subject: str = "",
     body: str = "",
+    message: Message | None = None,
     responsibility: Responsibility | None = None,
     config: Config | None = None,
     deliver: Callable[..., Any] | None = None,
     deliveries: list[dict[str, Any]] | None = None,
 ) -> RunContext:
-    """A run context for calling a tool directly: a reply run from ``sender`` by default,
-    a scheduled run when ``responsibility`` is given. Records need no database: an agent
-    and message that are not saved do. Deliveries go to ``deliveries`` unless ``deliver``
-    is given."""
+    """A run context for calling a tool directly: a reply run from ``sender`` (or to
+    ``message``) by default, a scheduled run when ``responsibility`` is given. Records need
+    no database: an agent and message that are not saved do. Deliveries go to
+    ``deliveries`` unless ``deliver`` is given."""
     agent = agent or Agent(name="Test Agent", address="agent@example.test")
-    message = None
-    if responsibility is None:
+    if responsibility is None and message is None:
         message = Message(
             agent=agent,
             direction="inbound",

@@ -1,0 +1,88 @@
+import pytest
+
+from protege import Trust, blobs
+from protege.mail import record_inbound
+from protege.models import Agent, MessageAttachment
+from protege.testing import make_context, run_tool
+
+
+@pytest.fixture
+def sundae(protege_db):
+    return Agent.create(name="Sundae", address="sundae@thescoop.example")
+
+
+@pytest.fixture
+def archive(sundae, tmp_path):
+    scout = Agent.create(name="Scout", address="scout@thescoop.example")
+    first = record_inbound(
+        sundae,
+        sender="jane@acme.com",
+        subject="Melted sorbet",
+        body="My mango order arrived as soup.",
+    )
+    record_inbound(
+        sundae, sender="mara@thescoop.com", subject="Refunds", body="Approved the refund for Jane."
+    )
+    record_inbound(
+        sundae, sender="sam@example.org", subject="Flavours", body="Do you make pistachio?"
+    )
+    record_inbound(scout, sender="jane@acme.com", subject="Secret", body="mango plans")
+    photo = blobs.store(b"jpeg", filename="soup.jpg", content_type="image/jpeg", data_dir=tmp_path)
+    MessageAttachment.create(message=first, blob=photo, position=0)
+    return photo
+
+
+def search(sundae, **arguments):
+    result = run_tool("search_emails", context=make_context(sundae), **arguments)
+    assert result.ok, result.reason
+    assert result.trust is Trust.UNTRUSTED
+    return result.data["matches"]
+
+
+@pytest.mark.parametrize(
+    ("query", "subjects"),
+    [
+        ("jane@acme.com", ["Melted sorbet"]),
+        ("mara", ["Refunds"]),
+        ("melted", ["Melted sorbet"]),
+        ("pistachio", ["Flavours"]),
+        ("jane", ["Refunds", "Melted sorbet"]),
+        ("refund Jane", ["Refunds"]),
+        ("refunds", ["Refunds"]),
+        ("durian", []),
+    ],
+)
+def test_finds_by_participant_subject_and_body_newest_first(sundae, archive, query, subjects):
+    assert [m["subject"] for m in search(sundae, query=query)] == subjects
+
+
+def test_never_finds_another_agents_mail(sundae, archive):
+    assert search(sundae, query="secret") == []
+    assert all(m["subject"] != "Secret" for m in search(sundae, query="mango"))
+
+
+def test_matches_carry_body_and_attachments(sundae, archive):
+    (match,) = search(sundae, query="soup")
+    assert match["from"] == "jane@acme.com"
+    assert match["body"] == "My mango order arrived as soup."
+    assert match["attachments"] == [
+        {"id": archive.id, "filename": "soup.jpg", "content_type": "image/jpeg", "size": 4}
+    ]
+
+
+def test_limit(sundae, archive):
+    assert len(search(sundae, query="jane", limit=1)) == 1
+    result = run_tool("search_emails", context=make_context(sundae), query="x", limit=51)
+    assert "51 is greater than the maximum of 50" in result.reason
+
+
+def test_refused_mail_is_not_searchable(sundae, archive):
+    hidden = record_inbound(sundae, sender="eve@evil.com", subject="Zebra", body="zebra")
+    hidden.status = "refused"
+    hidden.save()
+    assert search(sundae, query="zebra") == []
+
+
+def test_punctuation_in_queries_is_harmless(sundae, archive):
+    assert search(sundae, query='"mango" OR (*) NEAR') == []
+    assert [m["subject"] for m in search(sundae, query="mango!")] == ["Melted sorbet"]

@@ -1,0 +1,114 @@
+"""`protege receive` and `protege serve`, as an operator runs them."""
+
+import os
+import select
+import signal
+import smtplib
+import subprocess
+import sys
+
+import pytest
+
+from protege.gateway.smtp import free_port
+from protege.models import Agent, Message, Run, Toolkit
+from protege.testing import say, tool_call
+
+
+@pytest.fixture
+def env(protege_db, scripted_model, tmp_path):
+    agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    agent.grant(Toolkit.create(name="Mail", member_tool_ids=["send_email"]))
+    return {
+        "PROTEGE_DATABASE_URL": protege_db.url,
+        "PROTEGE_DATA_DIR": str(tmp_path / "data"),
+        "OPENAI_BASE_URL": scripted_model.base_url,
+        "OPENAI_API_KEY": "k",
+        "PROTEGE_MODEL": "scripted",
+    }
+
+
+EML = (
+    b"From: Jane <jane@acme.com>\r\nTo: sundae@thescoop.example\r\nSubject: Melted\r\n"
+    b"Message-ID: <j1@acme.com>\r\n\r\nSCP-1042 arrived melted.\r\n"
+)
+
+
+def test_receive_stores_queues_and_runs(run_protege, env, scripted_model, tmp_path):
+    eml = tmp_path / "melted.eml"
+    eml.write_bytes(EML)
+    scripted_model.script(tool_call("send_email", mode="reply", body="So sorry!"), say("Sent."))
+    result = run_protege("receive", str(eml), "--run", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "Sundae: accepted (run 1 queued): accepted",
+        "run 1: done",
+    ]
+    (reply,) = (tmp_path / "data" / "outbox").glob("*.eml")
+    assert b"Subject: Re: Melted" in reply.read_bytes()
+    assert b"In-Reply-To: <j1@acme.com>" in reply.read_bytes()
+
+
+def test_receive_from_standard_input(run_protege, env):
+    result = subprocess.run(
+        [sys.executable, "-m", "protege", "receive"],
+        input=EML,
+        capture_output=True,
+        env={**os.environ, **env},
+        cwd=run_protege.project,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.decode().startswith("Sundae: accepted (run 1 queued)")
+    assert Run.get_by_id(1).status == "queued"
+
+
+def test_receive_for_no_agent_is_a_one_line_error(run_protege, env, tmp_path):
+    eml = tmp_path / "stray.eml"
+    eml.write_bytes(EML.replace(b"sundae@", b"nobody@"))
+    result = run_protege("receive", str(eml), env=env)
+    assert result.returncode == 1
+    assert result.stderr.strip() == "Error: no agent has any of the recipient addresses"
+    assert Message.select().count() == 0
+
+
+def read_line(process, timeout=30):
+    ready, _, _ = select.select([process.stdout], [], [], timeout)
+    assert ready, "serve printed nothing in time"
+    return process.stdout.readline().decode().rstrip("\n")
+
+
+def test_serve_takes_mail_by_smtp_and_runs_it(run_protege, env, scripted_model):
+    port = free_port()
+    scripted_model.script(tool_call("send_email", mode="reply", body="On it."), say("Sent."))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "protege", "serve", "--port", str(port), "--workers", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **env},
+        cwd=run_protege.project,
+    )
+    try:
+        assert read_line(process) == (
+            f"protege: listening for mail on 127.0.0.1:{port}, 1 worker(s); Ctrl-C stops"
+        )
+        with smtplib.SMTP("127.0.0.1", port, timeout=10) as client:
+            client.sendmail("jane@acme.com", ["sundae@thescoop.example"], EML)
+        assert read_line(process) == "run 1 (Sundae): done"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert b"protege: stopping" in out
+    (outbound,) = Message.select().where(Message.direction == "outbound")
+    assert outbound.subject == "Re: Melted"
+
+
+def test_serve_on_a_busy_port_is_a_clear_error(run_protege, env):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run_protege("serve", "--port", str(port), env=env)
+    assert result.returncode == 1
+    assert result.stderr.startswith("Error: cannot listen for mail")

@@ -1,0 +1,161 @@
+import attrs
+import pytest
+
+from protege import blobs
+from protege.gateway.inbound import MailRejected, agent_for, ingest
+from protege.models import Agent, Message, Run
+
+
+def test_mail_is_stored_with_its_source_and_a_run_is_queued(sundae, config, mail):
+    (delivered,) = ingest(mail(), config=config, recipients=["sundae@thescoop.example"])
+    assert delivered.status == "accepted"
+    message = delivered.message
+    assert (message.sender, message.subject) == ("Jane <jane@acme.com>", "Melted")
+    assert message.body_text.strip() == "SCP-1042 arrived melted."
+    assert message.message_id == "<Jane.1@Acme.COM>"  # case kept
+    assert message.thread_key == "<Jane.1@Acme.COM>"
+    assert blobs.read(message.raw_blob, config.data_dir) == mail()
+    assert delivered.run.status == "queued"
+    assert delivered.run.message_id == message.id
+
+
+def test_recipient_is_matched_by_routing_key(sundae):
+    assert agent_for("Sundae+Orders@TheScoop.Example") == sundae
+    assert agent_for("sundae@elsewhere.example") is None
+    assert agent_for("not an address") is None
+
+
+def test_no_known_recipient_stores_nothing(sundae, config, mail):
+    with pytest.raises(MailRejected, match="no agent") as raised:
+        ingest(mail(), config=config, recipients=["nobody@thescoop.example"])
+    assert raised.value.code == 550
+    assert Message.select().count() == 0
+
+
+def test_without_an_envelope_the_headers_say_who_it_is_for(sundae, config, mail):
+    scout = Agent.create(name="Scout", address="scout@thescoop.example")
+    raw = mail(headers={"Cc": "Scout <scout@thescoop.example>"})
+    delivered = ingest(raw, config=config)
+    assert {d.agent.name for d in delivered} == {"Sundae", "Scout"}
+    assert Run.select().count() == 2
+    assert scout.messages.count() == 1
+
+
+def test_a_refused_sender_is_stored_as_refused_with_no_run(sundae, config, mail):
+    sundae.add_access_rule("deny", "*@acme.com")
+    (delivered,) = ingest(mail(), config=config, recipients=[sundae.address])
+    assert delivered.status == "refused"
+    assert delivered.run is None
+    assert delivered.message.status == "refused"
+    assert "deny rule *@acme.com matches" in delivered.reason
+
+
+def test_threading_uses_references_then_in_reply_to(sundae, config, mail):
+    raw = mail(headers={"In-Reply-To": "<b@x>", "References": "<Root@X> <b@x>"})
+    (delivered,) = ingest(raw, config=config, recipients=[sundae.address])
+    assert delivered.message.thread_key == "<Root@X>"
+    assert delivered.message.reference_ids == ["<Root@X>", "<b@x>"]
+    raw = mail(headers={"In-Reply-To": "<Parent@X>"})
+    (delivered,) = ingest(raw, config=config, recipients=[sundae.address])
+    assert delivered.message.thread_key == "<Parent@X>"
+
+
+def test_a_missing_message_id_gets_a_synthetic_one(sundae, config, mail):
+    (delivered,) = ingest(
+        mail(headers={"Message-ID": None}), config=config, recipients=[sundae.address]
+    )
+    assert delivered.message.message_id.startswith("<")
+    assert delivered.message.message_id.endswith("@acme.com>")
+    assert "synthetic Message-ID" in delivered.message.flags
+
+
+@pytest.mark.parametrize(
+    ("headers", "flag"),
+    [
+        ({"Auto-Submitted": "auto-replied"}, "auto-submitted: auto-replied"),
+        ({"Precedence": "bulk"}, "precedence: bulk"),
+        ({"Precedence": "list"}, "precedence: list"),
+        ({"X-Protege-Loop": "3"}, "loop: 3"),
+    ],
+)
+def test_auto_replies_and_loops_are_stored_but_start_no_run(sundae, config, mail, headers, flag):
+    (delivered,) = ingest(mail(headers=headers), config=config, recipients=[sundae.address])
+    assert delivered.status == "ignored"
+    assert delivered.run is None
+    assert flag in delivered.message.flags
+
+
+def test_auto_submitted_no_and_short_loops_do_run(sundae, config, mail):
+    raw = mail(headers={"Auto-Submitted": "no", "X-Protege-Loop": "1"})
+    (delivered,) = ingest(raw, config=config, recipients=[sundae.address])
+    assert delivered.status == "accepted"
+    assert "loop: 1" in delivered.message.flags
+
+
+def test_malformed_mail_is_stored_and_flagged(sundae, config):
+    raw = (
+        b"From: jane@acme.com\r\nTo: sundae@thescoop.example\r\nSubject: broken\r\n"
+        b'Content-Type: multipart/mixed; boundary="nope"\r\n\r\nno parts here at all\r\n'
+    )
+    (delivered,) = ingest(raw, config=config, recipients=[sundae.address])
+    message = delivered.message
+    assert any(flag.startswith("malformed: ") for flag in message.flags)
+    assert blobs.read(message.raw_blob, config.data_dir) == raw
+    assert delivered.status == "accepted"
+
+
+def test_garbage_is_still_kept(sundae, config):
+    raw = b"\x00\xff this is not an email \xfe"
+    (delivered,) = ingest(
+        raw, config=config, recipients=[sundae.address], envelope_sender="x@y.example"
+    )
+    assert delivered.message.sender == "x@y.example"
+    assert blobs.read(delivered.message.raw_blob, config.data_dir) == raw  # byte for byte
+    assert "malformed: NUL characters replaced" in delivered.message.flags
+    assert "\x00" not in delivered.message.body_text
+
+
+def test_html_only_mail_becomes_text(sundae, config):
+    raw = (
+        b"From: jane@acme.com\r\nTo: sundae@thescoop.example\r\nSubject: hi\r\n"
+        b"Content-Type: text/html\r\n\r\n<p>Hello <b>there</b></p><script>x()</script><p>Jane</p>"
+    )
+    (delivered,) = ingest(raw, config=config, recipients=[sundae.address])
+    assert delivered.message.body_text == "Hello there\nJane"
+
+
+def test_attachments_are_stored_with_safe_names(sundae, config, mail):
+    raw = mail(attachments=[("../../etc/pass wd.csv", "text/csv", b"a,b\n1,2\n")])
+    (delivered,) = ingest(raw, config=config, recipients=[sundae.address])
+    (blob,) = delivered.message.attachments
+    assert (blob.filename, blob.content_type, blob.size) == ("pass wd.csv", "text/csv", 8)
+    assert blobs.read(blob, config.data_dir) == b"a,b\n1,2\n"
+
+
+@pytest.mark.parametrize(
+    ("limits", "attachments", "message"),
+    [
+        (
+            {"max_message_bytes": 500},
+            [("a.bin", "application/octet-stream", b"x" * 600)],
+            "limit is 500",
+        ),
+        (
+            {"max_attachments": 1},
+            [("a.txt", "text/plain", b"a"), ("b.txt", "text/plain", b"b")],
+            "more than 1 attachments",
+        ),
+        (
+            {"max_attachment_bytes": 10},
+            [("a.bin", "application/octet-stream", b"x" * 11)],
+            "attachment a.bin is 11 bytes; the limit is 10",
+        ),
+    ],
+)
+def test_mail_over_a_limit_is_refused_whole(sundae, config, mail, limits, attachments, message):
+    tight = attrs.evolve(config, mail=attrs.evolve(config.mail, **limits))
+    with pytest.raises(MailRejected, match=message) as raised:
+        ingest(mail(attachments=attachments), config=tight, recipients=[sundae.address])
+    assert raised.value.code == 552
+    assert Message.select().count() == 0
+    assert not (config.data_dir / "blobs").exists()

@@ -1,0 +1,45 @@
+"""A retried run resumes from its own trail: what was done is not done again."""
+
+import pytest
+
+from protege.errors import ProtegeError
+from protege.harness import execute, requeue
+from protege.models import Agent, Message, Toolkit
+from protege.registry import refresh
+from protege.testing import http_error, run_reply, say, tool_call
+
+
+@pytest.fixture
+def agent(protege_db):
+    agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    agent.grant(Toolkit.create(name="Mail", member_tool_ids=["send_email"]))
+    return agent
+
+
+def test_a_retried_run_does_not_send_its_mail_twice(agent, config, scripted_model):
+    manifest = refresh()
+    scripted_model.script(
+        tool_call("send_email", mode="reply", body="Your refund is on its way."),
+        http_error(401),
+    )
+    run = run_reply(agent, sender="jane@acme.com", body="Refund?", config=config, manifest=manifest)
+    assert run.status == "failed"
+    assert Message.select().where(Message.direction == "outbound").count() == 1
+
+    scripted_model.script(say("Done."))
+    run = execute(requeue(run), config=config, manifest=manifest)
+
+    assert run.status == "done"
+    assert run.attempts == 2
+    assert Message.select().where(Message.direction == "outbound").count() == 1
+    assert len(list((config.data_dir / "outbox").glob("*.eml"))) == 1
+    resumed = scripted_model.shown(-1)
+    assert [m["role"] for m in resumed[-3:]] == ["user", "assistant", "tool"]
+    assert [e.kind for e in run.timeline()].count("tool_call") == 1
+
+
+def test_done_runs_are_not_retried(agent, config, scripted_model):
+    scripted_model.script(say("Hi."))
+    run = run_reply(agent, sender="jane@acme.com", body="Hi", config=config)
+    with pytest.raises(ProtegeError, match="only failed or stuck runs are retried"):
+        requeue(run)
