@@ -2,7 +2,8 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
-DISTRIBUTIONS := . plugins/protege-mail plugins/protege-files plugins/protege-web examples/protege-weather
+DISTRIBUTIONS := . plugins/protege-mail plugins/protege-files plugins/protege-web \
+	examples/protege-weather examples/the_scoop
 STAMP := $(VENV)/.installed
 
 .PHONY: install demo test test-sqlite test-postgres lint format bench clean
@@ -16,7 +17,7 @@ $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml examples/*/pyprojec
 install: $(STAMP)
 
 demo: $(STAMP)
-	examples/the_scoop/access-tour.sh
+	$(BIN)/protege demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

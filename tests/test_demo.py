@@ -1,29 +1,46 @@
-"""`make demo` runs examples/the_scoop/access-tour.sh: it must keep showing the seed's outcome."""
+"""`protege demo` (what `make demo` runs) plays the seed's thread with the scripted model."""
 
 import os
 import subprocess
 import sys
-from pathlib import Path
-
-TOUR = Path(__file__).parent.parent / "examples" / "the_scoop" / "access-tour.sh"
 
 
-def test_access_tour_shows_each_correspondent_their_own_tools():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROTEGE_")}
-    env["PROTEGE"] = str(Path(sys.executable).parent / "protege")
+def test_demo_shows_the_seed_outcome(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PROTEGE_", "OPENAI_"))}
     result = subprocess.run(
-        ["bash", str(TOUR)], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "protege", "demo", "--dir", str(tmp_path / "scoop")],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    jane = out.split("$ protege access explain Sundae --sender jane@acme.com")[1]
-    assert (
-        jane.split("\n$ ")[0]
-        .rstrip()
-        .endswith("tools: check_flavor_stock, lookup_order, search_emails, send_email")
+    assert out.splitlines()[0] == (
+        "The Scoop demo, with the scripted model (no model is configured: set"
     )
-    mara = out.split("$ protege access explain Sundae --sender Mara")[1]
-    assert "routing key: mara@thescoop.com" in mara
-    assert "tools: check_flavor_stock, lookup_order, process_refund, search_emails" in mara
-    scheduled = out.split("$ protege access explain Sundae --scheduled")[1]
-    assert "tools: none" in scheduled
+    jane, mara, jane_again = out.split("=== Email ")[1:4]
+    assert "tools offered: check_flavor_stock, lookup_order, search_emails, send_email" in jane
+    assert "process_refund" not in jane
+    assert "process_refund: ran" in mara
+    assert "process_refund: REFUSED (not granted for this sender)" in jane_again
+    outbox = out.split("=== The outbox: 3 replies")[1]
+    assert outbox.count("--- Sundae <sundae@thescoop.example> -> ") == 3
+    assert "Done: SCP-1042 is refunded in full ($24.50)." in outbox
+    assert len(list((tmp_path / "scoop" / "data" / "outbox").glob("*.eml"))) == 3
+
+
+def test_demo_with_a_configured_model_says_which(tmp_path):
+    from protege.demo import _config
+
+    (tmp_path / "protege.toml").write_text('[model]\nmodel = "llama3"\n')
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        config, scripted = _config(tmp_path / "scoop")
+    finally:
+        os.chdir(cwd)
+    assert not scripted
+    assert config.model.model == "llama3"
+    assert config.tool_modules == ("the_scoop.tools",)

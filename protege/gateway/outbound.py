@@ -177,7 +177,8 @@ def _transport(message: EmailMessage, recipients: list[str], config: Config) -> 
 
 def _write_to_outbox(message: EmailMessage, outbox: Path) -> Path:
     outbox.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    # The name sorts in sending order: the second, then nanoseconds within it.
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 1_000_000_000:09d}"
     name = re.sub(r"[^\w.@-]+", "_", message["Message-ID"].strip("<>"))
     path = outbox / f"{stamp}-{name}.eml"
     path.write_bytes(message.as_bytes())

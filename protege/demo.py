@@ -1,0 +1,188 @@
+"""The demo: The Scoop's thread from the toolkits seed, end to end, on the embedded defaults.
+
+Three emails go through the real SMTP gateway on loopback; the runs they queue use the real
+harness and model client; the replies land in the outbox. Everything lives in a fresh folder
+(SQLite, local files). The story itself is ``the_scoop.scenario``, in protege's examples.
+"""
+
+from __future__ import annotations
+
+import email
+import os
+import smtplib
+import tempfile
+from email import policy
+from email.message import EmailMessage
+from pathlib import Path
+from types import ModuleType
+
+import attrs
+import click
+
+from protege import db
+from protege.config import Config, load_config
+from protege.errors import ProtegeError
+from protege.gateway.smtp import free_port, start_gateway
+from protege.models import Agent, Message, Run, Toolkit
+from protege.plugins import plugin_host
+from protege.registry import build_manifest
+from protege.testing.model import ScriptedModel
+from protege.toolkits import sync
+from protege.worker import drain
+
+DEFAULT_REAL_MODEL = "gpt-4.1-mini"
+
+
+def scenario() -> ModuleType:
+    """The Scoop's scenario module; a clear error when the example app is not installed."""
+    try:
+        from the_scoop import scenario as story
+    except ImportError:
+        raise ProtegeError(
+            "the demo plays The Scoop, protege's example app: install it with "
+            "pip install -e examples/the_scoop (make demo does)"
+        ) from None
+    return story
+
+
+def run_demo(folder: Path | None = None) -> Path:
+    """Play the scenario in ``folder`` (default: a new temporary folder) and print it."""
+    story = scenario()
+    folder = Path(folder or tempfile.mkdtemp(prefix="the-scoop-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    config, scripted = _config(folder)
+    model = ScriptedModel().start() if scripted else None
+    if model is not None:
+        config = attrs.evolve(config, model=attrs.evolve(config.model, base_url=model.base_url))
+        os.environ.setdefault("OPENAI_API_KEY", "scripted")
+        click.echo("The Scoop demo, with the scripted model (no model is configured: set")
+        click.echo("[model] in protege.toml, or OPENAI_API_KEY, to use a real one).")
+    else:
+        where = config.model.base_url or os.environ.get("OPENAI_BASE_URL") or "OpenAI"
+        click.echo(f"The Scoop demo, with the model {config.model.model} at {where}.")
+    click.echo(f"Everything is kept in {folder}\n")
+    try:
+        _run(config, model, story)
+    finally:
+        if model is not None:
+            model.stop()
+    return folder
+
+
+def _config(folder: Path) -> tuple[Config, bool]:
+    settings = load_config().model
+    key = os.environ.get(settings.api_key_env)
+    scripted = not settings.model and not key
+    model = settings.model or ("scripted" if scripted else DEFAULT_REAL_MODEL)
+    data = folder / "data"
+    config = attrs.evolve(
+        Config.defaults(folder),
+        tool_modules=("the_scoop.tools",),
+        data_dir=data,
+        database_url=f"sqlite:///{data / 'protege.db'}",
+        model=attrs.evolve(settings, model=model),
+    )
+    return config, scripted
+
+
+def _run(config: Config, model: ScriptedModel | None, story: ModuleType) -> None:
+    db.connect(config.database_url)
+    db.migrate()
+    manifest = build_manifest(config, plugin_host())
+    sync(manifest)
+    sundae = Agent.create(name="Sundae", address=story.SUNDAE, instructions=story.INSTRUCTIONS)
+    for name, description, members, rules in story.TOOLKITS:
+        grant = sundae.grant(
+            Toolkit.create(name=name, description=description, member_tool_ids=members)
+        )
+        for kind, pattern in rules:
+            grant.add_rule(kind, pattern)
+        gate = ", ".join(f"{kind} {pattern}" for kind, pattern in rules) or "open to everyone"
+        click.echo(f"Sundae holds {name} ({', '.join(members)}): {gate}")
+    defaults = Toolkit.default_tools().member_tool_ids
+    click.echo(f"and Default Tools ({', '.join(defaults)}): open to everyone.\n")
+    gateway = start_gateway(config, "127.0.0.1", free_port())
+    try:
+        previous: Message | None = None
+        for number, (sender, subject, body) in enumerate(story.EMAILS):
+            if model is not None:
+                model.script(*story.SCRIPT[number])
+            raw = _compose(story.SUNDAE, sender, subject, body, previous)
+            with smtplib.SMTP(gateway.hostname, gateway.port, timeout=30) as client:
+                client.send_message(raw)
+            _show_email(number + 1, raw)
+            for run in drain(config, manifest):
+                _show_run(run)
+            previous = (
+                Message.select()
+                .where(Message.direction == "outbound")
+                .order_by(Message.id.desc())
+                .first()
+            )
+    finally:
+        gateway.stop()
+    _show_outbox(config)
+
+
+def _compose(
+    to: str, sender: str, subject: str | None, body: str, previous: Message | None
+) -> EmailMessage:
+    """An email as the person's mail client would write it: replies thread under the last
+    message the agent sent."""
+    message = EmailMessage()
+    message["From"] = sender
+    message["To"] = to
+    if previous is None:
+        message["Subject"] = subject
+    else:  # reply-all, as people do
+        me = email.utils.parseaddr(sender)[1].lower()
+        others = [a for a in [*previous.to_addresses, *previous.cc_addresses] if a.lower() != me]
+        if others:
+            message["Cc"] = ", ".join(others)
+        message["Subject"] = f"Re: {previous.subject.removeprefix('Re: ')}"
+        message["In-Reply-To"] = previous.message_id
+        message["References"] = " ".join([*previous.reference_ids, previous.message_id])
+    message["Message-ID"] = email.utils.make_msgid(domain=sender.split("@")[1].rstrip(">"))
+    message.set_content(body)
+    return message
+
+
+def _show_email(number: int, message: EmailMessage) -> None:
+    copied = f", cc {message['Cc']}" if message["Cc"] else ""
+    click.echo(f"=== Email {number}: {message['From']} -> {message['To']}{copied}")
+    click.echo(f"    Subject: {message['Subject']}")
+    click.echo(f"    {message.get_content().strip()}")
+
+
+def _show_run(run: Run) -> None:
+    timeline = run.timeline()
+    offered = next((e.payload["tools"] for e in timeline if e.kind == "model_request"), [])
+    click.echo(f"--- run {run.id} for {run.message.sender}: {run.status}")
+    click.echo(f"    tools offered: {', '.join(offered) or 'none'}")
+    results = {e.payload["call_id"]: e for e in timeline if e.kind == "tool_result"}
+    refused = {e.payload["call_id"] for e in timeline if e.kind == "tool_refused"}
+    for event in (e for e in timeline if e.kind == "tool_call"):
+        call_id, tool = event.payload["call_id"], event.payload["tool"]
+        result = results.get(call_id)
+        if call_id in refused:
+            state = "REFUSED (not granted for this sender)"
+        elif result is None:
+            state = "not run"
+        else:
+            state = "ran" if result.payload["ok"] else "ran, failed"
+        click.echo(f"    {tool}: {state}")
+    if run.error:
+        click.echo(f"    error: {run.error}")
+    click.echo("")
+
+
+def _show_outbox(config: Config) -> None:
+    outbox = sorted(Path(config.data_dir, "outbox").glob("*.eml"))
+    click.echo(f"=== The outbox: {len(outbox)} replies")
+    for path in outbox:
+        sent = email.message_from_bytes(path.read_bytes(), policy=policy.default)
+        copied = f", cc {sent['Cc']}" if sent["Cc"] else ""
+        click.echo(f"--- {sent['From']} -> {sent['To']}{copied}")
+        click.echo(f"    Subject: {sent['Subject']}")
+        for line in sent.get_content().strip().splitlines():
+            click.echo(f"    {line}")
