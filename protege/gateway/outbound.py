@@ -8,6 +8,7 @@ import email.utils
 import logging
 import re
 import smtplib
+import ssl
 import time
 from collections.abc import Sequence
 from email.message import EmailMessage
@@ -198,11 +199,13 @@ def _send_by_smtp(
                 settings.smtp_host, settings.smtp_port, timeout=settings.smtp_timeout
             ) as smtp:
                 if settings.smtp_starttls:
-                    smtp.starttls()
+                    smtp.starttls(context=ssl.create_default_context())  # verify the server
                 if settings.smtp_username:
                     smtp.login(settings.smtp_username, password or "")
                 smtp.send_message(message, to_addrs=recipients)
             return None
+        except smtplib.SMTPAuthenticationError as error:
+            return f"SMTP refused the login of {settings.smtp_username}: {_text(error.smtp_error)}"
         except smtplib.SMTPResponseException as error:
             reason = f"SMTP {error.smtp_code}: {_text(error.smtp_error)}"
             if error.smtp_code >= 500:

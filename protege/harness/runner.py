@@ -7,6 +7,8 @@ import logging
 import uuid
 from typing import Any
 
+from peewee import JOIN
+
 from protege.config import Config, load_config
 from protege.context import RunContext
 from protege.db import database
@@ -40,7 +42,7 @@ class _CorrelatedLogger(logging.LoggerAdapter):
 def queue_reply(message: Message) -> Run:
     """Queue a run answering ``message`` (an inbound message of its agent)."""
     return Run.create(
-        agent=message.agent_id,
+        agent=message.agent,  # the message's own (usually loaded) agent: no query at run time
         kind=REPLY,
         message=message,
         correlation_id=uuid.uuid4().hex,
@@ -50,7 +52,7 @@ def queue_reply(message: Message) -> Run:
 def queue_scheduled(responsibility: Responsibility) -> Run:
     """Queue a run carrying out ``responsibility``."""
     return Run.create(
-        agent=responsibility.agent_id,
+        agent=responsibility.agent,
         kind=SCHEDULED,
         responsibility=responsibility,
         correlation_id=uuid.uuid4().hex,
@@ -77,7 +79,14 @@ def claim_next() -> Run | None:
         if candidate is None:
             return None
         if _claim(candidate.id, utcnow()):
-            return Run.get_by_id(candidate.id)
+            return (  # with its agent and message, so running it asks for neither again
+                Run.select(Run, Agent, Message)
+                .join(Agent)
+                .switch(Run)
+                .join(Message, JOIN.LEFT_OUTER)
+                .where(Run.id == candidate.id)
+                .get()
+            )
 
 
 def execute(
@@ -195,10 +204,7 @@ def _claim(run_id: int, started: Any) -> bool:
 
 
 def _context(run: Run, config: Config, log: EventLog) -> RunContext:
-    agent: Agent = Agent.fetch(run.agent_id)
-    run.agent = agent
-    if run.message_id is not None:
-        run.message = Message.fetch(run.message_id)
+    agent: Agent = run.agent
 
     def deliver(mail: Any, attachments: Any = ()) -> dict[str, Any]:
         from protege.gateway.outbound import deliver as send

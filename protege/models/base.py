@@ -32,13 +32,3 @@ class Record(peewee.Model):
     class Meta:
         database = database
         legacy_table_names = False
-
-    @classmethod
-    def fetch(cls, record_id: int) -> Any:
-        """The record with this id, loaded on the hot path of a run.
-
-        Equivalent to ``get_by_id``, written as plain SQL because building the query with
-        peewee costs more than running it.
-        """
-        table = cls._meta.table_name
-        return cls.raw(f"SELECT * FROM {table} WHERE id = {database.param}", record_id).get()

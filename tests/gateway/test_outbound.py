@@ -222,3 +222,59 @@ def test_a_temporary_smtp_failure_is_retried(sundae, config, smtp_server):
     assert len(capture.received) == 2
     assert outcome["status"] == "failed"
     assert outcome["error"] == "gave up after 2 attempts: SMTP 451: 4.3.0 try later"
+
+
+@pytest.fixture
+def authenticating_relay():
+    from aiosmtpd.smtp import AuthResult
+
+    def check(server, session, envelope, mechanism, auth_data):
+        ok = (auth_data.login, auth_data.password) == (b"sundae", b"s3cret")
+        return AuthResult(success=ok, handled=False)
+
+    capture = Capture()
+    controller = Controller(
+        capture, hostname="127.0.0.1", port=free_port(), authenticator=check, auth_require_tls=False
+    )
+    controller.start()
+    yield capture, controller
+    controller.stop()
+
+
+@pytest.mark.parametrize(("password", "sent"), [("s3cret", True), ("wrong", False)])
+def test_smtp_login(sundae, config, authenticating_relay, monkeypatch, password, sent):
+    capture, relay = authenticating_relay
+    monkeypatch.setenv("PROTEGE_SMTP_PASSWORD", password)
+    settings = attrs.evolve(
+        config.mail,
+        transport="smtp",
+        smtp_port=relay.port,
+        smtp_starttls=False,
+        smtp_username="sundae",
+    )
+    outcome = deliver(
+        agent=sundae,
+        run=None,
+        config=attrs.evolve(config, mail=settings),
+        mail={"to": ["jane@acme.com"], "body": "b"},
+    )
+    assert (outcome["status"] == "sent") is sent
+    assert len(capture.received) == (1 if sent else 0)
+    if not sent:
+        assert outcome["error"].startswith("SMTP refused the login of sundae")
+
+
+def test_starttls_is_required_when_configured(sundae, config, smtp_server):
+    capture, relay = smtp_server()  # offers no STARTTLS
+    settings = attrs.evolve(
+        config.mail, transport="smtp", smtp_port=relay.port, smtp_starttls=True, smtp_retries=0
+    )
+    outcome = deliver(
+        agent=sundae,
+        run=None,
+        config=attrs.evolve(config, mail=settings),
+        mail={"to": ["jane@acme.com"], "body": "b"},
+    )
+    assert outcome["status"] == "failed"
+    assert "STARTTLS extension not supported" in outcome["error"]
+    assert capture.received == []  # never in clear text
