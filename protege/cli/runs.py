@@ -36,10 +36,7 @@ def start(agent: str, sender: str, body: str, subject: str, as_json: bool) -> No
     if not reach.admitted:
         raise ProtegeError(f"{sender} may not write to {found.name}: {reach.reason}")
     message = record_inbound(found, sender=sender, body=body, subject=subject)
-    run = execute(queue_reply(message))
-    _show(run, as_json)
-    if run.status != "done":
-        raise click.exceptions.Exit(1)
+    _show_outcome(execute(queue_reply(message)), as_json)
 
 
 @runs.command("retry")
@@ -48,16 +45,9 @@ def start(agent: str, sender: str, body: str, subject: str, as_json: bool) -> No
 def retry(run_id: int, as_json: bool) -> None:
     """Run a failed or stuck run again, from where it stopped, and show it."""
     from protege.harness import execute, requeue
-    from protege.models import Run
 
     open_database()
-    run = Run.get_or_none(Run.id == run_id)
-    if run is None:
-        raise ProtegeError(f"no run {run_id}")
-    run = execute(requeue(run))
-    _show(run, as_json)
-    if run.status != "done":
-        raise click.exceptions.Exit(1)
+    _show_outcome(execute(requeue(_run_numbered(run_id))), as_json)
 
 
 @runs.command("list")
@@ -100,13 +90,23 @@ def list_runs(agent: str | None, limit: int, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def show(run_id: int, as_json: bool) -> None:
     """Show a run and every event of its audit trail."""
+    open_database()
+    _show(_run_numbered(run_id), as_json)
+
+
+def _run_numbered(run_id: int):
     from protege.models import Run
 
-    open_database()
     run = Run.get_or_none(Run.id == run_id)
     if run is None:
         raise ProtegeError(f"no run {run_id}")
+    return run
+
+
+def _show_outcome(run, as_json: bool) -> None:
     _show(run, as_json)
+    if run.status != "done":
+        raise click.exceptions.Exit(1)
 
 
 def _summary(run) -> dict[str, object]:

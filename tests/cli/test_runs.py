@@ -93,3 +93,17 @@ def test_no_model_configured(run_protege, protege_db):
 def test_show_unknown_run(run_protege, env):
     result = run_protege("runs", "show", "99", env=env)
     assert result.stderr.strip() == "Error: no run 99"
+
+
+def test_retry_runs_a_failed_run_again(run_protege, env, scripted_model):
+    from protege.testing import http_error
+
+    scripted_model.script(http_error(401))
+    run_protege("runs", "start", "Sundae", "--sender", "j@acme.com", "--message", "Hi", env=env)
+    scripted_model.script(say("Better now."))
+    result = run_protege("runs", "retry", "1", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[0] == "run 1: Sundae, reply (message from j@acme.com), done"
+    again = run_protege("runs", "retry", "1", env=env)
+    assert again.returncode == 1
+    assert again.stderr.strip() == "Error: run 1 is done: only failed or stuck runs are retried"
