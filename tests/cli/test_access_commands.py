@@ -281,3 +281,9 @@ def test_agent_created_before_sync_warns_to_run_sync(run_protege, tmp_path):
     result = run_protege("agents", "create", "Early", "--address", "early@x.example", env=env)
     assert result.returncode == 0
     assert "Run `protege sync`" in result.stderr
+
+
+def test_deleting_a_toolkit_detaches_it_from_its_agents(scoop):
+    assert scoop("toolkits", "delete", "Finance", "--yes").stdout == "deleted toolkit Finance\n"
+    data = json.loads(scoop("agents", "show", "Sundae", "--json").stdout)
+    assert [g["toolkit"] for g in data["grants"]] == ["Default Tools", "Support"]

@@ -118,3 +118,29 @@ def test_public_api_loads_on_first_use():
     assert RunContext.__name__ == "RunContext"
     assert hookimpl.project_name == "protege"
     assert set(protege.__all__) >= {"Tool", "Result", "success", "failure", "hookimpl"}
+
+
+def test_an_unexpected_error_is_one_line_unless_debugging(site, run_protege):
+    site.add(
+        "buggy-tools",
+        """
+        import click
+        from protege import hookimpl
+
+        @click.command()
+        def crash():
+            raise RuntimeError("the flux capacitor is empty")
+
+        @hookimpl
+        def register_commands(cli):
+            cli.add_command(crash)
+        """,
+    )
+    result = run_protege("crash", pythonpath=site.path)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "Error: internal error (RuntimeError: the flux capacitor is empty); "
+        "set PROTEGE_DEBUG=1 to see the traceback"
+    )
+    debug = run_protege("crash", pythonpath=site.path, env={"PROTEGE_DEBUG": "1"})
+    assert "Traceback" in debug.stderr
