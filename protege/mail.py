@@ -12,6 +12,7 @@ from protege.models.messages import INBOUND
 
 __all__ = [
     "MAX_SEARCH_RESULTS",
+    "attachments_of",
     "new_message_id",
     "record_inbound",
     "reply_headers",
@@ -130,3 +131,19 @@ def visible_blob(agent: Agent, blob_id: int) -> Blob | None:
         .exists()
     )
     return blob if attached else None
+
+
+def attachments_of(messages: Sequence[Message]) -> dict[int, list[Blob]]:
+    """The attachments of each message, by message id, in order: one query for them all."""
+    found: dict[int, list[Blob]] = {message.id: [] for message in messages}
+    if not found:
+        return found
+    links = (
+        MessageAttachment.select(MessageAttachment, Blob)
+        .join(Blob)
+        .where(MessageAttachment.message.in_(list(found)))
+        .order_by(MessageAttachment.message, MessageAttachment.position)
+    )
+    for link in links:
+        found[link.message_id].append(link.blob)
+    return found

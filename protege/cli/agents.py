@@ -40,15 +40,14 @@ def create(name: str, address: str, instructions: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def list_agents(as_json: bool) -> None:
     """List agents with their toolkits."""
-    from protege.models import Agent
+    from protege.models import Agent, AgentToolkit, Toolkit
 
     open_database()
+    held: dict[int, list[str]] = {}
+    for grant in AgentToolkit.select(AgentToolkit, Toolkit).join(Toolkit).order_by(Toolkit.name):
+        held.setdefault(grant.agent_id, []).append(grant.toolkit.name)
     rows = [
-        {
-            "name": agent.name,
-            "address": agent.address,
-            "toolkits": sorted(grant.toolkit.name for grant in agent.grants),
-        }
+        {"name": agent.name, "address": agent.address, "toolkits": held.get(agent.id, [])}
         for agent in Agent.select().order_by(Agent.name)
     ]
     if as_json:

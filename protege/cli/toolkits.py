@@ -51,15 +51,18 @@ def create(name: str, description: str, tool_ids: tuple[str, ...], force: bool) 
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def list_toolkits(as_json: bool) -> None:
     """List toolkits, their members and how many agents hold each."""
-    from protege.models import Toolkit
+    from protege.models import Agent, AgentToolkit, Toolkit
 
     open_database()
+    holders: dict[int, list[str]] = {}
+    for grant in AgentToolkit.select(AgentToolkit, Agent).join(Agent).order_by(Agent.name):
+        holders.setdefault(grant.toolkit_id, []).append(grant.agent.name)
     rows = [
         {
             "name": t.name,
             "system": t.system_key,
             "tools": t.member_tool_ids,
-            "agents": sorted(g.agent.name for g in t.grants),
+            "agents": holders.get(t.id, []),
         }
         for t in Toolkit.select().order_by(Toolkit.name)
     ]

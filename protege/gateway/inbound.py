@@ -184,7 +184,7 @@ def parse(raw: bytes, limits: MailSettings, envelope_sender: str | None = None) 
 
     senders = email.utils.getaddresses([header("From")])
     sender = email.utils.formataddr(senders[0]) if senders and senders[0][1] else ""
-    sender = sender.replace("\x00", "")
+    sender = _storable(sender, flags)
     if not sender:
         sender = envelope_sender or ""
         flags.append("malformed: no From address")

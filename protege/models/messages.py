@@ -48,14 +48,9 @@ class Message(Record):
     @property
     def attachments(self) -> list:
         """The blobs attached to this message, in order."""
-        from protege.models.blobs import Blob, MessageAttachment
+        from protege.mail import attachments_of
 
-        return list(
-            Blob.select()
-            .join(MessageAttachment)
-            .where(MessageAttachment.message == self.id)
-            .order_by(MessageAttachment.position)
-        )
+        return attachments_of([self])[self.id]
 
     @property
     def inbound(self) -> bool:

@@ -287,3 +287,14 @@ def test_deleting_a_toolkit_detaches_it_from_its_agents(scoop):
     assert scoop("toolkits", "delete", "Finance", "--yes").stdout == "deleted toolkit Finance\n"
     data = json.loads(scoop("agents", "show", "Sundae", "--json").stdout)
     assert [g["toolkit"] for g in data["grants"]] == ["Default Tools", "Support"]
+
+
+def test_attach_with_allow_proactive(operator):
+    operator("sync")
+    operator("agents", "create", "Scout", "--address", "scout@thescoop.example")
+    operator("toolkits", "create", "Operations", "--tool", "check_flavor_stock")
+    operator("grants", "attach", "Scout", "Operations", "--allow-proactive")
+    data = json.loads(operator("access", "explain", "Scout", "--scheduled", "--json").stdout)
+    assert data["tools"] == ["check_flavor_stock"]
+    rows = {r["name"]: r for r in json.loads(operator("agents", "list", "--json").stdout)}
+    assert rows["Scout"]["toolkits"] == ["Default Tools", "Operations"]

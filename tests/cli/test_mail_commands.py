@@ -112,3 +112,13 @@ def test_serve_on_a_busy_port_is_a_clear_error(run_protege, env):
         result = run_protege("serve", "--port", str(port), env=env)
     assert result.returncode == 1
     assert result.stderr.startswith("Error: cannot listen for mail")
+
+
+def test_receive_to_names_the_recipient_over_the_headers(run_protege, env, tmp_path):
+    Agent.create(name="Scout", address="scout@thescoop.example")
+    eml = tmp_path / "forwarded.eml"
+    eml.write_bytes(EML)  # addressed to Sundae
+    result = run_protege("receive", str(eml), "--to", "Scout+fwd@thescoop.example", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Scout: accepted (run 1 queued)")
+    assert Message.select().count() == 1

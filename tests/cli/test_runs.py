@@ -107,3 +107,12 @@ def test_retry_runs_a_failed_run_again(run_protege, env, scripted_model):
     again = run_protege("runs", "retry", "1", env=env)
     assert again.returncode == 1
     assert again.stderr.strip() == "Error: run 1 is done: only failed or stuck runs are retried"
+
+
+def test_runs_list_for_one_agent(run_protege, env, scripted_model):
+    Agent.create(name="Scout", address="scout@thescoop.example")
+    scripted_model.script(say("a"), say("b"))
+    for agent in ("Sundae", "Scout"):
+        run_protege("runs", "start", agent, "--sender", "j@acme.com", "--message", "Hi", env=env)
+    rows = json.loads(run_protege("runs", "list", "--agent", "Scout", "--json", env=env).stdout)
+    assert [(r["id"], r["agent"]) for r in rows] == [(2, "Scout")]

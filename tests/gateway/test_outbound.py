@@ -44,6 +44,16 @@ def smtp_server():
         controller.stop()
 
 
+def smtp_config(config, relay, **changes):
+    """``config`` sending by SMTP to ``relay`` (no STARTTLS unless asked)."""
+    mail = {"transport": "smtp", "smtp_port": relay.port, "smtp_starttls": False, **changes}
+    return attrs.evolve(config, mail=attrs.evolve(config.mail, **mail))
+
+
+def send(agent, config, mail):
+    return deliver(agent=agent, run=None, config=config, mail=mail)
+
+
 def outbox(config):
     return sorted((config.data_dir / "outbox").glob("*.eml"))
 
@@ -166,18 +176,10 @@ def test_the_same_tool_call_sends_once(sundae, config):
 
 def test_smtp_transport_sends_to_the_relay(sundae, config, smtp_server):
     capture, relay = smtp_server()
-    settings = attrs.evolve(
-        config.mail,
-        transport="smtp",
-        smtp_host="127.0.0.1",
-        smtp_port=relay.port,
-        smtp_starttls=False,
-    )
-    outcome = deliver(
-        agent=sundae,
-        run=None,
-        config=attrs.evolve(config, mail=settings),
-        mail={
+    outcome = send(
+        sundae,
+        smtp_config(config, relay),
+        {
             "to": ["jane@acme.com"],
             "cc": ["mara@thescoop.com"],
             "bcc": ["audit@thescoop.com"],
@@ -194,14 +196,8 @@ def test_smtp_transport_sends_to_the_relay(sundae, config, smtp_server):
 
 def test_a_permanent_smtp_refusal_marks_the_message_failed(sundae, config, smtp_server):
     capture, relay = smtp_server("554 5.7.1 rejected by policy")
-    settings = attrs.evolve(
-        config.mail, transport="smtp", smtp_port=relay.port, smtp_starttls=False, smtp_retries=3
-    )
-    outcome = deliver(
-        agent=sundae,
-        run=None,
-        config=attrs.evolve(config, mail=settings),
-        mail={"to": ["jane@acme.com"], "body": "b"},
+    outcome = send(
+        sundae, smtp_config(config, relay, smtp_retries=3), {"to": ["jane@acme.com"], "body": "b"}
     )
     assert outcome["status"] == "failed"
     assert outcome["error"] == "SMTP 554: 5.7.1 rejected by policy"
@@ -210,14 +206,8 @@ def test_a_permanent_smtp_refusal_marks_the_message_failed(sundae, config, smtp_
 
 def test_a_temporary_smtp_failure_is_retried(sundae, config, smtp_server):
     capture, relay = smtp_server("451 4.3.0 try later")
-    settings = attrs.evolve(
-        config.mail, transport="smtp", smtp_port=relay.port, smtp_starttls=False, smtp_retries=1
-    )
-    outcome = deliver(
-        agent=sundae,
-        run=None,
-        config=attrs.evolve(config, mail=settings),
-        mail={"to": ["jane@acme.com"], "body": "b"},
+    outcome = send(
+        sundae, smtp_config(config, relay, smtp_retries=1), {"to": ["jane@acme.com"], "body": "b"}
     )
     assert len(capture.received) == 2
     assert outcome["status"] == "failed"
@@ -245,18 +235,10 @@ def authenticating_relay():
 def test_smtp_login(sundae, config, authenticating_relay, monkeypatch, password, sent):
     capture, relay = authenticating_relay
     monkeypatch.setenv("PROTEGE_SMTP_PASSWORD", password)
-    settings = attrs.evolve(
-        config.mail,
-        transport="smtp",
-        smtp_port=relay.port,
-        smtp_starttls=False,
-        smtp_username="sundae",
-    )
-    outcome = deliver(
-        agent=sundae,
-        run=None,
-        config=attrs.evolve(config, mail=settings),
-        mail={"to": ["jane@acme.com"], "body": "b"},
+    outcome = send(
+        sundae,
+        smtp_config(config, relay, smtp_username="sundae"),
+        {"to": ["jane@acme.com"], "body": "b"},
     )
     assert (outcome["status"] == "sent") is sent
     assert len(capture.received) == (1 if sent else 0)
@@ -266,14 +248,10 @@ def test_smtp_login(sundae, config, authenticating_relay, monkeypatch, password,
 
 def test_starttls_is_required_when_configured(sundae, config, smtp_server):
     capture, relay = smtp_server()  # offers no STARTTLS
-    settings = attrs.evolve(
-        config.mail, transport="smtp", smtp_port=relay.port, smtp_starttls=True, smtp_retries=0
-    )
-    outcome = deliver(
-        agent=sundae,
-        run=None,
-        config=attrs.evolve(config, mail=settings),
-        mail={"to": ["jane@acme.com"], "body": "b"},
+    outcome = send(
+        sundae,
+        smtp_config(config, relay, smtp_starttls=True, smtp_retries=0),
+        {"to": ["jane@acme.com"], "body": "b"},
     )
     assert outcome["status"] == "failed"
     assert "STARTTLS extension not supported" in outcome["error"]

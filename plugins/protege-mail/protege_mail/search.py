@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from protege import Tool, Trust
-from protege.mail import MAX_SEARCH_RESULTS, search
+from protege.mail import MAX_SEARCH_RESULTS, attachments_of, search
 
 BODY_LIMIT = 4000
 
@@ -31,6 +31,7 @@ class SearchEmailsTool(Tool):
 
     def use(self, context, query, limit=10):
         matches = search(context.agent, query, limit)
+        attachments = attachments_of(matches)
         return self.success(
             query=query,
             matches=[
@@ -50,7 +51,7 @@ class SearchEmailsTool(Tool):
                             "content_type": blob.content_type,
                             "size": blob.size,
                         }
-                        for blob in message.attachments
+                        for blob in attachments[message.id]
                     ],
                 }
                 for message in matches

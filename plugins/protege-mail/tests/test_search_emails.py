@@ -86,3 +86,45 @@ def test_refused_mail_is_not_searchable(sundae, archive):
 def test_punctuation_in_queries_is_harmless(sundae, archive):
     assert search(sundae, query='"mango" OR (*) NEAR') == []
     assert [m["subject"] for m in search(sundae, query="mango!")] == ["Melted sorbet"]
+
+
+def test_default_limit_is_ten_newest(sundae):
+    for n in range(12):
+        record_inbound(sundae, sender="jane@acme.com", subject=f"Order {n}", body="gelato")
+    subjects = [m["subject"] for m in search(sundae, query="gelato")]
+    assert subjects == [f"Order {n}" for n in range(11, 1, -1)]
+
+
+def test_attachments_of_many_matches_cost_one_query(sundae, tmp_path):
+    from protege.mail import attachments_of
+    from protege.mail import search as search_archive
+
+    for n in range(5):
+        message = record_inbound(sundae, sender="jane@acme.com", subject=f"S{n}", body="sorbet")
+        blob = blobs.store(b"x%d" % n, filename=f"{n}.txt", data_dir=tmp_path)
+        MessageAttachment.create(message=message, blob=blob, position=0)
+    matches = search_archive(sundae, "sorbet")
+    queries = []
+
+    import logging
+
+    class Count(logging.Handler):
+        def emit(self, record):
+            queries.append(record)
+
+    handler, logger = Count(), logging.getLogger("peewee")
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        found = attachments_of(matches)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.WARNING)
+    assert len(queries) == 1
+    assert [[b.filename for b in found[m.id]] for m in matches] == [
+        ["4.txt"],
+        ["3.txt"],
+        ["2.txt"],
+        ["1.txt"],
+        ["0.txt"],
+    ]
