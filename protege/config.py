@@ -60,7 +60,9 @@ class MailSettings:
     """``[mail]``: the SMTP gateway, outbound transport, and limits on what mail may carry.
 
     ``transport = "outbox"`` (the default) writes outgoing mail as ``.eml`` files in the
-    data directory's ``outbox``; ``"smtp"`` hands it to ``smtp_host``.
+    data directory's ``outbox``; ``"smtp"`` hands it to ``smtp_host``. Inbound mail whose
+    header block is over ``max_header_bytes`` (Postfix's default) or names more than
+    ``max_header_addresses`` addresses is refused before it is parsed.
     """
 
     listen_host: str = "127.0.0.1"
@@ -80,6 +82,8 @@ class MailSettings:
     max_attachments: int = 10
     max_attachment_bytes: int = 10 * MIB
     loop_limit: int = attrs.field(default=3, validator=attrs.validators.ge(1))
+    max_header_bytes: int = attrs.field(default=100 * 1024, validator=attrs.validators.ge(1024))
+    max_header_addresses: int = attrs.field(default=1000, validator=attrs.validators.ge(1))
 
 
 @attrs.frozen(kw_only=True)
