@@ -19,6 +19,7 @@ from protege import blobs
 from protege.access import routing_key
 from protege.config import Config
 from protege.db import database
+from protege.errors import ProtegeError
 from protege.gateway.parse import (
     LOOP_HEADER,
     MailRejected,
@@ -40,7 +41,7 @@ SYNTHETIC_ID = "synthetic Message-ID"
 TRANSIENT_ERRORS = (peewee.OperationalError, peewee.InterfaceError, OSError)
 
 
-class StorageUnavailable(Exception):
+class StorageUnavailable(ProtegeError):
     """The message could not be stored for now; the sender should try again later."""
 
 

@@ -169,7 +169,11 @@ class _Headers:
         self.flags = flags
         self.raw: dict[str, list[str]] = {}
         for name, value in message.raw_items():
-            self.raw.setdefault(name.lower(), []).append(_utf8(_UNFOLD.sub("", value)))
+            text = _utf8(_UNFOLD.sub("", value))
+            if text is None:
+                flags.append(f"malformed: header {name} has bytes that are not UTF-8")
+                text = _UNFOLD.sub("", value)
+            self.raw.setdefault(name.lower(), []).append(text)
 
     def values(self, name: str) -> list[str]:
         return self.raw.get(name.lower(), [])
@@ -217,12 +221,12 @@ class _Headers:
         ]
 
 
-def _utf8(value: str) -> str:
+def _utf8(value: str) -> str | None:
     # The parser keeps raw 8-bit bytes as surrogates; SMTPUTF8 mail (RFC 6532) is UTF-8.
     try:
         return value.encode("ascii", "surrogateescape").decode("utf-8")
     except UnicodeError:
-        return value
+        return None
 
 
 def _sender(headers: _Headers, envelope_sender: str | None) -> tuple[str, str | None]:
@@ -373,7 +377,11 @@ def _attachments(message: Message, limits: MailSettings, flags: list[str]) -> li
             filename = None
         found.append(Attachment(filename, content_type, data))
         if len(found) > limits.max_attachments:
-            raise MailRejected(f"message has more than {limits.max_attachments} attachments", 552)
+            raise MailRejected(
+                f"message has more than {limits.max_attachments} attachments; "
+                f"the limit is {limits.max_attachments}",
+                552,
+            )
         if len(data) > limits.max_attachment_bytes:
             name = sanitize_filename(filename, default=str(len(found)))
             raise MailRejected(
