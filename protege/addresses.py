@@ -64,14 +64,14 @@ def parse_mailbox(text: str) -> Mailbox:
     """
     if not isinstance(text, str) or not text.strip():
         raise InvalidAddress("no address")
-    text = _FINAL_DOT.sub(r"\1", text.strip())
     if len(text) > MAX_MAILBOX_TEXT:
         raise InvalidAddress(f"longer than {MAX_MAILBOX_TEXT} characters")
-    if _BARE.fullmatch(text):
-        return Mailbox("", text)
     unfolded = _FOLD.sub("", text)
     if has_control_characters(unfolded):
         raise InvalidAddress("control characters")
+    unfolded = _FINAL_DOT.sub(r"\1", unfolded.strip())
+    if _BARE.fullmatch(unfolded):
+        return Mailbox("", unfolded)
     try:
         header = policy.default.header_factory("from", unfolded)
         groups = header.groups

@@ -9,8 +9,17 @@ stored). None ends in 451, and none leaves a file no row points at.
 from __future__ import annotations
 
 import base64
+import smtplib
+from pathlib import Path
 
 import attrs
+from click.testing import CliRunner
+
+from protege.blobs import blob_path
+from protege.cli import cli
+from protege.config import load_config
+from protege.gateway.smtp import free_port, start_gateway
+from protege.models import Blob
 
 AGENT = "sundae@thescoop.example"
 OPERATOR = "mara@thescoop.com"
@@ -258,3 +267,28 @@ def cases() -> list[Case]:
         Case("auto-reply", mail("Auto-Submitted: auto-replied"), "ignored", "auto-submitted"),
     ]
     return found
+
+
+def through_receive(raw: bytes) -> tuple[int | None, str]:
+    result = CliRunner().invoke(cli, ["receive", "-", "--to", AGENT], input=raw)
+    assert "Traceback" not in result.output
+    return (None if result.exit_code == 0 else result.exit_code), result.output
+
+
+def through_smtp(raw: bytes, case, data_dir: Path) -> tuple[int | None, str]:
+    controller = start_gateway(load_config(), "127.0.0.1", free_port())
+    options = ["SMTPUTF8"] if case.smtputf8 else []
+    try:
+        with smtplib.SMTP(controller.hostname, controller.port, timeout=60) as client:
+            client.sendmail(case.envelope_sender, [AGENT], raw, mail_options=options)
+    except smtplib.SMTPResponseException as error:
+        return error.smtp_code, error.smtp_error.decode(errors="replace")
+    finally:
+        controller.stop()
+    return None, ""
+
+
+def assert_no_orphan_files(data_dir: Path) -> None:
+    on_disk = {p for p in (data_dir / "blobs").glob("*/*")} if data_dir.exists() else set()
+    rows = {blob_path(data_dir, blob.sha256) for blob in Blob.select()}
+    assert on_disk == rows
