@@ -7,6 +7,7 @@ one address to one of them and another address to the next.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from email import policy
@@ -134,6 +135,7 @@ def routing_key(address: str | None) -> str | None:
     return f"{local}@{domain}" if local else None
 
 
+@functools.lru_cache(maxsize=4096)  # pure, and asked for the same senders on every turn
 def canonical_address(address: str | None) -> str | None:
     """The bare address of the one mailbox in ``address``, lowercased with an IDNA domain
     and any ``+tag`` kept; None if ``address`` is not exactly one mailbox."""
