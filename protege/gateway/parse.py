@@ -7,8 +7,10 @@ no sender at all, so no rule and no gate ever sees a guess.
 
 from __future__ import annotations
 
+import email.utils
 import re
 from email import policy
+from email.headerregistry import HeaderRegistry
 from email.message import EmailMessage, Message
 from email.parser import BytesParser
 from html.parser import HTMLParser
@@ -34,6 +36,12 @@ _MESSAGE_ID = re.compile(rb"<[!-;=?-~]{1,%d}>" % (MAX_ID_LENGTH - 2))
 _CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]+")
 _UNFOLD = re.compile(r"\r\n|\r|\n")
 _HEADER_END = re.compile(rb"\r?\n\r?\n")
+MAX_PART_LINES = 10_000
+# The standard library's structured header parser takes time quadratic in some shapes
+# (thousands of comments, quotes or commas); a header past these is not handed to it.
+MAX_STRUCTURED_HEADER = 8192
+MAX_STRUCTURED_SPECIALS = 200
+_PART_LINE = re.compile(rb"^--", re.MULTILINE)
 _ADDRESS_HEADERS = re.compile(
     rb"^(?:from|sender|reply-to|to|cc|bcc|resent-[a-z]+|delivered-to):", re.IGNORECASE
 )
@@ -104,6 +112,37 @@ def check_header_block(raw: bytes, limits: MailSettings) -> None:
             f"the headers name {addresses} addresses; the limit is {limits.max_header_addresses}",
             552,
         )
+    part_lines = len(_PART_LINE.findall(raw, end.end() if end else len(raw)))
+    if part_lines > MAX_PART_LINES:
+        raise MailRejected(
+            f"the body has {part_lines} lines that may start a MIME part; "
+            f"the limit is {MAX_PART_LINES}",
+            552,
+        )
+
+
+class _BoundedHeaders(HeaderRegistry):
+    """The standard header registry, except that a structured header too long or too
+    intricate to parse quickly is read as a safe stand-in, and noted."""
+
+    STAND_INS = {"content-type": "application/octet-stream", "content-disposition": "attachment"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.replaced: list[str] = []
+
+    def __call__(self, name: str, value: str) -> object:
+        kind = self[name]
+        if not issubclass(kind, self.default_class) and _intricate(value):
+            self.replaced.append(name)
+            return kind(name, self.STAND_INS.get(name.lower(), ""))
+        return kind(name, value)
+
+
+def _intricate(value: str) -> bool:
+    if len(value) > MAX_STRUCTURED_HEADER:
+        return True
+    return sum(value.count(c) for c in '(",') > MAX_STRUCTURED_SPECIALS
 
 
 def parse(raw: bytes, limits: MailSettings, envelope_sender: str | None = None) -> ParsedMail:
@@ -112,11 +151,24 @@ def parse(raw: bytes, limits: MailSettings, envelope_sender: str | None = None) 
     ``envelope_sender`` is the SMTP ``MAIL FROM`` (``""`` for a null return path, None when
     unknown). Raises ``MailRejected`` only for attachments over the limits.
     """
-    flags: list[str] = []
+    registry = _BoundedHeaders()
     try:
-        message = BytesParser(policy=policy.default).parsebytes(raw)
+        message = BytesParser(policy=policy.default.clone(header_factory=registry)).parsebytes(
+            raw
+        )
+        parsed = _read(message, limits, envelope_sender)
+    except MailRejected:
+        raise
     except Exception as error:  # the parser is lenient; this is a last resort
         return _unparsed(raw, f"malformed: cannot parse ({type(error).__name__})")
+    if registry.replaced:
+        names = ", ".join(sorted({name.lower() for name in registry.replaced}))
+        parsed.flags.append(f"malformed: headers too intricate to read ({names})")
+    return parsed
+
+
+def _read(message: EmailMessage, limits: MailSettings, envelope_sender: str | None) -> ParsedMail:
+    flags: list[str] = []
     headers = _Headers(message, flags)
     defects = _defects(message)
     if defects:
@@ -133,18 +185,21 @@ def parse(raw: bytes, limits: MailSettings, envelope_sender: str | None = None) 
     if ambiguity is not None:
         flags.append(f"{AMBIGUOUS_SENDER}: {ambiguity}")
         ignore = f"{AMBIGUOUS_SENDER} ({ambiguity}): there is nobody safe to answer"
+    to, cc, reply_to = (headers.addresses(name) for name in ("To", "Cc", "Reply-To"))
+    subject = headers.text("Subject", MAX_SUBJECT)
+    attachments = _attachments(message, limits, flags)
     return ParsedMail(
         sender=sender,
-        to=headers.addresses("To"),
-        cc=headers.addresses("Cc"),
-        reply_to=headers.addresses("Reply-To"),
-        subject=headers.text("Subject", MAX_SUBJECT),
+        to=to,
+        cc=cc,
+        reply_to=reply_to,
+        subject=subject,
         body=storable(body, flags),
         message_id=message_id,
         in_reply_to=in_reply_to,
         references=references,
-        attachments=_attachments(message, limits, flags),
-        flags=flags,
+        attachments=attachments,
+        flags=list(dict.fromkeys(flags)),  # each problem once
         ignore_reason=ignore,
     )
 
@@ -181,6 +236,9 @@ class _Headers:
     def text(self, name: str, limit: int) -> str:
         """An unstructured header decoded, controls made spaces, cut to ``limit``."""
         value = (self.values(name) or [""])[0]
+        if len(value) > 4 * limit:  # decoding costs more than the text is worth
+            self.flags.append(f"{name} cut to {limit} characters")
+            value = value[: 4 * limit]
         try:
             decoded = str(policy.default.header_factory("subject", value))
         except Exception:  # a decoder crash on hostile encoded-words: keep the raw text
@@ -195,20 +253,26 @@ class _Headers:
         return storable(text, self.flags)
 
     def addresses(self, name: str) -> list[str]:
-        """The bare addresses of an address-list header; what does not parse is left out."""
+        """The bare addresses of an address-list header; what does not parse is left out.
+
+        ``getaddresses`` takes linear time on any shape; each address it finds is then
+        checked on its own.
+        """
         found: list[str] = []
-        for value in self.values(name):
+        left_out = False
+        try:
+            pairs = email.utils.getaddresses(self.values(name))
+        except Exception:  # RecursionError on thousands of nested comments
+            pairs, left_out = [], True
+        for _, address in pairs:
             try:
-                header = policy.default.header_factory("to", value)
-                mailboxes = header.addresses
-            except Exception:
-                self.flags.append(f"malformed: header {name}")
-                continue
-            for mailbox in mailboxes:
-                try:
-                    found.append(parse_mailbox(mailbox.addr_spec).address)
-                except (InvalidAddress, ValueError):
-                    self.flags.append(f"malformed: an address in {name} left out")
+                if "@" not in address:
+                    raise InvalidAddress("no domain")
+                found.append(parse_mailbox(address).address)
+            except InvalidAddress:
+                left_out = True
+        if left_out:
+            self.flags.append(f"malformed: addresses in {name} left out")
         return found
 
     def ids(self, name: str) -> list[str]:

@@ -219,6 +219,29 @@ def cases() -> list[Case]:
             "references cut",
         ),
         Case("to-nested-comments", mail("Cc: " + "(" * 5_000 + " x@y.z"), "answered"),
+        Case("cc-30000-comments", mail("Cc: " + "(a)" * 30_000), "answered"),
+        Case("to-50000-words", mail("Cc: " + "a," * 50_000), "answered", "left out"),
+        Case(
+            "content-type-too-intricate",
+            mail("Content-Type: text/plain; " + "(a)" * 30_000),
+            "answered",
+            "too intricate",
+        ),
+        Case(
+            "200000-mime-part-lines",
+            mail('Content-Type: multipart/mixed; boundary="b"', body="--b\r\n\r\nx\r\n" * 200_000),
+            "refused",
+            code=552,
+        ),
+        Case(
+            "3000-nested-multiparts",
+            mail(
+                'Content-Type: multipart/mixed; boundary="b"',
+                body='--b\r\nContent-Type: multipart/mixed; boundary="b"\r\n\r\n' * 3_000,
+            ),
+            "refused",
+            code=552,
+        ),
         Case("null-return-path-header", mail("Return-Path: <>"), "ignored", "null return path"),
         Case(
             "null-envelope-sender",
