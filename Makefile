@@ -39,6 +39,7 @@ test-postgres: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/registry.py
 	$(BIN)/python bench/access.py
+	$(BIN)/python bench/parsing.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .pg-test

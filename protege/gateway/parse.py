@@ -41,7 +41,9 @@ MAX_PART_LINES = 10_000
 # (thousands of comments, quotes or commas); a header past these is not handed to it.
 MAX_STRUCTURED_HEADER = 8192
 MAX_STRUCTURED_SPECIALS = 200
+MAX_MULTIPARTS = 100  # Postfix's mime_nesting_limit
 _PART_LINE = re.compile(rb"^--", re.MULTILINE)
+_MULTIPART = re.compile(rb"^content-type:\s*multipart/", re.MULTILINE | re.IGNORECASE)
 _ADDRESS_HEADERS = re.compile(
     rb"^(?:from|sender|reply-to|to|cc|bcc|resent-[a-z]+|delivered-to):", re.IGNORECASE
 )
@@ -119,6 +121,12 @@ def check_header_block(raw: bytes, limits: MailSettings) -> None:
             f"the limit is {MAX_PART_LINES}",
             552,
         )
+    multiparts = len(_MULTIPART.findall(raw))
+    if multiparts > MAX_MULTIPARTS:
+        raise MailRejected(
+            f"the message has {multiparts} multipart sections; the limit is {MAX_MULTIPARTS}",
+            552,
+        )
 
 
 class _BoundedHeaders(HeaderRegistry):
@@ -153,9 +161,7 @@ def parse(raw: bytes, limits: MailSettings, envelope_sender: str | None = None) 
     """
     registry = _BoundedHeaders()
     try:
-        message = BytesParser(policy=policy.default.clone(header_factory=registry)).parsebytes(
-            raw
-        )
+        message = BytesParser(policy=policy.default.clone(header_factory=registry)).parsebytes(raw)
         parsed = _read(message, limits, envelope_sender)
     except MailRejected:
         raise
