@@ -60,7 +60,11 @@ class MailSettings:
     """``[mail]``: the SMTP gateway, outbound transport, and limits on what mail may carry.
 
     ``transport = "outbox"`` (the default) writes outgoing mail as ``.eml`` files in the
-    data directory's ``outbox``; ``"smtp"`` hands it to ``smtp_host``.
+    data directory's ``outbox``; ``"smtp"`` hands it to ``smtp_host``, verifying its
+    certificate against the system's authorities or ``smtp_ca_file`` (relative to the
+    project root); temporary failures are retried ``smtp_retries`` times, waiting
+    ``smtp_backoff_seconds``, then twice as long each time. One mail goes to at most
+    ``max_recipients`` people (To, Cc and Bcc together).
     """
 
     listen_host: str = "127.0.0.1"
@@ -80,6 +84,9 @@ class MailSettings:
     max_attachments: int = 10
     max_attachment_bytes: int = 10 * MIB
     loop_limit: int = attrs.field(default=3, validator=attrs.validators.ge(1))
+    max_recipients: int = attrs.field(default=50, validator=attrs.validators.ge(1))
+    smtp_ca_file: str | None = None
+    smtp_backoff_seconds: float = attrs.field(default=1.0, validator=attrs.validators.ge(0))
 
 
 @attrs.frozen(kw_only=True)

@@ -145,7 +145,7 @@ def _deliver_to(agent: Agent, parsed: _Parsed, raw_blob, stored) -> Delivered:
         sender=parsed.sender,
         to_addresses=parsed.to,
         cc_addresses=parsed.cc,
-        reply_to=parsed.reply_to,
+        reply_to_addresses=[parsed.reply_to] if parsed.reply_to else [],
         subject=parsed.subject,
         body_text=parsed.body,
         message_id=parsed.message_id,

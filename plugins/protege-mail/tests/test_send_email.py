@@ -123,6 +123,7 @@ def test_new_mode_needs_to_and_subject_and_sets_no_threading(sundae):
         "bcc": [],
         "subject": "Stock report",
         "body": "All good.",
+        "loop": 0,  # the loop count of the mail the run answers
     }
     for missing in ({"to": ["sam@example.org"]}, {"subject": "Hi"}):
         result, sent = send(sundae, inbound_message(sundae), mode="new", body="x", **missing)
