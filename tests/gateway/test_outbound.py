@@ -17,11 +17,31 @@ from protege.models import Message
 
 
 class Capture:
-    """An SMTP server's handler that keeps what it receives (or refuses it)."""
+    """An SMTP server's handler that keeps what it receives (or refuses it).
 
-    def __init__(self, answer="250 OK"):
+    ``refuse`` maps a recipient to the answer its RCPT gets: one text (every time) or a
+    list of texts used one per attempt, after which the recipient is accepted.
+    """
+
+    def __init__(self, answer="250 OK", refuse=None):
         self.received = []
         self.answer = answer
+        self.refuse = dict(refuse or {})
+        self.greetings = 0
+
+    async def handle_EHLO(self, server, session, envelope, hostname, responses):
+        self.greetings += 1
+        session.host_name = hostname
+        return responses
+
+    async def handle_RCPT(self, server, session, envelope, address, options):
+        answer = self.refuse.get(address)
+        if isinstance(answer, list):
+            answer = answer.pop(0) if answer else None
+        if answer:
+            return answer
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
 
     async def handle_DATA(self, server, session, envelope):
         self.received.append(envelope)
@@ -32,9 +52,9 @@ class Capture:
 def smtp_server():
     servers = []
 
-    def start(answer="250 OK"):
-        capture = Capture(answer)
-        controller = Controller(capture, hostname="127.0.0.1", port=free_port())
+    def start(answer="250 OK", refuse=None, **options):
+        capture = Capture(answer, refuse)
+        controller = Controller(capture, hostname="127.0.0.1", port=free_port(), **options)
         controller.start()
         servers.append(controller)
         return capture, controller
@@ -45,8 +65,15 @@ def smtp_server():
 
 
 def smtp_config(config, relay, **changes):
-    """``config`` sending by SMTP to ``relay`` (no STARTTLS unless asked)."""
-    mail = {"transport": "smtp", "smtp_port": relay.port, "smtp_starttls": False, **changes}
+    """``config`` sending by SMTP to ``relay`` (no STARTTLS unless asked, no waiting
+    between attempts)."""
+    mail = {
+        "transport": "smtp",
+        "smtp_port": relay.port,
+        "smtp_starttls": False,
+        "smtp_backoff_seconds": 0,
+        **changes,
+    }
     return attrs.evolve(config, mail=attrs.evolve(config.mail, **mail))
 
 
