@@ -14,6 +14,7 @@ from protege.models.messages import INBOUND, REFUSED, SYNTHETIC_ID
 
 __all__ = [
     "MAX_SEARCH_RESULTS",
+    "SYNTHETIC_ID",
     "attachments_of",
     "clean_address",
     "new_message_id",

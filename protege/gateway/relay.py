@@ -91,7 +91,13 @@ def send(
         refused += [r for r in answers.values() if r.permanent]
         pending = [r.address for r in answers.values() if not r.permanent]
         if not pending:
-            return Handover(tuple(delivered), tuple(refused))
+            nobody = (
+                None
+                if delivered
+                else "the relay refused every recipient: "
+                + "; ".join(f"{r.address} ({r.code} {r.reason})" for r in refused)
+            )
+            return Handover(tuple(delivered), tuple(refused), nobody)
         reason = _reason(answers[pending[0]])
         if attempt < settings.smtp_retries:
             logger.warning(
