@@ -10,16 +10,35 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from email.utils import getaddresses
 from enum import StrEnum
 from typing import Any, Protocol
 
 import attrs
 
+from protege.addresses import (
+    MAX_ADDRESS_LENGTH,
+    InvalidAddress,
+    normalize_domain,
+    normalize_local_part,
+    require_address,
+    routing_key,
+)
 from protege.errors import ProtegeError
 
-MAX_ADDRESS_LENGTH = 320
-_FORBIDDEN_IN_ADDRESS = re.compile(r"[\s<>,;\"()\[\]\\]")
+__all__ = [
+    "Decision",
+    "InvalidAddress",
+    "InvalidPattern",
+    "RuleKind",
+    "decide",
+    "normalize_pattern",
+    "pattern_matches",
+    "require_address",
+    "resolve",
+    "routing_key",
+]
+
+_FORBIDDEN_IN_PATTERN = re.compile(r"[\s<>,;\"()\[\]\\]")
 
 
 class RuleKind(StrEnum):
@@ -33,43 +52,6 @@ class InvalidPattern(ProtegeError):
     """An address pattern that is neither an exact address nor a single-``*`` wildcard."""
 
 
-class InvalidAddress(ProtegeError):
-    """Text that is not one email address."""
-
-
-def routing_key(address: str | None) -> str | None:
-    """The form addresses are compared in: the bare address, ``+tag`` dropped, lowercased.
-
-    ``"Mara <Mara+billing@TheScoop.com>"`` gives ``mara@thescoop.com``. Anything that is not
-    exactly one well-formed address gives None, and None matches no pattern.
-    """
-    if not address or len(address) > 2 * MAX_ADDRESS_LENGTH:
-        return None
-    parsed = getaddresses([address])
-    if len(parsed) != 1:
-        return None
-    bare = parsed[0][1]
-    if bare.count("@") != 1 or _FORBIDDEN_IN_ADDRESS.search(bare):
-        return None
-    local, domain = bare.split("@")
-    local = local.split("+", 1)[0]
-    if not local or not domain or domain.startswith(".") or domain.endswith("."):
-        return None
-    key = f"{local}@{domain}".lower()
-    return key if len(key) <= MAX_ADDRESS_LENGTH else None
-
-
-def require_address(address: str) -> str:
-    """``address`` as a bare, lowercased address, or ``InvalidAddress`` saying why not.
-
-    Unlike ``routing_key`` the ``+tag`` is kept: this is for storing an agent's own address.
-    """
-    key = routing_key(address)
-    if key is None:
-        raise InvalidAddress(f"{address!r} is not an email address")
-    return getaddresses([address])[0][1].lower()
-
-
 def normalize_pattern(pattern: str) -> str:
     """The stored form of a rule pattern; ``InvalidPattern`` if it is not one.
 
@@ -78,7 +60,7 @@ def normalize_pattern(pattern: str) -> str:
     of characters (``*@thescoop.com``, ``mara@*``, ``*``).
     """
     text = pattern.strip() if isinstance(pattern, str) else ""
-    if _FORBIDDEN_IN_ADDRESS.search(text) or text.count("*") > 1 or text.count("@") > 1:
+    if _FORBIDDEN_IN_PATTERN.search(text) or text.count("*") > 1 or text.count("@") > 1:
         raise InvalidPattern(
             f"{pattern!r} is not a rule pattern: use a bare address (mara@thescoop.com) "
             "or one with a single * (*@thescoop.com)"
@@ -86,7 +68,7 @@ def normalize_pattern(pattern: str) -> str:
     if "*" in text:
         if len(text) > MAX_ADDRESS_LENGTH:
             raise InvalidPattern(f"a rule pattern is at most {MAX_ADDRESS_LENGTH} characters")
-        return text.lower()
+        return _normalize_wildcard(text, pattern)
     key = routing_key(text)
     if key is None:
         raise InvalidPattern(
@@ -94,6 +76,17 @@ def normalize_pattern(pattern: str) -> str:
             "nor a pattern with a single *"
         )
     return key
+
+
+def _normalize_wildcard(text: str, pattern: str) -> str:
+    # Keys hold IDNA domains, so a wildcard's whole domain is put in the same form.
+    local, at, domain = text.rpartition("@")
+    if not at or "*" in domain:
+        return normalize_local_part(text)
+    normalized = normalize_domain(domain)
+    if normalized is None:
+        raise InvalidPattern(f"{pattern!r} is not a rule pattern: {domain!r} is not a domain")
+    return f"{normalize_local_part(local)}@{normalized}"
 
 
 def pattern_matches(pattern: str, key: str | None) -> bool:

@@ -6,16 +6,23 @@ once); each stored file is still its own ``Blob`` row, with its own name and typ
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import os
 import re
 import tempfile
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
 
 from protege.models import Agent, Blob
 
 MAX_FILENAME = 120
+# Files written inside ``removed_on_failure``, so a failed transaction takes them back.
+_written: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar(
+    "protege_blobs_written", default=None
+)
 _UNSAFE = re.compile(r"[^\w.\- ]+")
 
 
@@ -58,6 +65,9 @@ def store(
         with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as handle:
             handle.write(data)
         os.replace(handle.name, path)
+        written = _written.get()
+        if written is not None:
+            written.append(path)
     return Blob.create(
         sha256=digest,
         size=len(data),
@@ -65,6 +75,28 @@ def store(
         filename=sanitize_filename(filename),
         agent=agent,
     )
+
+
+@contextlib.contextmanager
+def removed_on_failure() -> Iterator[None]:
+    """Files that ``store`` writes inside this block are deleted again if the block raises.
+
+    Wrap a database transaction that stores blobs in it, so a rolled-back transaction leaves
+    no file that no row points at. A file some row already points at is kept.
+    """
+    written: list[Path] = []
+    token = _written.set(written)
+    try:
+        yield
+    except BaseException:
+        for path in written:
+            # If the database cannot even say whether a row uses it, keeping it is safer.
+            with contextlib.suppress(Exception):
+                if not Blob.select().where(Blob.sha256 == path.parent.name + path.name).exists():
+                    path.unlink(missing_ok=True)
+        raise
+    finally:
+        _written.reset(token)
 
 
 def read(blob: Blob, data_dir: Path | None = None) -> bytes:

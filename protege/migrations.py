@@ -240,11 +240,37 @@ def _0004_reply_to_lists_and_refusals(db: peewee.Database) -> None:
     _run(db, "ALTER TABLE message DROP COLUMN reply_to")
 
 
+SEARCHED_BODY_CHARACTERS = 100_000
+
+
+def _0005_bounded_search_text(db: peewee.Database) -> None:
+    # PostgreSQL refuses a tsvector over 1 MB, and with it the whole message: index a
+    # bounded prefix of each text instead. SQLite's FTS5 has no such limit.
+    if not isinstance(getattr(db, "obj", db), peewee.PostgresqlDatabase):
+        return
+    n = SEARCHED_BODY_CHARACTERS
+    _run(
+        db,
+        f"""
+        DROP INDEX message_search;
+        ALTER TABLE message DROP COLUMN search_vector;
+        ALTER TABLE message ADD COLUMN search_vector tsvector GENERATED ALWAYS AS (
+            to_tsvector('english', left(sender || ' ' || to_addresses || ' ' || cc_addresses
+                || ' ' || translate(sender || ' ' || to_addresses || ' ' || cc_addresses,
+                                    '@.', '  '), {n})
+                || ' ' || left(subject, {n // 10}) || ' ' || left(body_text, {n}))
+        ) STORED;
+        CREATE INDEX message_search ON message USING GIN (search_vector)
+        """,
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "agents and toolkits", _0001_agents_and_toolkits),
     Migration(2, "messages and runs", _0002_messages_and_runs),
     Migration(3, "mail: blobs, attachments, search", _0003_mail),
     Migration(4, "mail: reply-to lists, refused recipients", _0004_reply_to_lists_and_refusals),
+    Migration(5, "search indexes a bounded prefix of long mail", _0005_bounded_search_text),
 )
 
 

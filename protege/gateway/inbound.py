@@ -8,37 +8,41 @@ turned away unstored, with a reason.
 
 from __future__ import annotations
 
-import email.utils
+import logging
 import re
 from collections.abc import Iterable, Sequence
-from email import policy
-from email.message import EmailMessage
-from email.parser import BytesParser
-from html.parser import HTMLParser
 
 import attrs
+import peewee
 
 from protege import blobs
 from protege.access import routing_key
-from protege.config import Config, MailSettings
+from protege.config import Config
 from protege.db import database
 from protege.errors import ProtegeError
+from protege.gateway.parse import (
+    LOOP_HEADER,
+    MailRejected,
+    ParsedMail,
+    check_header_block,
+    parse,
+)
 from protege.harness import queue_reply
 from protege.mail import new_message_id, thread_key
 from protege.models import Agent, Message, MessageAttachment, Run
 from protege.models.messages import ACCEPTED, IGNORED, INBOUND, REFUSED
 
-LOOP_HEADER = "X-Protege-Loop"
-_MESSAGE_ID = re.compile(r"<[^<>\s]+>")
-BULK_PRECEDENCE = {"bulk", "junk", "list"}
+__all__ = ["LOOP_HEADER", "Delivered", "MailRejected", "StorageUnavailable", "agent_for", "ingest"]
+
+logger = logging.getLogger(__name__)
+SYNTHETIC_ID = "synthetic Message-ID"
+# Errors a later attempt can get past (the database is down or busy); anything else is
+# about this message, and a retry would meet it again.
+TRANSIENT_ERRORS = (peewee.OperationalError, peewee.InterfaceError, OSError)
 
 
-class MailRejected(ProtegeError):
-    """Mail turned away before anything was stored; ``code`` is the SMTP reply code."""
-
-    def __init__(self, reason: str, code: int = 550) -> None:
-        super().__init__(reason)
-        self.code = code
+class StorageUnavailable(ProtegeError):
+    """The message could not be stored for now; the sender should try again later."""
 
 
 @attrs.frozen
@@ -50,29 +54,6 @@ class Delivered:
     run: Run | None
     status: str  # accepted, refused or ignored
     reason: str
-
-
-@attrs.frozen
-class _Attachment:
-    filename: str | None
-    content_type: str
-    data: bytes
-
-
-@attrs.frozen
-class _Parsed:
-    sender: str
-    to: list[str]
-    cc: list[str]
-    reply_to: str | None
-    subject: str
-    body: str
-    message_id: str
-    in_reply_to: str | None
-    references: list[str]
-    attachments: list[_Attachment]
-    flags: list[str]
-    ignore_reason: str | None
 
 
 def agent_for(address: str) -> Agent | None:
@@ -100,19 +81,49 @@ def ingest(
 
     ``recipients`` are the SMTP envelope's; without them (a file handed to ``protege
     receive``) the To, Cc and Delivered-To headers say who it is for. Raises
-    ``MailRejected`` for mail over the limits or for no known agent: then nothing is stored.
+    ``MailRejected`` for mail over the limits or for no known agent (then nothing is
+    stored), and ``StorageUnavailable`` only when the database or disk failed in a way a
+    later attempt can get past.
     """
     limits = config.mail
     if len(raw) > limits.max_message_bytes:
         raise MailRejected(
             f"message is {len(raw)} bytes; the limit is {limits.max_message_bytes}", 552
         )
+    check_header_block(raw, limits)
     parsed = parse(raw, limits, envelope_sender)
     agents = _agents_for(recipients if recipients is not None else _header_recipients(raw, parsed))
     if not agents:
         raise MailRejected("no agent has any of the recipient addresses", 550)
-    delivered = []
-    with database.atomic():
+    try:
+        return _store(raw, parsed, agents, config)
+    except TRANSIENT_ERRORS as error:
+        raise StorageUnavailable(f"{type(error).__name__}: {error}") from error
+    except Exception as error:  # something in this mail the database would not take
+        logger.exception("inbound mail could not be stored as parsed; keeping it unparsed")
+        flag = f"malformed: could not be stored as parsed ({type(error).__name__})"
+        fallback = ParsedMail(
+            sender="",
+            to=[],
+            cc=[],
+            reply_to=[],
+            subject="",
+            body="",
+            message_id=None,
+            in_reply_to=None,
+            references=[],
+            attachments=[],
+            flags=[flag],
+            ignore_reason="the mail could not be read into a message: nobody to answer",
+        )
+        try:
+            return _store(raw, fallback, agents, config)
+        except Exception as again:
+            raise StorageUnavailable(f"{type(again).__name__}: {again}") from again
+
+
+def _store(raw: bytes, parsed: ParsedMail, agents: list[Agent], config: Config) -> list[Delivered]:
+    with blobs.removed_on_failure(), database.atomic():
         raw_blob = blobs.store(
             raw, filename="message.eml", content_type="message/rfc822", data_dir=config.data_dir
         )
@@ -122,18 +133,20 @@ def ingest(
             )
             for a in parsed.attachments
         ]
-        for agent in agents:
-            delivered.append(_deliver_to(agent, parsed, raw_blob, stored))
-    return delivered
+        return [_deliver_to(agent, parsed, raw_blob, stored) for agent in agents]
 
 
-def _deliver_to(agent: Agent, parsed: _Parsed, raw_blob, stored) -> Delivered:
-    decision = agent.admits(parsed.sender)
-    if not decision.admitted:
-        status, reason = (
-            REFUSED,
-            f"{agent.name} does not accept mail from this sender: {decision.reason}",
-        )
+def _deliver_to(agent: Agent, parsed: ParsedMail, raw_blob, stored) -> Delivered:
+    flags = list(parsed.flags)
+    message_id = parsed.message_id
+    if message_id is None:
+        message_id = new_message_id(agent.address)
+        flags.append(SYNTHETIC_ID)
+    decision = agent.admits(parsed.sender) if parsed.sender else None
+    if decision is not None and not decision.admitted:
+        status = REFUSED
+        reason = f"{agent.name} does not accept mail from this sender: {decision.reason}"
+        flags.append(f"refused by access rules: {decision.reason}")
     elif parsed.ignore_reason is not None:
         status, reason = IGNORED, parsed.ignore_reason
     else:
@@ -145,14 +158,14 @@ def _deliver_to(agent: Agent, parsed: _Parsed, raw_blob, stored) -> Delivered:
         sender=parsed.sender,
         to_addresses=parsed.to,
         cc_addresses=parsed.cc,
-        reply_to_addresses=[parsed.reply_to] if parsed.reply_to else [],
+        reply_to_addresses=list(parsed.reply_to),
         subject=parsed.subject,
         body_text=parsed.body,
-        message_id=parsed.message_id,
+        message_id=message_id,
         in_reply_to=parsed.in_reply_to,
         reference_ids=parsed.references,
-        thread_key=thread_key(parsed.message_id, parsed.in_reply_to, parsed.references),
-        flags=parsed.flags,
+        thread_key=thread_key(message_id, parsed.in_reply_to, parsed.references),
+        flags=flags,
         raw_blob=raw_blob,
     )
     for position, blob in enumerate(stored):
@@ -161,151 +174,11 @@ def _deliver_to(agent: Agent, parsed: _Parsed, raw_blob, stored) -> Delivered:
     return Delivered(agent, message, run, status, reason)
 
 
-def parse(raw: bytes, limits: MailSettings, envelope_sender: str | None = None) -> _Parsed:
-    """Read an email into what protege stores; problems become flags, not errors.
-
-    Raises ``MailRejected`` only for attachments over the limits.
-    """
-    flags: list[str] = []
-    try:
-        message = BytesParser(policy=policy.default).parsebytes(raw)
-    except Exception as error:  # the parser is lenient; this is a last resort
-        return _unparsed(raw, envelope_sender, f"malformed: cannot parse ({error})")
-    defects = _defects(message)
-    if defects:
-        flags.append("malformed: " + ", ".join(sorted(defects)))
-
-    def header(name: str) -> str:
-        try:
-            return str(message.get(name, "") or "")
-        except Exception as error:
-            flags.append(f"malformed: header {name} ({type(error).__name__})")
-            return ""
-
-    senders = email.utils.getaddresses([header("From")])
-    sender = email.utils.formataddr(senders[0]) if senders and senders[0][1] else ""
-    sender = _storable(sender, flags)
-    if not sender:
-        sender = envelope_sender or ""
-        flags.append("malformed: no From address")
-    message_id = _first_id(header("Message-ID"))
-    if message_id is None:
-        message_id = new_message_id(routing_key(sender) or "sender@protege.invalid")
-        flags.append("synthetic Message-ID")
-    body, body_flags = _body_text(message)
-    flags += body_flags
-    attachments = _attachments(message, limits)
-    return _Parsed(
-        sender=sender,
-        to=_addresses(header("To")),
-        cc=_addresses(header("Cc")),
-        reply_to=(_addresses(header("Reply-To")) or [None])[0],
-        subject=_storable(" ".join(header("Subject").split()), flags),
-        body=_storable(body, flags),
-        message_id=message_id,
-        in_reply_to=_first_id(header("In-Reply-To")),
-        references=_MESSAGE_ID.findall(header("References")),
-        attachments=attachments,
-        flags=flags,
-        ignore_reason=_ignore_reason(header, limits, flags),
+def _header_recipients(raw: bytes, parsed: ParsedMail) -> list[str]:
+    header_block = re.split(rb"\r?\n\r?\n", raw, maxsplit=1)[0]
+    delivered_to = re.findall(
+        rb"^Delivered-To:[ \t]*(.+)$", header_block, re.MULTILINE | re.IGNORECASE
     )
-
-
-def _ignore_reason(header, limits: MailSettings, flags: list[str]) -> str | None:
-    auto = header("Auto-Submitted").strip().lower()
-    if auto and auto.split(";")[0].strip() != "no":
-        flags.append(f"auto-submitted: {auto}")
-        return f"auto-submitted mail ({auto}) starts no run"
-    precedence = header("Precedence").strip().lower()
-    if precedence in BULK_PRECEDENCE:
-        flags.append(f"precedence: {precedence}")
-        return f"{precedence} mail starts no run"
-    loop = header(LOOP_HEADER).strip()
-    if loop:
-        count = int(loop) if loop.isdigit() else limits.loop_limit
-        flags.append(f"loop: {count}")
-        if count >= limits.loop_limit:
-            return f"mail that went round {count} times between agents starts no run"
-    return None
-
-
-def _storable(text: str, flags: list[str]) -> str:
-    # PostgreSQL text cannot hold NUL; keep everything else as it came.
-    if "\x00" in text:
-        flags.append("malformed: NUL characters replaced")
-        return text.replace("\x00", "\ufffd")
-    return text
-
-
-def _unparsed(raw: bytes, envelope_sender: str | None, flag: str) -> _Parsed:
-    flags = [flag, "synthetic Message-ID"]
-    return _Parsed(
-        sender=envelope_sender or "",
-        to=[],
-        cc=[],
-        reply_to=None,
-        subject="",
-        body=_storable(raw.decode("utf-8", errors="replace"), flags),
-        message_id=new_message_id("unparsed@protege.invalid"),
-        in_reply_to=None,
-        references=[],
-        attachments=[],
-        flags=flags,
-        ignore_reason=None,
-    )
-
-
-def _defects(message: EmailMessage) -> set[str]:
-    found = set()
-    for part in message.walk():
-        found.update(type(defect).__name__ for defect in part.defects)
-    return found
-
-
-def _addresses(value: str) -> list[str]:
-    return [addr for _, addr in email.utils.getaddresses([value]) if addr and "@" in addr]
-
-
-def _first_id(value: str) -> str | None:
-    match = _MESSAGE_ID.search(value or "")
-    return match.group(0) if match else None
-
-
-def _body_text(message: EmailMessage) -> tuple[str, list[str]]:
-    try:
-        part = message.get_body(preferencelist=("plain", "html"))
-        if part is None:
-            return "", []
-        text = part.get_content()
-    except Exception as error:
-        payload = message.get_payload(decode=True) or b""
-        text = payload.decode("utf-8", errors="replace") if isinstance(payload, bytes) else ""
-        return text, [f"malformed: body ({type(error).__name__})"]
-    if part.get_content_type() == "text/html":
-        return _html_to_text(text), []
-    return text, []
-
-
-def _attachments(message: EmailMessage, limits: MailSettings) -> list[_Attachment]:
-    found = []
-    for part in message.iter_attachments():
-        data = part.get_payload(decode=True)
-        if data is None:  # an attached message/rfc822: keep it as bytes
-            data = part.as_bytes()
-        found.append(_Attachment(part.get_filename(), part.get_content_type(), data))
-        if len(found) > limits.max_attachments:
-            raise MailRejected(f"message has more than {limits.max_attachments} attachments", 552)
-        if len(data) > limits.max_attachment_bytes:
-            raise MailRejected(
-                f"attachment {part.get_filename() or len(found)} is {len(data)} bytes; "
-                f"the limit is {limits.max_attachment_bytes}",
-                552,
-            )
-    return found
-
-
-def _header_recipients(raw: bytes, parsed: _Parsed) -> list[str]:
-    delivered_to = re.findall(rb"^Delivered-To:\s*(.+)$", raw, re.MULTILINE | re.IGNORECASE)
     return [*parsed.to, *parsed.cc, *(d.decode(errors="replace").strip() for d in delivered_to)]
 
 
@@ -316,31 +189,3 @@ def _agents_for(addresses: Iterable[str]) -> list[Agent]:
         if agent is not None:
             agents.setdefault(agent.id, agent)
     return list(agents.values())
-
-
-class _TextOf(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.parts: list[str] = []
-        self._skip = 0
-
-    def handle_starttag(self, tag: str, attrs: list) -> None:
-        if tag in ("script", "style"):
-            self._skip += 1
-        elif tag in ("br", "p", "div", "li", "tr"):
-            self.parts.append("\n")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in ("script", "style") and self._skip:
-            self._skip -= 1
-
-    def handle_data(self, data: str) -> None:
-        if not self._skip:
-            self.parts.append(data)
-
-
-def _html_to_text(html: str) -> str:
-    parser = _TextOf()
-    parser.feed(html)
-    lines = (" ".join(line.split()) for line in "".join(parser.parts).splitlines())
-    return "\n".join(line for line in lines if line)

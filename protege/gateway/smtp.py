@@ -7,16 +7,20 @@ import logging
 from typing import Any
 
 from protege.config import Config
-from protege.gateway.inbound import MailRejected, agent_for, ingest
+from protege.gateway.inbound import MailRejected, StorageUnavailable, agent_for, ingest
 from protege.models.messages import REFUSED
 
 logger = logging.getLogger(__name__)
 
 SMTP_OVERHEAD = 64 * 1024  # headers and encoding around the message itself
+# Said to a sender the agent's access rules refused; the reason stays in the record and the
+# log, so an outsider cannot probe the rules.
+REFUSED_REPLY = "550 5.7.1 this address does not accept your message"
 
 
 class GatewayHandler:
-    """aiosmtpd handler: 550 for unknown recipients and refused senders, 552 over limits."""
+    """aiosmtpd handler: 550 for unknown recipients and refused senders, 552 over limits,
+    451 only when storage failed in a way a later attempt can get past."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -40,24 +44,45 @@ class GatewayHandler:
             )
         except MailRejected as rejection:
             return f"{rejection.code} 5.3.4 {rejection}"
-        except Exception:
-            logger.exception("could not store inbound mail")
+        except StorageUnavailable as error:
+            logger.error("could not store inbound mail for now: %s", error)
             return "451 4.3.0 the message could not be stored; try again later"
+        except Exception:
+            logger.exception("inbound mail could not be processed")
+            return "554 5.3.0 the message could not be processed"
         if all(d.status == REFUSED for d in delivered):
-            return f"550 5.7.1 {delivered[0].reason}"
+            for refused in delivered:
+                logger.info("refused mail %s: %s", refused.message.id, refused.reason)
+            return REFUSED_REPLY
         return "250 OK stored"
 
 
 def start_gateway(config: Config, host: str | None = None, port: int | None = None) -> Any:
-    """Start the SMTP gateway in a thread of its own; returns the running controller."""
-    from aiosmtpd.controller import Controller
+    """Start the SMTP gateway in a thread of its own; returns the running controller.
 
-    controller = Controller(
+    SMTPUTF8 is on, so internationalised addresses arrive as they are; lines may be as
+    long as the message may be, as Postfix accepts them.
+    """
+    from aiosmtpd.controller import Controller
+    from aiosmtpd.smtp import SMTP
+
+    data_size_limit = config.mail.max_message_bytes + SMTP_OVERHEAD
+
+    class GatewaySMTP(SMTP):
+        # aiosmtpd answers "500 Line too long" past 1,000 bytes; real servers accept them.
+        line_length_limit = data_size_limit
+
+    class GatewayController(Controller):
+        def factory(self) -> SMTP:
+            return GatewaySMTP(self.handler, **self.SMTP_kwargs)
+
+    controller = GatewayController(
         GatewayHandler(config),
         hostname=host or config.mail.listen_host,
         port=config.mail.listen_port if port is None else port,
-        data_size_limit=config.mail.max_message_bytes + SMTP_OVERHEAD,
+        data_size_limit=data_size_limit,
         decode_data=False,
+        enable_SMTPUTF8=True,
     )
     controller.start()
     return controller

@@ -3,7 +3,9 @@ from email.message import EmailMessage
 import pytest
 
 from protege.config import load_config
-from protege.models import Agent
+from protege.models import Agent, Toolkit
+
+from .hostile import AGENT, OPERATOR
 
 
 @pytest.fixture
@@ -44,3 +46,22 @@ def make_mail(
 @pytest.fixture
 def mail():
     return make_mail
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    """The data directory commands run in this test use (blobs, outbox)."""
+    folder = tmp_path / "data"
+    monkeypatch.setenv("PROTEGE_DATA_DIR", str(folder))
+    monkeypatch.chdir(tmp_path)
+    return folder
+
+
+@pytest.fixture
+def gated_sundae(protege_db, data_dir):
+    """Sundae, open to everyone, with a Finance toolkit only the operator unlocks."""
+    agent = Agent.create(name="Sundae", address=AGENT)
+    agent.grant(Toolkit.create(name="Finance", member_tool_ids=["process_refund"])).add_rule(
+        "allow", OPERATOR
+    )
+    return agent

@@ -1,9 +1,11 @@
 import attrs
+import peewee
 import pytest
 
 from protege import blobs
-from protege.gateway.inbound import MailRejected, agent_for, ingest
-from protege.models import Agent, Message, Run
+from protege.gateway.inbound import MailRejected, StorageUnavailable, agent_for, ingest
+from protege.mail import search
+from protege.models import Agent, Blob, Message, Run
 
 
 def test_mail_is_stored_with_its_source_and_a_run_is_queued(sundae, config, mail):
@@ -65,7 +67,7 @@ def test_a_missing_message_id_gets_a_synthetic_one(sundae, config, mail):
         mail(headers={"Message-ID": None}), config=config, recipients=[sundae.address]
     )
     assert delivered.message.message_id.startswith("<")
-    assert delivered.message.message_id.endswith("@acme.com>")
+    assert delivered.message.message_id.endswith("@thescoop.example>")  # made up here
     assert "synthetic Message-ID" in delivered.message.flags
 
 
@@ -109,7 +111,10 @@ def test_garbage_is_still_kept(sundae, config):
     (delivered,) = ingest(
         raw, config=config, recipients=[sundae.address], envelope_sender="x@y.example"
     )
-    assert delivered.message.sender == "x@y.example"
+    assert delivered.message.sender == ""  # no From header: nobody to gate or to answer
+    assert delivered.status == "ignored"
+    assert delivered.run is None
+    assert any("'x@y.example'" in flag for flag in delivered.message.flags)
     assert blobs.read(delivered.message.raw_blob, config.data_dir) == raw  # byte for byte
     assert "malformed: NUL characters replaced" in delivered.message.flags
     assert "\x00" not in delivered.message.body_text
@@ -159,3 +164,58 @@ def test_mail_over_a_limit_is_refused_whole(sundae, config, mail, limits, attach
     assert raised.value.code == 552
     assert Message.select().count() == 0
     assert not (config.data_dir / "blobs").exists()
+
+
+def _fail_message_inserts(database) -> None:
+    """Make the database itself refuse every new message, as a full disk would."""
+    if isinstance(database, peewee.PostgresqlDatabase):
+        database.execute_sql(
+            "CREATE FUNCTION refuse() RETURNS trigger AS $$ BEGIN "
+            "RAISE EXCEPTION 'no space left'; END $$ LANGUAGE plpgsql"
+        )
+        database.execute_sql(
+            "CREATE TRIGGER refuse BEFORE INSERT ON message FOR EACH ROW EXECUTE FUNCTION refuse()"
+        )
+    else:
+        database.execute_sql(
+            "CREATE TRIGGER refuse BEFORE INSERT ON message "
+            "BEGIN SELECT RAISE(ABORT, 'no space left'); END"
+        )
+
+
+def test_a_storage_failure_leaves_no_file_behind(sundae, config, mail, protege_db):
+    kept = ingest(mail(body="kept"), config=config, recipients=[sundae.address])
+    _fail_message_inserts(protege_db.database)
+    doomed = mail(
+        body="lost",
+        attachments=[(f"{n}.txt", "text/plain", f"file {n}".encode()) for n in range(7)],
+    )
+    with pytest.raises(StorageUnavailable):
+        ingest(doomed, config=config, recipients=[sundae.address])
+    files = {p.parent.name + p.name for p in (config.data_dir / "blobs").glob("*/*")}
+    assert files == {blob.sha256 for blob in Blob.select()}
+    assert kept[0].message.raw_blob.sha256 in files
+
+
+def test_line_endings_do_not_depend_on_the_way_in(sundae, config, mail):
+    crlf = mail(body="one\ntwo\n")
+    lf = crlf.replace(b"\r\n", b"\n").replace(b"Jane.1", b"Jane.2")
+    by_smtp, by_file = (
+        ingest(raw, config=config, recipients=[sundae.address])[0].message for raw in (crlf, lf)
+    )
+    assert by_smtp.body_text == by_file.body_text == "one\ntwo\n"
+
+
+def test_non_ascii_display_names_are_stored_decoded_and_found(sundae, config, mail):
+    raw = mail(sender="Jürgen Groß <juergen@acme.com>")
+    assert b"=?utf-8?" in raw  # the mail client encoded the name
+    (delivered,) = ingest(raw, config=config, recipients=[sundae.address])
+    assert delivered.message.sender == "Jürgen Groß <juergen@acme.com>"
+    assert search(sundae, "Jürgen") == [delivered.message]
+
+
+def test_the_envelope_null_sender_marks_a_bounce(sundae, config, mail):
+    (delivered,) = ingest(mail(), config=config, recipients=[sundae.address], envelope_sender="")
+    assert delivered.status == "ignored"
+    assert delivered.run is None
+    assert "null return path" in delivered.message.flags

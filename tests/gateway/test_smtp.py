@@ -50,9 +50,12 @@ def test_refused_sender_is_550_and_stored_as_refused(sundae, gateway, mail):
     with pytest.raises(smtplib.SMTPDataError) as raised:
         send(gateway, mail())
     assert raised.value.smtp_code == 550
-    assert b"does not accept mail from this sender" in raised.value.smtp_error
+    # The outsider learns nothing about the rules; the record keeps the reason.
+    assert raised.value.smtp_error == b"5.7.1 this address does not accept your message"
+    assert b"allow" not in raised.value.smtp_error
     (message,) = Message.select()
     assert message.status == "refused"
+    assert "refused by access rules: no allow rule matches (allow-list)" in message.flags
     assert Run.select().count() == 0
 
 
