@@ -63,6 +63,11 @@ class MailSettings:
     data directory's ``outbox``; ``"smtp"`` hands it to ``smtp_host``. Inbound mail whose
     header block is over ``max_header_bytes`` (Postfix's default) or names more than
     ``max_header_addresses`` addresses is refused before it is parsed.
+    data directory's ``outbox``; ``"smtp"`` hands it to ``smtp_host``, verifying its
+    certificate against the system's authorities or ``smtp_ca_file`` (relative to the
+    project root); temporary failures are retried ``smtp_retries`` times, waiting
+    ``smtp_backoff_seconds``, then twice as long each time. One mail goes to at most
+    ``max_recipients`` people (To, Cc and Bcc together).
     """
 
     listen_host: str = "127.0.0.1"
@@ -84,6 +89,9 @@ class MailSettings:
     loop_limit: int = attrs.field(default=3, validator=attrs.validators.ge(1))
     max_header_bytes: int = attrs.field(default=100 * 1024, validator=attrs.validators.ge(1024))
     max_header_addresses: int = attrs.field(default=1000, validator=attrs.validators.ge(1))
+    max_recipients: int = attrs.field(default=50, validator=attrs.validators.ge(1))
+    smtp_ca_file: str | None = None
+    smtp_backoff_seconds: float = attrs.field(default=1.0, validator=attrs.validators.ge(0))
 
 
 @attrs.frozen(kw_only=True)

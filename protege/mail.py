@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 import uuid
 from collections.abc import Sequence
+from email import policy
 
 from protege.access import routing_key
 from protege.models import Agent, Blob, Message, MessageAttachment
-from protege.models.messages import INBOUND
+from protege.models.messages import INBOUND, REFUSED, SYNTHETIC_ID
 
 __all__ = [
     "MAX_SEARCH_RESULTS",
+    "SYNTHETIC_ID",
     "attachments_of",
+    "clean_address",
     "new_message_id",
     "record_inbound",
     "reply_headers",
@@ -27,6 +31,28 @@ def new_message_id(address: str) -> str:
     """A fresh, globally unique Message-ID on the domain of ``address``."""
     domain = address.rsplit("@", 1)[-1] or "protege.invalid"
     return f"<{uuid.uuid4().hex}@{domain}>"
+
+
+_CONTROLS = {"Cc", "Zl", "Zp", "Cs"}
+
+
+def clean_address(address: str) -> str | None:
+    """The bare address in ``address`` (``Jane <jane@acme.com>`` or ``jane@acme.com``) if it
+    is one mailbox protege may write to, else None: no line breaks or control characters,
+    nothing an email reader could decode into something else."""
+    text = str(address or "")
+    if "=?" in text or any(unicodedata.category(c) in _CONTROLS for c in text):
+        return None
+    try:
+        header = policy.default.header_factory("To", text)
+    except Exception:  # the parser's own errors are not all ValueError
+        return None
+    if header.defects or len(header.groups) != 1 or header.groups[0].display_name is not None:
+        return None
+    (mailbox,) = header.groups[0].addresses or [None]
+    if mailbox is None or routing_key(mailbox.addr_spec) is None:
+        return None
+    return mailbox.addr_spec
 
 
 def thread_key(message_id: str, in_reply_to: str | None, references: Sequence[str]) -> str:
@@ -48,11 +74,15 @@ def record_inbound(
     message_id: str | None = None,
     in_reply_to: str | None = None,
     references: Sequence[str] = (),
-    reply_to: str | None = None,
+    reply_to: str | Sequence[str] | None = None,
+    flags: Sequence[str] = (),
 ) -> Message:
     """Store an inbound message for ``agent``, threaded by its headers (for scripts and
-    tests; mail that really arrives goes through the gateway)."""
+    tests; mail that really arrives goes through the gateway). ``reply_to`` is one address
+    or several."""
     message_id = message_id or new_message_id(sender)
+    if isinstance(reply_to, str):
+        reply_to = [reply_to]
     return Message.create(
         agent=agent,
         direction=INBOUND,
@@ -65,16 +95,21 @@ def record_inbound(
         in_reply_to=in_reply_to,
         reference_ids=list(references),
         thread_key=thread_key(message_id, in_reply_to, references),
-        reply_to=reply_to,
+        reply_to_addresses=list(reply_to or []),
+        flags=list(flags),
     )
 
 
 def reply_headers(message: Message) -> dict[str, object]:
-    """The threading headers of a reply to ``message``: In-Reply-To and References."""
-    return {
-        "in_reply_to": message.message_id,
-        "references": [*message.reference_ids, message.message_id],
-    }
+    """The threading headers of a reply to ``message``, as RFC 5322 section 3.6.4 says.
+
+    In-Reply-To is its Message-ID; References are its References, else its In-Reply-To,
+    followed by its Message-ID. A Message-ID protege made up (the message had none) is
+    nobody else's and never appears.
+    """
+    own = None if SYNTHETIC_ID in (message.flags or []) else message.message_id
+    earlier = list(message.reference_ids) or ([message.in_reply_to] if message.in_reply_to else [])
+    return {"in_reply_to": own, "references": [*earlier, *([own] if own else [])]}
 
 
 MAX_SEARCH_RESULTS = 50
@@ -117,8 +152,8 @@ def search(agent: Agent, query: str, limit: int = 10) -> list[Message]:
 
 
 def visible_blob(agent: Agent, blob_id: int) -> Blob | None:
-    """The file ``blob_id`` if ``agent`` may use it (it created it, or it came with the
-    agent's own mail), else None."""
+    """The file ``blob_id`` if ``agent`` may use it (it created it, or it came with mail of
+    the agent's that its access rules did not refuse), else None."""
     blob = Blob.get_or_none(Blob.id == blob_id)
     if blob is None:
         return None
@@ -127,7 +162,11 @@ def visible_blob(agent: Agent, blob_id: int) -> Blob | None:
     attached = (
         MessageAttachment.select()
         .join(Message)
-        .where((MessageAttachment.blob == blob.id) & (Message.agent == agent.id))
+        .where(
+            (MessageAttachment.blob == blob.id)
+            & (Message.agent == agent.id)
+            & (Message.status != REFUSED)
+        )
         .exists()
     )
     return blob if attached else None

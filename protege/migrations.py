@@ -8,6 +8,7 @@ reason; ``tests/models/test_schema.py`` checks that models and tables agree.
 from __future__ import annotations
 
 import datetime
+import json
 import re
 from collections.abc import Callable
 
@@ -222,6 +223,23 @@ def _0003_mail(db: peewee.Database) -> None:
         )
 
 
+def _0004_reply_to_lists_and_refusals(db: peewee.Database) -> None:
+    _run(
+        db,
+        """
+        ALTER TABLE message ADD COLUMN reply_to_addresses TEXT NOT NULL DEFAULT '[]';
+        ALTER TABLE message ADD COLUMN refused_recipients TEXT NOT NULL DEFAULT '[]'
+        """,
+    )
+    kept = db.execute_sql("SELECT id, reply_to FROM message WHERE reply_to IS NOT NULL")
+    for row_id, reply_to in list(kept):
+        db.execute_sql(
+            f"UPDATE message SET reply_to_addresses = {db.param} WHERE id = {db.param}",
+            (json.dumps([reply_to]), row_id),
+        )
+    _run(db, "ALTER TABLE message DROP COLUMN reply_to")
+
+
 SEARCHED_BODY_CHARACTERS = 100_000
 
 
@@ -251,6 +269,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "agents and toolkits", _0001_agents_and_toolkits),
     Migration(2, "messages and runs", _0002_messages_and_runs),
     Migration(3, "mail: blobs, attachments, search", _0003_mail),
+    Migration(4, "mail: reply-to lists, refused recipients", _0004_reply_to_lists_and_refusals),
     Migration(5, "search indexes a bounded prefix of long mail", _0005_bounded_search_text),
 )
 

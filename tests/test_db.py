@@ -53,6 +53,7 @@ def test_an_unmigrated_database_is_refused_with_what_to_run(tmp_path):
         "0001 agents and toolkits",
         "0002 messages and runs",
         "0003 mail: blobs, attachments, search",
+        "0004 mail: reply-to lists, refused recipients",
         "0005 search indexes a bounded prefix of long mail",
     ]
     db.require_current()

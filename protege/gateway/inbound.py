@@ -158,7 +158,7 @@ def _deliver_to(agent: Agent, parsed: ParsedMail, raw_blob, stored) -> Delivered
         sender=parsed.sender,
         to_addresses=parsed.to,
         cc_addresses=parsed.cc,
-        reply_to=parsed.reply_to[0] if parsed.reply_to else None,
+        reply_to_addresses=list(parsed.reply_to),
         subject=parsed.subject,
         body_text=parsed.body,
         message_id=message_id,

@@ -1,17 +1,13 @@
 """Outbound mail: what ``context.deliver`` does. From is always the agent; each tool call
-sends at most once; the message is stored in its thread before it leaves.
+sends at most once; the message is checked, then stored in its thread, then handed on.
 """
 
 from __future__ import annotations
 
 import email.utils
-import logging
 import re
-import smtplib
-import ssl
 import time
 from collections.abc import Sequence
-from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
@@ -19,18 +15,23 @@ from protege import blobs
 from protege.access import routing_key
 from protege.config import Config, MailSettings
 from protege.db import database
-from protege.errors import ProtegeError
-from protege.gateway.inbound import LOOP_HEADER
+from protege.gateway import relay
+from protege.gateway.compose import (
+    DeliveryRefused,
+    Outgoing,
+    body_text,
+    clean_id,
+    header_text,
+    now,
+    references,
+    render,
+)
 from protege.harness.dispatch import current_tool_call
-from protege.mail import new_message_id, thread_key
+from protege.mail import clean_address, new_message_id, thread_key
 from protege.models import Agent, Blob, Message, MessageAttachment, Run
 from protege.models.messages import FAILED, OUTBOUND, SENT
 
-logger = logging.getLogger(__name__)
-
-
-class DeliveryRefused(ProtegeError):
-    """The mail cannot be sent as asked (no recipient, attachments over the limits...)."""
+__all__ = ["DeliveryRefused", "deliver"]
 
 
 def deliver(
@@ -45,8 +46,10 @@ def deliver(
 
     ``mail`` holds ``to``, ``cc``, ``bcc`` (lists of addresses), ``subject``, ``body`` and,
     for replies, ``in_reply_to``, ``references`` and ``loop``; any ``from`` is ignored.
-    Asked again for the same run and tool call, it sends nothing and returns the first
-    outcome.
+    Every header value is sanitised, and the mail is refused (``DeliveryRefused``, nothing
+    stored, nothing sent) when it has no recipient, more than ``max_recipients``, or would
+    not come out exactly as meant. Asked again for the same run and tool call, it sends
+    nothing and returns the first outcome.
     """
     call_id = current_tool_call.get()
     if run is not None and call_id is not None:
@@ -54,37 +57,51 @@ def deliver(
         if earlier is not None:
             return {**_outcome(earlier), "repeated": True}
     to, cc, bcc = (_clean(mail.get(field)) for field in ("to", "cc", "bcc"))
-    if not (to or cc or bcc):
-        raise DeliveryRefused("the mail has no recipient")
+    _check_recipients([*to, *cc, *bcc], config.mail)
     files = _checked_attachments(attachments, config.mail)
-    message_id = new_message_id(agent.address)
-    references = list(mail.get("references") or [])
-    in_reply_to = mail.get("in_reply_to")
-    outgoing = _compose(agent, mail, to, cc, message_id, in_reply_to, references, files, config)
+    outgoing = Outgoing(
+        sender_name=header_text(agent.name),
+        sender=agent.address,
+        to=tuple(to),
+        cc=tuple(cc),
+        subject=header_text(mail.get("subject")),
+        date=now(),
+        message_id=new_message_id(agent.address),
+        in_reply_to=clean_id(mail.get("in_reply_to")),
+        references=references(mail.get("references") or []),
+        loop=_loop(mail.get("loop")) + 1,
+        body=body_text(mail.get("body")),
+        attachments=tuple(
+            (header_text(b.filename), b.content_type, blobs.read(b, config.data_dir)) for b in files
+        ),
+    )
+    raw = render(outgoing)
     with database.atomic():
         stored = Message.create(
             agent=agent,
             direction=OUTBOUND,
             status=SENT,
-            sender=email.utils.formataddr((agent.name, agent.address)),
+            sender=email.utils.formataddr((outgoing.sender_name, agent.address)),
             to_addresses=to,
             cc_addresses=cc,
             bcc_addresses=bcc,
-            subject=str(mail.get("subject") or ""),
-            body_text=str(mail.get("body") or ""),
-            message_id=message_id,
-            in_reply_to=in_reply_to,
-            reference_ids=references,
-            thread_key=thread_key(message_id, in_reply_to, references),
+            subject=outgoing.subject,
+            body_text=outgoing.body,
+            message_id=outgoing.message_id,
+            in_reply_to=outgoing.in_reply_to,
+            reference_ids=list(outgoing.references),
+            thread_key=thread_key(outgoing.message_id, outgoing.in_reply_to, outgoing.references),
             run=run.id if run is not None else None,
             tool_call_id=call_id,
         )
         for position, blob in enumerate(files):
             MessageAttachment.create(message=stored, blob=blob, position=position)
-    error = _transport(outgoing, [*to, *cc, *bcc], config)
-    if error is not None:
-        stored.status, stored.delivery_error = FAILED, error
-        stored.save(only=[Message.status, Message.delivery_error])
+    handover = _transport(raw, outgoing, [*to, *cc, *bcc], config)
+    if handover.refused or handover.error:
+        stored.refused_recipients = [refusal.as_dict() for refusal in handover.refused]
+        if not handover.delivered:
+            stored.status, stored.delivery_error = FAILED, handover.error
+        stored.save(only=[Message.status, Message.delivery_error, Message.refused_recipients])
     return _outcome(stored)
 
 
@@ -97,6 +114,8 @@ def _outcome(message: Message) -> dict[str, Any]:
         "bcc": message.bcc_addresses,
         "subject": message.subject,
     }
+    if message.refused_recipients:
+        outcome["refused"] = message.refused_recipients
     if message.delivery_error:
         outcome["error"] = message.delivery_error
     return outcome
@@ -107,10 +126,29 @@ def _clean(addresses: Any) -> list[str]:
         addresses = [addresses]
     clean = []
     for address in addresses or []:
-        if routing_key(str(address)) is None:
+        bare = clean_address(str(address))
+        if bare is None:
             raise DeliveryRefused(f"{address!r} is not an email address")
-        clean.append(email.utils.getaddresses([str(address)])[0][1])
+        clean.append(bare)
     return clean
+
+
+def _check_recipients(recipients: list[str], limits: MailSettings) -> None:
+    if not recipients:
+        raise DeliveryRefused("the mail has no recipient")
+    people = {routing_key(address) for address in recipients}
+    if len(people) > limits.max_recipients:
+        raise DeliveryRefused(
+            f"the mail has {len(people)} recipients; at most {limits.max_recipients} "
+            "may receive one mail"
+        )
+
+
+def _loop(value: Any) -> int:
+    try:
+        return max(0, int(value or 0))
+    except (TypeError, ValueError):
+        return 0
 
 
 def _checked_attachments(attachments: Sequence[Blob | int], limits: MailSettings) -> list[Blob]:
@@ -131,95 +169,28 @@ def _checked_attachments(attachments: Sequence[Blob | int], limits: MailSettings
     return files
 
 
-def _compose(
-    agent: Agent,
-    mail: dict[str, Any],
-    to: list[str],
-    cc: list[str],
-    message_id: str,
-    in_reply_to: str | None,
-    references: list[str],
-    files: list[Blob],
-    config: Config,
-) -> EmailMessage:
-    message = EmailMessage()
-    message["From"] = email.utils.formataddr((agent.name, agent.address))
-    if to:
-        message["To"] = ", ".join(to)
-    if cc:
-        message["Cc"] = ", ".join(cc)
-    message["Subject"] = " ".join(str(mail.get("subject") or "").split())
-    message["Date"] = email.utils.formatdate(localtime=False)
-    message["Message-ID"] = message_id
-    if in_reply_to:
-        message["In-Reply-To"] = in_reply_to
-    if references:
-        message["References"] = " ".join(references)
-    message[LOOP_HEADER] = str(int(mail.get("loop") or 0) + 1)
-    message.set_content(str(mail.get("body") or ""))
-    for blob in files:
-        maintype, _, subtype = blob.content_type.partition("/")
-        message.add_attachment(
-            blobs.read(blob, config.data_dir),
-            maintype=maintype or "application",
-            subtype=subtype or "octet-stream",
-            filename=blob.filename,
-        )
-    return message
-
-
-def _transport(message: EmailMessage, recipients: list[str], config: Config) -> str | None:
-    """Hand the message on; returns None when it left, else why it did not."""
+def _transport(
+    raw: bytes, outgoing: Outgoing, recipients: list[str], config: Config
+) -> relay.Handover:
+    """Hand the checked bytes on, to the outbox or the SMTP relay."""
     if config.mail.transport == "outbox":
-        _write_to_outbox(message, Path(config.data_dir) / "outbox")
-        return None
-    return _send_by_smtp(message, recipients, config.mail)
+        _write_to_outbox(raw, outgoing.message_id, Path(config.data_dir) / "outbox")
+        return relay.Handover(delivered=tuple(recipients))
+    return relay.send(
+        raw,
+        outgoing.sender,
+        recipients,
+        config.mail,
+        root=config.root,
+        international=outgoing.international,
+    )
 
 
-def _write_to_outbox(message: EmailMessage, outbox: Path) -> Path:
+def _write_to_outbox(raw: bytes, message_id: str, outbox: Path) -> Path:
     outbox.mkdir(parents=True, exist_ok=True)
     # The name sorts in sending order: the second, then nanoseconds within it.
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 1_000_000_000:09d}"
-    name = re.sub(r"[^\w.@-]+", "_", message["Message-ID"].strip("<>"))
+    name = re.sub(r"[^\w.@-]+", "_", message_id.strip("<>"))
     path = outbox / f"{stamp}-{name}.eml"
-    path.write_bytes(message.as_bytes())
+    path.write_bytes(raw)
     return path
-
-
-def _send_by_smtp(
-    message: EmailMessage, recipients: list[str], settings: MailSettings
-) -> str | None:
-    import os
-
-    password = os.environ.get(settings.smtp_password_env)
-    delay = 1.0
-    for attempt in range(settings.smtp_retries + 1):
-        try:
-            with smtplib.SMTP(
-                settings.smtp_host, settings.smtp_port, timeout=settings.smtp_timeout
-            ) as smtp:
-                if settings.smtp_starttls:
-                    smtp.starttls(context=ssl.create_default_context())  # verify the server
-                if settings.smtp_username:
-                    smtp.login(settings.smtp_username, password or "")
-                smtp.send_message(message, to_addrs=recipients)
-            return None
-        except smtplib.SMTPAuthenticationError as error:
-            return f"SMTP refused the login of {settings.smtp_username}: {_text(error.smtp_error)}"
-        except smtplib.SMTPResponseException as error:
-            reason = f"SMTP {error.smtp_code}: {_text(error.smtp_error)}"
-            if error.smtp_code >= 500:
-                return reason  # permanent: retrying will not help
-        except smtplib.SMTPRecipientsRefused as error:
-            return f"SMTP refused the recipients: {', '.join(error.recipients)}"
-        except (OSError, smtplib.SMTPException) as error:
-            reason = f"{type(error).__name__}: {error}"
-        if attempt < settings.smtp_retries:
-            logger.warning("SMTP delivery failed (%s); retrying in %.0f s", reason, delay)
-            time.sleep(delay)  # backoff between attempts at a remote server
-            delay *= 2
-    return f"gave up after {settings.smtp_retries + 1} attempts: {reason}"
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)

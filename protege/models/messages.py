@@ -14,6 +14,7 @@ REFUSED = "refused"  # inbound, the agent's access rules refused the sender
 IGNORED = "ignored"  # inbound, an auto-reply or a loop: stored, no run
 SENT = "sent"  # outbound, handed to the transport
 FAILED = "failed"  # outbound, the transport gave up
+SYNTHETIC_ID = "synthetic Message-ID"  # flag: protege made up the Message-ID
 
 
 class Message(Record):
@@ -22,6 +23,11 @@ class Message(Record):
     ``thread_key`` groups a conversation: the first ``References`` entry, else
     ``In-Reply-To``, else the message's own ``Message-ID``. Inbound content came from outside
     and is always shown to a model inside untrusted fences.
+
+    ``reply_to_addresses`` are the bare addresses of an inbound Reply-To (all of them);
+    ``refused_recipients`` of an outbound message are those the relay would not take, each
+    ``{"address", "code", "reason"}``. ``flags`` may hold ``SYNTHETIC_ID``: the message came
+    without a Message-ID and protege made one up, which never goes out in a reply.
     """
 
     agent = peewee.ForeignKeyField(Agent, backref="messages", on_delete="CASCADE")
@@ -38,12 +44,13 @@ class Message(Record):
     created_at = peewee.DateTimeField(default=utcnow)
     status = peewee.CharField(max_length=8, default=ACCEPTED)
     flags = JSONListField(default=list)
-    reply_to = peewee.CharField(max_length=998, null=True)
     bcc_addresses = JSONListField(default=list)
     raw_blob = peewee.DeferredForeignKey("Blob", null=True, column_name="raw_blob_id")
     run = peewee.DeferredForeignKey("Run", null=True, column_name="run_id", backref="sent")
     tool_call_id = peewee.CharField(max_length=200, null=True)
     delivery_error = peewee.TextField(null=True)
+    reply_to_addresses = JSONListField(default=list)
+    refused_recipients = JSONListField(default=list)
 
     @property
     def attachments(self) -> list:

@@ -271,6 +271,7 @@ def test_commands_on_an_unmigrated_database_say_what_to_run(run_protege, tmp_pat
         "applied 0001 agents and toolkits\n"
         "applied 0002 messages and runs\n"
         "applied 0003 mail: blobs, attachments, search\n"
+        "applied 0004 mail: reply-to lists, refused recipients\n"
         "applied 0005 search indexes a bounded prefix of long mail\n"
     )
     assert run_protege("agents", "list", env={"PROTEGE_DATABASE_URL": url}).returncode == 0

@@ -1,7 +1,9 @@
 """context.deliver's gateway: From forced, stored in its thread, sent once per tool call."""
 
 import email
+import ssl
 from email import policy
+from pathlib import Path
 
 import attrs
 import pytest
@@ -14,14 +16,35 @@ from protege.harness.dispatch import current_tool_call
 from protege.harness.runner import queue_reply
 from protege.mail import record_inbound
 from protege.models import Message
+from protege.testing import make_context, run_tool
 
 
 class Capture:
-    """An SMTP server's handler that keeps what it receives (or refuses it)."""
+    """An SMTP server's handler that keeps what it receives (or refuses it).
 
-    def __init__(self, answer="250 OK"):
+    ``refuse`` maps a recipient to the answer its RCPT gets: one text (every time) or a
+    list of texts used one per attempt, after which the recipient is accepted.
+    """
+
+    def __init__(self, answer="250 OK", refuse=None):
         self.received = []
         self.answer = answer
+        self.refuse = dict(refuse or {})
+        self.greetings = 0
+
+    async def handle_EHLO(self, server, session, envelope, hostname, responses):
+        self.greetings += 1
+        session.host_name = hostname
+        return responses
+
+    async def handle_RCPT(self, server, session, envelope, address, options):
+        answer = self.refuse.get(address)
+        if isinstance(answer, list):
+            answer = answer.pop(0) if answer else None
+        if answer:
+            return answer
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
 
     async def handle_DATA(self, server, session, envelope):
         self.received.append(envelope)
@@ -32,9 +55,9 @@ class Capture:
 def smtp_server():
     servers = []
 
-    def start(answer="250 OK"):
-        capture = Capture(answer)
-        controller = Controller(capture, hostname="127.0.0.1", port=free_port())
+    def start(answer="250 OK", refuse=None, **options):
+        capture = Capture(answer, refuse)
+        controller = Controller(capture, hostname="127.0.0.1", port=free_port(), **options)
         controller.start()
         servers.append(controller)
         return capture, controller
@@ -45,8 +68,15 @@ def smtp_server():
 
 
 def smtp_config(config, relay, **changes):
-    """``config`` sending by SMTP to ``relay`` (no STARTTLS unless asked)."""
-    mail = {"transport": "smtp", "smtp_port": relay.port, "smtp_starttls": False, **changes}
+    """``config`` sending by SMTP to ``relay`` (no STARTTLS unless asked, no waiting
+    between attempts)."""
+    mail = {
+        "transport": "smtp",
+        "smtp_port": relay.port,
+        "smtp_starttls": False,
+        "smtp_backoff_seconds": 0,
+        **changes,
+    }
     return attrs.evolve(config, mail=attrs.evolve(config.mail, **mail))
 
 
@@ -256,3 +286,163 @@ def test_starttls_is_required_when_configured(sundae, config, smtp_server):
     assert outcome["status"] == "failed"
     assert "STARTTLS extension not supported" in outcome["error"]
     assert capture.received == []  # never in clear text
+
+
+def test_recipients_refused_for_good_are_reported_and_the_rest_get_it(sundae, config, smtp_server):
+    capture, relay = smtp_server(refuse={"bob@acme.com": "550 5.1.1 no such user"})
+    outcome = send(
+        sundae,
+        smtp_config(config, relay),
+        {"to": ["jane@acme.com"], "cc": ["bob@acme.com"], "subject": "s", "body": "b"},
+    )
+    assert outcome["status"] == "sent"
+    refused = [{"address": "bob@acme.com", "code": 550, "reason": "5.1.1 no such user"}]
+    assert outcome["refused"] == refused
+    (envelope,) = capture.received
+    assert envelope.rcpt_tos == ["jane@acme.com"]
+    stored = Message.get(Message.message_id == outcome["message_id"])
+    assert (stored.status, stored.refused_recipients) == ("sent", refused)
+
+
+def test_temporarily_refused_recipients_are_retried_alone(sundae, config, smtp_server):
+    capture, relay = smtp_server(
+        refuse={"bob@acme.com": ["450 4.2.0 mailbox busy"], "sam@acme.com": "550 5.1.1 gone"}
+    )
+    outcome = send(
+        sundae,
+        smtp_config(config, relay, smtp_retries=2),
+        {"to": ["jane@acme.com", "bob@acme.com", "sam@acme.com"], "body": "b"},
+    )
+    assert [envelope.rcpt_tos for envelope in capture.received] == [
+        ["jane@acme.com"],
+        ["bob@acme.com"],  # the second attempt goes to the one who was busy, only
+    ]
+    assert outcome["status"] == "sent"
+    assert outcome["refused"] == [{"address": "sam@acme.com", "code": 550, "reason": "5.1.1 gone"}]
+    assert "error" not in outcome
+
+
+def test_a_recipient_still_busy_after_every_attempt_is_reported(sundae, config, smtp_server):
+    capture, relay = smtp_server(refuse={"bob@acme.com": "450 4.2.0 mailbox busy"})
+    outcome = send(
+        sundae,
+        smtp_config(config, relay, smtp_retries=1),
+        {"to": ["jane@acme.com", "bob@acme.com"], "body": "b"},
+    )
+    assert [envelope.rcpt_tos for envelope in capture.received] == [["jane@acme.com"]]
+    assert capture.greetings == 2  # one more attempt for bob, refused again
+    assert outcome["status"] == "sent"
+    assert outcome["refused"] == [
+        {"address": "bob@acme.com", "code": 450, "reason": "4.2.0 mailbox busy"}
+    ]
+
+
+def test_when_every_recipient_is_refused_the_mail_failed(sundae, config, smtp_server):
+    capture, relay = smtp_server(
+        refuse={"jane@acme.com": "550 5.1.1 no such user", "bob@acme.com": "553 5.7.1 denied"}
+    )
+    outcome = send(
+        sundae, smtp_config(config, relay), {"to": ["jane@acme.com", "bob@acme.com"], "body": "b"}
+    )
+    assert capture.received == []
+    assert outcome["status"] == "failed"
+    assert [r["address"] for r in outcome["refused"]] == ["jane@acme.com", "bob@acme.com"]
+    stored = Message.get(Message.message_id == outcome["message_id"])
+    assert stored.status == "failed"
+    assert len(stored.refused_recipients) == 2
+
+
+TLS = Path(__file__).parent / "tls"
+
+
+@pytest.fixture
+def tls_relay(smtp_server):
+    """A relay offering STARTTLS with a certificate from the test authority in ``tls/``."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(TLS / "server.pem", TLS / "server.key")
+    return smtp_server(tls_context=context, require_starttls=True)
+
+
+def test_a_certificate_that_does_not_verify_is_not_retried(sundae, config, tls_relay):
+    capture, relay = tls_relay
+    outcome = send(
+        sundae,
+        smtp_config(config, relay, smtp_starttls=True, smtp_retries=3),
+        {"to": ["jane@acme.com"], "body": "b"},
+    )
+    assert outcome["status"] == "failed"
+    assert outcome["error"].startswith("the certificate of 127.0.0.1 did not verify")
+    assert "smtp_ca_file" in outcome["error"]
+    assert capture.greetings == 1  # permanent: one attempt
+    assert capture.received == []
+
+
+def test_smtp_ca_file_lets_starttls_verify_a_private_authority(sundae, config, tls_relay):
+    capture, relay = tls_relay
+    outcome = send(
+        sundae,
+        smtp_config(config, relay, smtp_starttls=True, smtp_ca_file=str(TLS / "ca.pem")),
+        {"to": ["jane@acme.com"], "body": "b"},
+    )
+    assert outcome["status"] == "sent"
+    (envelope,) = capture.received
+    assert envelope.rcpt_tos == ["jane@acme.com"]
+
+
+def test_an_injected_subject_reaches_the_relay_as_one_plain_header(sundae, config, smtp_server):
+    capture, relay = smtp_server()
+    injected = "=?utf-8?q?Hi=0D=0AReply-To:_thief@evil.example=0D=0A=0D=0Abody?="
+    send(
+        sundae,
+        smtp_config(config, relay),
+        {"to": ["jane@acme.com"], "subject": injected, "body": "b"},
+    )
+    (envelope,) = capture.received
+    received = email.message_from_bytes(envelope.content, policy=policy.default)
+    assert "Reply-To" not in received
+    assert received["Subject"] == "Hi Reply-To: thief@evil.example body"
+    assert received.get_content().replace("\r\n", "\n") == "b\n"
+    assert envelope.rcpt_tos == ["jane@acme.com"]
+
+
+def test_one_mail_goes_to_at_most_max_recipients(sundae, config):
+    tight = attrs.evolve(config, mail=attrs.evolve(config.mail, max_recipients=2))
+    mail = {"to": ["a@acme.com", "b@acme.com"], "cc": ["c@acme.com"], "body": "b"}
+    with pytest.raises(DeliveryRefused, match="the mail has 3 recipients; at most 2 may receive"):
+        send(sundae, tight, mail)
+    assert Message.select().count() == 0
+    assert not outbox(config)
+
+
+def real_delivery_context(agent, config, inbound):
+    """A tool's run context whose deliver is the gateway itself."""
+
+    def deliver_for_real(mail, attachments=()):
+        return deliver(agent=agent, run=None, config=config, mail=mail, attachments=attachments)
+
+    return make_context(agent, message=inbound, config=config, deliver=deliver_for_real)
+
+
+def test_send_email_tells_the_model_who_the_relay_refused(sundae, config, smtp_server):
+    capture, relay = smtp_server(refuse={"bob@acme.com": "550 5.1.1 no such user"})
+    inbound = record_inbound(sundae, sender="jane@acme.com", cc=["bob@acme.com"], body="?")
+    context = real_delivery_context(sundae, smtp_config(config, relay), inbound)
+    result = run_tool("send_email", context=context, mode="reply", body="Noted.")
+    assert result.ok
+    assert result.data["refused"] == [
+        {"address": "bob@acme.com", "code": 550, "reason": "5.1.1 no such user"}
+    ]
+    (envelope,) = capture.received
+    assert envelope.rcpt_tos == ["jane@acme.com"]
+
+
+def test_send_email_fails_when_nobody_got_the_mail(sundae, config, smtp_server):
+    _, relay = smtp_server(refuse={"jane@acme.com": "550 5.1.1 no such user"})
+    inbound = record_inbound(sundae, sender="jane@acme.com", body="?")
+    context = real_delivery_context(sundae, smtp_config(config, relay), inbound)
+    result = run_tool("send_email", context=context, mode="reply", body="Noted.")
+    assert result.reason == (
+        "the mail was not sent: the relay refused every recipient: "
+        "jane@acme.com (550 5.1.1 no such user)"
+    )
+    assert result.data["refused"][0]["address"] == "jane@acme.com"

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import email.utils
 import re
 from typing import Any
 
-from protege import Tool
-from protege.mail import reply_headers, routing_key, visible_blob
+from protege import Tool, Trust
+from protege.mail import clean_address, reply_headers, routing_key, visible_blob
 from protege.models import Message
 
 _REPLY_PREFIX = re.compile(r"^\s*(re\s*(\[\d+\])?\s*:\s*)+", re.IGNORECASE)
@@ -23,22 +22,25 @@ def reply_subject(subject: str) -> str:
 def reply_recipients(
     inbound: Message, agent_address: str, to=(), cc=(), bcc=()
 ) -> tuple[list[str], list[str], list[str]]:
-    """Reply-all: the sender (or its Reply-To) and the other To recipients in To, the Cc
-    kept in Cc, plus what the agent adds; the agent itself dropped; each person once."""
-    sender = inbound.reply_to or inbound.sender
+    """Reply-all: the sender (or every Reply-To address) and the other To recipients in To,
+    the Cc kept in Cc, plus what the agent adds; the agent itself dropped; each person once.
+    Carried-over addresses that are not plain mailboxes are left out; the agent's own
+    additions are kept as given (the gateway refuses bad ones)."""
+    answer_to = list(inbound.reply_to_addresses or []) or [inbound.sender]
     seen = {routing_key(agent_address)}
     lists: tuple[list[str], list[str], list[str]] = ([], [], [])
     wanted = (
-        [sender, *inbound.to_addresses, *to],
+        [*answer_to, *inbound.to_addresses, *to],
         [*inbound.cc_addresses, *cc],
         list(bcc),
     )
     for target, addresses in zip(lists, wanted, strict=True):
         for address in addresses:
-            key = routing_key(address)
-            if key is not None and key not in seen:
+            bare = clean_address(address)
+            key = routing_key(bare)
+            if bare is not None and key not in seen:
                 seen.add(key)
-                target.append(email.utils.getaddresses([address])[0][1])
+                target.append(bare)
     return lists
 
 
@@ -51,7 +53,8 @@ class SendEmailTool(Tool):
         "sender and everyone else on it (reply-all), keeps the subject and the thread; add "
         'people with to, cc or bcc. mode "new" starts a new conversation: give to and '
         "subject. body is the full text. attachments are ids of files you may use (files "
-        "attached to your mail, or files you created)."
+        "attached to your mail, or files you created). One mail goes to a limited number of "
+        "people; the result says who did not get it."
     )
     summary = "Send mail as the agent: reply-all in the thread, or a new message."
     input_schema = {
@@ -68,6 +71,7 @@ class SendEmailTool(Tool):
             "attachments": {"type": "array", "items": {"type": "integer"}, "maxItems": 10},
         },
     }
+    trust = Trust.UNTRUSTED  # the result carries the inbound subject, addresses, relay answers
 
     def use(self, context, mode, body, to=(), cc=(), bcc=(), subject=None, attachments=()):
         agent = context.agent
@@ -85,6 +89,11 @@ class SendEmailTool(Tool):
             if not to or not (subject or "").strip():
                 return self.failure('mode "new" needs to and subject')
             mail = {"to": list(to), "cc": list(cc), "bcc": list(bcc), "subject": subject}
+            if context.message is not None:
+                mail["loop"] = loop_count(context.message)
+        too_many = _over_the_limit(mail, context.config.mail.max_recipients, mode)
+        if too_many:
+            return self.failure(too_many)
         mail["body"] = body
         try:
             outcome = context.deliver(mail, attachments=files)
@@ -111,9 +120,26 @@ class SendEmailTool(Tool):
         }
 
 
+def _over_the_limit(mail: dict[str, Any], limit: int, mode: str) -> str | None:
+    people = {routing_key(a) for field in ("to", "cc", "bcc") for a in mail.get(field) or []}
+    if len(people) <= limit:
+        return None
+    if mode == "reply":
+        return (
+            f"a reply to everyone on this message would go to {len(people)} people; one mail "
+            f'may go to at most {limit}: use mode "new" with at most {limit} recipients '
+            "(to, cc and bcc together)"
+        )
+    return (
+        f"this mail would go to {len(people)} people; one mail may go to at most {limit} "
+        "(to, cc and bcc together): send it to fewer"
+    )
+
+
 def loop_count(message: Message) -> int:
     """How many times this message has gone between agents (its X-Protege-Loop)."""
     for flag in message.flags or []:
-        if flag.startswith("loop: "):
-            return int(flag.split(": ", 1)[1])
+        count = flag.removeprefix("loop: ")
+        if count != flag and count.isdigit():
+            return int(count)
     return 0

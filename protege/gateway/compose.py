@@ -1,0 +1,232 @@
+"""Outgoing mail as bytes: every header protege writes is plain text it chose, and the bytes
+are parsed back and compared with what was meant before any transport sees them.
+
+Header values come from outside (an inbound subject, carried-over addresses) or from a model.
+Python's email package decodes RFC 2047 encoded-words in a value it is given and, on some
+versions, writes what they decode to (CR LF included) straight into the header block. So text
+is decoded here first, stripped of control characters, and left with no ``=?`` that could be
+read as an encoded-word again; and whatever the email package does, the result is checked.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import re
+import unicodedata
+from collections.abc import Sequence
+from email import policy
+from email.headerregistry import Address
+from email.message import EmailMessage
+from email.parser import BytesParser
+
+import attrs
+
+from protege.errors import ProtegeError
+from protege.gateway.inbound import LOOP_HEADER
+
+MAX_ID_LENGTH = 250
+MAX_REFERENCES = 20
+# Characters that end a line or are invisible controls: C0, DEL, C1, and Unicode's line and
+# paragraph separators (str.splitlines breaks on several of them).
+_LINE_BREAKING = {"Cc", "Zl", "Zp"}
+_MESSAGE_ID = re.compile(r"<[!#-;=?-\[\]-~]+@[!#-;=?-\[\]-~]+>")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SIMPLE_PARTS = {
+    "content-type",
+    "content-transfer-encoding",
+    "content-disposition",
+    "mime-version",
+}
+_BODY_HEADERS = {"content-type", "mime-version"}
+_OPTIONAL = {"content-transfer-encoding"}
+
+
+class DeliveryRefused(ProtegeError):
+    """The mail cannot be sent as asked (no recipient, over a limit, headers that would not
+    come out as meant...). Nothing was stored and nothing left."""
+
+
+@attrs.frozen(kw_only=True)
+class Outgoing:
+    """One mail exactly as protege means to send it: plain, already sanitised values."""
+
+    sender_name: str
+    sender: str
+    to: tuple[str, ...]
+    cc: tuple[str, ...]
+    subject: str
+    date: str
+    message_id: str
+    in_reply_to: str | None
+    references: tuple[str, ...]
+    loop: int
+    body: str
+    attachments: tuple[tuple[str, str, bytes], ...] = ()  # filename, content type, data
+
+    @property
+    def international(self) -> bool:
+        """Whether an address needs SMTPUTF8 (a non-ASCII local part or domain)."""
+        return not all(a.isascii() for a in (self.sender, *self.to, *self.cc))
+
+
+def header_text(value: object) -> str:
+    """``value`` as one line of plain text safe in any header protege writes.
+
+    It is decoded as a mail reader would decode it, line breaks and control characters
+    become spaces, runs of whitespace one space, and ``=?`` becomes ``= ?`` so nothing in it
+    can be taken for an encoded-word and decoded again.
+    """
+    text = _spaced(str(value or ""))
+    text = _spaced(str(policy.default.header_factory("Subject", text)))
+    return " ".join(text.split()).replace("=?", "= ?")
+
+
+def body_text(value: object) -> str:
+    """``value`` as a body: text as given, with unpaired surrogates (which no charset can
+    encode) replaced."""
+    return _unsurrogated(str(value or ""))
+
+
+def clean_id(value: object) -> str | None:
+    """``value`` if it is one plain ``<left@right>`` id protege may write, else None."""
+    text = str(value or "").strip()
+    if len(text) > MAX_ID_LENGTH or not _MESSAGE_ID.fullmatch(text) or "=?" in text:
+        return None
+    return text
+
+
+def references(ids: Sequence[str]) -> tuple[str, ...]:
+    """The usable ids of ``ids``, at most ``MAX_REFERENCES``: the first (the thread's root)
+    and the latest, as RFC 5322 suggests when a list is trimmed."""
+    usable = [i for i in (clean_id(item) for item in ids) if i is not None]
+    if len(usable) > MAX_REFERENCES:
+        usable = [usable[0], *usable[-(MAX_REFERENCES - 1) :]]
+    return tuple(usable)
+
+
+def render(outgoing: Outgoing) -> bytes:
+    """The bytes of ``outgoing``, CR LF line ends, checked to parse back to exactly it.
+
+    Raises ``DeliveryRefused`` with the difference when they do not.
+    """
+    message = EmailMessage()
+    try:
+        message["From"] = _address(outgoing.sender, outgoing.sender_name)
+        if outgoing.to:
+            message["To"] = [_address(a) for a in outgoing.to]
+        if outgoing.cc:
+            message["Cc"] = [_address(a) for a in outgoing.cc]
+        message["Subject"] = outgoing.subject
+        message["Date"] = outgoing.date
+        message["Message-ID"] = outgoing.message_id
+        if outgoing.in_reply_to:
+            message["In-Reply-To"] = outgoing.in_reply_to
+        if outgoing.references:
+            message["References"] = " ".join(outgoing.references)
+        message[LOOP_HEADER] = str(outgoing.loop)
+        message.set_content(outgoing.body)
+        for filename, content_type, data in outgoing.attachments:
+            maintype, _, subtype = content_type.partition("/")
+            message.add_attachment(
+                data,
+                maintype=maintype or "application",
+                subtype=subtype or "octet-stream",
+                filename=filename,
+            )
+        raw = message.as_bytes(
+            policy=policy.default.clone(linesep="\r\n", utf8=outgoing.international)
+        )
+    except (ValueError, TypeError, UnicodeError) as error:
+        raise DeliveryRefused(f"the mail cannot be written: {error}") from None
+    problem = difference(raw, outgoing)
+    if problem is not None:
+        raise DeliveryRefused(f"the mail would not go out as meant: {problem}")
+    return raw
+
+
+def difference(raw: bytes, outgoing: Outgoing) -> str | None:
+    """How the mail in ``raw`` differs from ``outgoing`` (its header block, body and
+    attachments' names), or None when it is exactly that mail."""
+    parsed = BytesParser(policy=policy.default).parsebytes(raw)
+    wanted = ["from", "subject", "date", "message-id", LOOP_HEADER.lower(), *_BODY_HEADERS]
+    wanted += [n for n, v in (("to", outgoing.to), ("cc", outgoing.cc)) if v]
+    wanted += ["in-reply-to"] if outgoing.in_reply_to else []
+    wanted += ["references"] if outgoing.references else []
+    names = [name.lower() for name in parsed]
+    if len(names) != len(set(names)):
+        return f"a header appears twice ({', '.join(parsed.keys())})"
+    if set(names) - _OPTIONAL != set(wanted):
+        return f"headers {sorted(set(names))} instead of {sorted(wanted)}"
+    for name in names:
+        if parsed[name].defects:
+            return f"{name} has defects"
+    senders = parsed["From"].addresses
+    checks = [
+        (
+            "From",
+            [((a.username, a.domain), a.display_name) for a in senders],
+            [(_parts(outgoing.sender), outgoing.sender_name)],
+        ),
+        ("To", _addresses_of(parsed, "To"), [_parts(a) for a in outgoing.to]),
+        ("Cc", _addresses_of(parsed, "Cc"), [_parts(a) for a in outgoing.cc]),
+        ("Subject", str(parsed["Subject"]), outgoing.subject),
+        ("Message-ID", str(parsed["Message-ID"]).strip(), outgoing.message_id),
+        ("In-Reply-To", str(parsed.get("In-Reply-To", "")).strip(), outgoing.in_reply_to or ""),
+        ("References", str(parsed.get("References", "")).split(), list(outgoing.references)),
+        (LOOP_HEADER, str(parsed[LOOP_HEADER]), str(outgoing.loop)),
+        ("body", _lines(_body_of(parsed)), _lines(outgoing.body)),
+        (
+            "attachments",
+            [part.get_filename() for part in parsed.iter_attachments()],
+            [filename for filename, _, _ in outgoing.attachments],
+        ),
+    ]
+    for what, found, meant in checks:
+        if found != meant:
+            return f"{what} would be {found!r}, not {meant!r}"
+    for part in parsed.iter_parts():
+        extra = {name.lower() for name in part} - _SIMPLE_PARTS
+        if extra:
+            return f"a part has headers {sorted(extra)}"
+    return None
+
+
+def now() -> str:
+    """The Date of a mail sent now."""
+    return email.utils.formatdate(localtime=False)
+
+
+def _spaced(text: str) -> str:
+    return "".join(
+        " " if unicodedata.category(c) in _LINE_BREAKING else c for c in _unsurrogated(text)
+    )
+
+
+def _unsurrogated(text: str) -> str:
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def _address(address: str, name: str = "") -> Address:
+    local, _, domain = address.rpartition("@")
+    return Address(display_name=name, username=local, domain=domain)
+
+
+def _parts(address: str) -> tuple[str, str]:
+    local, _, domain = address.rpartition("@")
+    return local, domain
+
+
+def _addresses_of(parsed: EmailMessage, name: str) -> list[tuple[str, str]]:
+    header = parsed.get(name)
+    if header is None:
+        return []
+    return [(a.username, a.domain) for a in header.addresses]
+
+
+def _body_of(parsed: EmailMessage) -> str:
+    part = parsed.get_body(preferencelist=("plain",))
+    return "" if part is None else part.get_content()
+
+
+def _lines(text: str) -> list[str]:
+    return text.replace("\r\n", "\n").replace("\r", "\n").rstrip("\n").split("\n")

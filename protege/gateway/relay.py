@@ -1,0 +1,164 @@
+"""Handing checked mail to an SMTP relay, and telling the truth about each recipient.
+
+A relay may accept some recipients and refuse others. Permanent refusals (5xx) are final;
+temporary ones (4xx) are tried again, to those recipients only, with backoff. A failure that
+concerns the whole mail (login refused, a certificate that does not verify, DATA refused for
+good) ends the attempt for everyone still waiting.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import smtplib
+import ssl
+import time
+from pathlib import Path
+
+import attrs
+
+from protege.config import MailSettings
+
+logger = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class Refusal:
+    """One recipient the relay would not take, with its answer."""
+
+    address: str
+    code: int
+    reason: str
+
+    @property
+    def permanent(self) -> bool:
+        """Whether retrying cannot help (a 5xx answer)."""
+        return self.code >= 500
+
+    def as_dict(self) -> dict[str, object]:
+        """The refusal as stored on the message and shown to the model."""
+        return {"address": self.address, "code": self.code, "reason": self.reason}
+
+
+@attrs.frozen
+class Handover:
+    """What became of one mail at the relay: who has it, who was refused, and, when some
+    never got it, why."""
+
+    delivered: tuple[str, ...]
+    refused: tuple[Refusal, ...] = ()
+    error: str | None = None
+
+
+class _Final(Exception):
+    """A failure of the whole mail that retrying will not fix."""
+
+
+def send(
+    raw: bytes,
+    sender: str,
+    recipients: list[str],
+    settings: MailSettings,
+    *,
+    root: Path,
+    international: bool = False,
+) -> Handover:
+    """Send ``raw`` from ``sender`` to ``recipients`` through ``settings``' relay.
+
+    ``root`` is where a relative ``smtp_ca_file`` is found. ``international`` asks the relay
+    for SMTPUTF8.
+    """
+    pending = list(recipients)
+    delivered: list[str] = []
+    refused: list[Refusal] = []
+    delay = settings.smtp_backoff_seconds
+    reason = ""
+    for attempt in range(settings.smtp_retries + 1):
+        try:
+            answers = _attempt(raw, sender, pending, settings, root, international)
+        except _Final as error:
+            return Handover(tuple(delivered), tuple(refused), str(error))
+        except smtplib.SMTPRecipientsRefused as error:
+            answers = {a: _refusal(a, code, text) for a, (code, text) in error.recipients.items()}
+        except smtplib.SMTPResponseException as error:
+            if error.smtp_code >= 500:
+                message = f"SMTP {error.smtp_code}: {_text(error.smtp_error)}"
+                return Handover(tuple(delivered), tuple(refused), message)
+            answers = {a: _refusal(a, error.smtp_code, error.smtp_error) for a in pending}
+        except (OSError, smtplib.SMTPException) as error:
+            answers = {a: Refusal(a, 0, f"{type(error).__name__}: {error}") for a in pending}
+        delivered += [address for address in pending if address not in answers]
+        refused += [r for r in answers.values() if r.permanent]
+        pending = [r.address for r in answers.values() if not r.permanent]
+        if not pending:
+            nobody = (
+                None
+                if delivered
+                else "the relay refused every recipient: "
+                + "; ".join(f"{r.address} ({r.code} {r.reason})" for r in refused)
+            )
+            return Handover(tuple(delivered), tuple(refused), nobody)
+        reason = _reason(answers[pending[0]])
+        if attempt < settings.smtp_retries:
+            logger.warning(
+                "SMTP delivery to %s failed (%s); retrying in %.1f s", pending, reason, delay
+            )
+            time.sleep(delay)  # backoff between attempts at a remote server
+            delay *= 2
+    gave_up = f"gave up after {settings.smtp_retries + 1} attempts: {reason}"
+    refused += [Refusal(a, answers[a].code, answers[a].reason) for a in pending]
+    return Handover(tuple(delivered), tuple(refused), gave_up)
+
+
+def _attempt(
+    raw: bytes,
+    sender: str,
+    recipients: list[str],
+    settings: MailSettings,
+    root: Path,
+    international: bool,
+) -> dict[str, Refusal]:
+    """One connection; returns the recipients refused while others were accepted."""
+    with smtplib.SMTP(
+        settings.smtp_host, settings.smtp_port, timeout=settings.smtp_timeout
+    ) as smtp:
+        if settings.smtp_starttls:
+            try:
+                smtp.starttls(context=_tls_context(settings, root))
+            except ssl.SSLCertVerificationError as error:
+                raise _Final(
+                    f"the certificate of {settings.smtp_host} did not verify "
+                    f"({error.verify_message}); set [mail] smtp_ca_file if it is signed by "
+                    "your own authority"
+                ) from None
+        if settings.smtp_username:
+            try:
+                smtp.login(settings.smtp_username, os.environ.get(settings.smtp_password_env, ""))
+            except smtplib.SMTPAuthenticationError as error:
+                raise _Final(
+                    f"SMTP refused the login of {settings.smtp_username}: {_text(error.smtp_error)}"
+                ) from None
+        options = ["SMTPUTF8"] if international else []
+        answered = smtp.sendmail(sender, recipients, raw, mail_options=options)
+    return {a: _refusal(a, code, text) for a, (code, text) in answered.items()}
+
+
+def _tls_context(settings: MailSettings, root: Path) -> ssl.SSLContext:
+    if not settings.smtp_ca_file:
+        return ssl.create_default_context()  # the system's authorities; the host name is checked
+    try:
+        return ssl.create_default_context(cafile=str(root / settings.smtp_ca_file))
+    except (OSError, ssl.SSLError) as error:
+        raise _Final(f"cannot use smtp_ca_file {settings.smtp_ca_file}: {error}") from None
+
+
+def _refusal(address: str, code: int, text: bytes | str) -> Refusal:
+    return Refusal(address, code, _text(text))
+
+
+def _reason(refusal: Refusal) -> str:
+    return f"SMTP {refusal.code}: {refusal.reason}" if refusal.code else refusal.reason
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
