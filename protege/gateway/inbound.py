@@ -28,14 +28,13 @@ from protege.gateway.parse import (
     parse,
 )
 from protege.harness import queue_reply
-from protege.mail import new_message_id, thread_key
+from protege.mail import SYNTHETIC_ID, new_message_id, thread_key
 from protege.models import Agent, Message, MessageAttachment, Run
 from protege.models.messages import ACCEPTED, IGNORED, INBOUND, REFUSED
 
 __all__ = ["LOOP_HEADER", "Delivered", "MailRejected", "StorageUnavailable", "agent_for", "ingest"]
 
 logger = logging.getLogger(__name__)
-SYNTHETIC_ID = "synthetic Message-ID"
 # Errors a later attempt can get past (the database is down or busy); anything else is
 # about this message, and a retry would meet it again.
 TRANSIENT_ERRORS = (peewee.OperationalError, peewee.InterfaceError, OSError)

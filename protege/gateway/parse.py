@@ -186,7 +186,8 @@ def _read(message: EmailMessage, limits: MailSettings, envelope_sender: str | No
         references = [references[0], *references[-(MAX_REFERENCES - 1) :]]
         flags.append(f"references cut to {MAX_REFERENCES}")
     message_id = next(iter(headers.ids("Message-ID")), None)
-    in_reply_to = next(iter(headers.ids("In-Reply-To")), None)
+    replied_to = headers.ids("In-Reply-To")  # RFC 5322 uses it only when it names one
+    in_reply_to = replied_to[0] if len(replied_to) == 1 else None
     ignore = _ignore_reason(message, headers, limits, envelope_sender, flags)
     if ambiguity is not None:
         flags.append(f"{AMBIGUOUS_SENDER}: {ambiguity}")
