@@ -147,7 +147,9 @@ async def _turns(
         timeline = run.timeline()
         replayed, pending = replay(timeline, fence)
         messages += replayed
-        first_turn = sum(1 for e in timeline if e.kind == events.MODEL_REQUEST)
+        # Turns the model answered: a request whose call failed (the reason for the retry)
+        # got no response and is not held against the budget.
+        first_turn = sum(1 for e in timeline if e.kind == events.MODEL_RESPONSE)
         failures = sum(1 for e in timeline if e.kind == events.TOOL_RESULT and not e.payload["ok"])
         for call in pending:
             outcome = await dispatcher.dispatch(call)
