@@ -45,10 +45,15 @@ class ModelSettings:
 
 @attrs.frozen(kw_only=True)
 class RunSettings:
-    """``[runs]``: the budgets and limits of one agent run."""
+    """``[runs]``: the budgets and limits of one agent run.
+
+    ``max_tool_calls_per_turn`` caps the calls run from one model answer; the calls past it
+    are answered with a failure saying so, and the model may ask again in its next turn.
+    """
 
     max_model_turns: int = attrs.field(default=20, validator=attrs.validators.ge(1))
     max_tool_failures: int = attrs.field(default=5, validator=attrs.validators.ge(0))
+    max_tool_calls_per_turn: int = attrs.field(default=16, validator=attrs.validators.ge(1))
     max_result_bytes: int = attrs.field(default=64 * 1024, validator=attrs.validators.ge(1024))
 
 
