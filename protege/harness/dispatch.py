@@ -19,11 +19,13 @@ import inspect
 import json
 import threading
 import traceback
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
 
 from protege.context import RunContext
+from protege.errors import ProtegeError
 from protege.harness import events
 from protege.harness.events import EventLog
 from protege.harness.fence import Fence
@@ -40,6 +42,52 @@ MAX_ARGUMENT_DEPTH = 64
 current_tool_call: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "protege_tool_call", default=None
 )
+# A token unique to each dispatch of a call (a model may reuse call ids), for LiveCalls.
+_call_token: contextvars.ContextVar[object | None] = contextvars.ContextVar(
+    "protege_call_token", default=None
+)
+
+
+class CallOver(ProtegeError):
+    """A tool used its run's means (sending mail) after its call had ended."""
+
+
+class LiveCalls:
+    """The tool calls of one run attempt that are running now.
+
+    A sync tool past its timeout cannot be stopped; its thread runs on. What it may still
+    do through its context is checked here, so that it cannot send mail once its call has
+    timed out or its run has moved on or ended.
+    """
+
+    def __init__(self) -> None:
+        self._tokens: set[object] = set()
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Mark the code inside (and threads and tasks it starts) as one live call."""
+        token = object()
+        with self._lock:
+            self._tokens.add(token)
+        reset = _call_token.set(token)
+        try:
+            yield
+        finally:
+            _call_token.reset(reset)
+            with self._lock:
+                self._tokens.discard(token)
+
+    def check(self) -> None:
+        """Raise ``CallOver`` unless the caller runs inside a call that is still live."""
+        token = _call_token.get()
+        with self._lock:
+            live = token is not None and token in self._tokens
+        if not live:
+            raise CallOver(
+                "this tool call is over (it timed out, or its run moved on): "
+                "it can no longer send mail"
+            )
 
 
 class _Escaped(Exception):
@@ -73,8 +121,10 @@ class Dispatcher:
         fence: Fence,
         log: EventLog | None,
         max_result_bytes: int,
+        live: LiveCalls | None = None,
     ) -> None:
         self.granted = {entry.id: entry for entry in granted}
+        self.live = LiveCalls() if live is None else live
         self.context = context
         self.fence = fence
         self.log = log
@@ -98,7 +148,8 @@ class Dispatcher:
             return self._finish(call_id, tool_id, failure(reason), Trust.TRUSTED, refused=True)
         token = current_tool_call.set(call_id)
         try:
-            result = await self._run(entry, raw_arguments)
+            with self.live.running():
+                result = await self._run(entry, raw_arguments)
         finally:
             current_tool_call.reset(token)
         return self._finish(call_id, tool_id, result, entry.tool_class.trust)

@@ -15,7 +15,7 @@ from protege.context import RunContext
 from protege.db import database
 from protege.errors import ProtegeError
 from protege.harness import events
-from protege.harness.dispatch import Dispatcher
+from protege.harness.dispatch import CallOver, Dispatcher, LiveCalls
 from protege.harness.events import EventLog
 from protege.harness.fence import Fence
 from protege.harness.model import ModelClient
@@ -144,7 +144,8 @@ def _in_main_thread() -> bool:
 async def _turns(
     run: Run, config: Config, manifest: Manifest, model: ModelClient, log: EventLog
 ) -> None:
-    context = _context(run, config, log)
+    live = LiveCalls()
+    context = _context(run, config, log, live)
     granted = run.agent.resolve_for(context, manifest).tools  # once: catalogue and backstop
     tools = [
         {
@@ -159,7 +160,7 @@ async def _turns(
     ]
     fence = Fence()
     messages = build_messages(run, fence)
-    dispatcher = Dispatcher(granted, context, fence, log, config.runs.max_result_bytes)
+    dispatcher = Dispatcher(granted, context, fence, log, config.runs.max_result_bytes, live)
     limits = config.runs
     failures = first_turn = 0
     if log.seq:  # a retried run resumes from its own trail: nothing done is done again
@@ -253,11 +254,22 @@ def _claim(run_id: int, started: Any) -> bool:
     return database.execute_sql(_CLAIM.format(p=database.param), (started, run_id)).rowcount == 1
 
 
-def _context(run: Run, config: Config, log: EventLog) -> RunContext:
+def _context(run: Run, config: Config, log: EventLog, live: LiveCalls) -> RunContext:
     agent: Agent = run.agent
+    run_logger = _CorrelatedLogger(logger, {"correlation_id": run.correlation_id})
 
     def deliver(mail: Any, attachments: Any = ()) -> dict[str, Any]:
         from protege.gateway.outbound import deliver as send
+
+        try:
+            live.check()
+        except CallOver:
+            run_logger.warning(
+                "run %s: a tool call that is over tried to send mail (to %s); refused",
+                run.id,
+                _recipients(mail),
+            )
+            raise
 
         outcome = send(
             agent=agent, run=run, config=config, mail=dict(mail), attachments=attachments
@@ -271,9 +283,21 @@ def _context(run: Run, config: Config, log: EventLog) -> RunContext:
         responsibility=run.responsibility if run.responsibility_id is not None else None,
         deliver=deliver,
         config=config,
-        logger=_CorrelatedLogger(logger, {"correlation_id": run.correlation_id}),
+        logger=run_logger,
         correlation_id=run.correlation_id,
     )
+
+
+def _recipients(mail: Any) -> str:
+    try:
+        fields = dict(mail)
+    except (TypeError, ValueError):
+        return "?"
+    found = []
+    for key in ("to", "cc", "bcc"):
+        value = fields.get(key) or []
+        found += [value] if isinstance(value, str) else [str(a) for a in value]
+    return ", ".join(found) or "nobody"
 
 
 def _exhausted(run: Run, log: EventLog, budget: str, limit: int) -> None:

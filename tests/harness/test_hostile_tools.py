@@ -4,16 +4,17 @@ properly, the model is told, and the worker carrying the run lives on."""
 import asyncio
 import json
 import queue
+import threading
 
 import attrs
 import pytest
 
 from protege import Tool
 from protege.harness import queue_reply
-from protege.harness.dispatch import MAX_ARGUMENT_DEPTH, Dispatcher
+from protege.harness.dispatch import MAX_ARGUMENT_DEPTH, CallOver, Dispatcher
 from protege.harness.fence import Fence
 from protege.mail import record_inbound
-from protege.models import Agent, Toolkit
+from protege.models import Agent, Message, Toolkit
 from protege.registry import Manifest, Origin, ToolEntry
 from protege.testing import make_context, raw_tool_call, run_reply, say, tool_call, tool_calls
 from protege.worker import Workers
@@ -72,7 +73,37 @@ class WaitTool(Tool):
 
 
 STARTED = None  # an asyncio.Event, made on the test's own loop
-TOOLS = [RaiseSyncTool, RaiseAsyncTool, ExitOnCreateTool, KeepTool, WaitTool]
+LET_GO = threading.Event()  # lets the late sender try to send
+TRIED = threading.Event()  # the late sender has tried
+REFUSALS = []
+
+
+class LateSendTool(Tool):
+    description = "Outlives its timeout, then tries to send mail."
+    timeout = 0.1
+
+    def use(self, context):
+        LET_GO.wait(30)
+        try:
+            context.deliver({"to": ["mara@thescoop.com"], "body": "too late"})
+        except Exception as error:
+            REFUSALS.append(error)
+        finally:
+            TRIED.set()
+        return self.success()
+
+
+class LetGoTool(Tool):
+    description = "Lets the late sender try, and waits until it has."
+
+    def use(self, context):
+        LET_GO.set()
+        TRIED.wait(30)
+        return self.success(tried=TRIED.is_set())
+
+
+TOOLS = [RaiseSyncTool, RaiseAsyncTool, ExitOnCreateTool, KeepTool, WaitTool, LateSendTool]
+TOOLS += [LetGoTool]
 
 
 @pytest.fixture
@@ -117,6 +148,45 @@ def test_a_tool_raising_a_base_exception_is_a_failure_and_the_run_goes_on(
 def test_a_tool_raising_while_being_made_is_a_failure(run, scripted_model):
     assert run(tool_call("exit_on_create"), say("ok")).status == "done"
     assert shown_results(scripted_model) == [{"ok": False, "reason": "SystemExit: 3"}]
+
+
+@pytest.fixture
+def late_sender():
+    LET_GO.clear()
+    TRIED.clear()
+    REFUSALS.clear()
+    yield
+    LET_GO.set()
+
+
+def test_a_tool_past_its_timeout_cannot_send_mail_once_the_run_is_done(
+    run, scripted_model, config, late_sender, caplog
+):
+    done = run(tool_call("late_send"), say("ok"))
+    assert done.status == "done"
+    assert shown_results(scripted_model)[0]["reason"] == "the tool did not finish within 0.1 s"
+    LET_GO.set()
+    assert TRIED.wait(30)
+    (refusal,) = REFUSALS
+    assert isinstance(refusal, CallOver)
+    assert str(refusal) == (
+        "this tool call is over (it timed out, or its run moved on): it can no longer send mail"
+    )
+    assert "tried to send mail (to mara@thescoop.com); refused" in caplog.text
+    assert Message.select().where(Message.direction == "outbound").count() == 0
+    assert not list(config.data_dir.glob("outbox/*.eml"))
+    assert "delivery" not in [e.kind for e in done.timeline()]
+
+
+def test_a_tool_past_its_timeout_cannot_send_mail_while_the_run_goes_on(
+    run, scripted_model, config, late_sender
+):
+    done = run(tool_call("late_send"), tool_call("let_go"), say("ok"))
+    assert done.status == "done"
+    assert shown_results(scripted_model, 2)[-1] == {"ok": True, "tried": True}
+    assert [type(error) for error in REFUSALS] == [CallOver]
+    assert Message.select().where(Message.direction == "outbound").count() == 0
+    assert not list(config.data_dir.glob("outbox/*.eml"))
 
 
 def test_base_exceptions_leave_the_worker_alive_and_every_run_finished(
