@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from protege.cli.database import open_database
-from protege.cli.output import echo_json, echo_table
+from protege.cli.output import echo_json, echo_table, warn_missing_host_tools
 from protege.errors import ProtegeError
 
 
@@ -32,7 +32,7 @@ def start(agent: str, sender: str, body: str, subject: str, as_json: bool) -> No
     if not reach.admitted:
         raise ProtegeError(f"{sender} may not write to {found.name}: {reach.reason}")
     message = record_inbound(found, sender=sender, body=body, subject=subject)
-    _show_outcome(execute(queue_reply(message)), as_json)
+    _show_outcome(execute(queue_reply(message), manifest=_checked_manifest()), as_json)
 
 
 @runs.command("retry")
@@ -43,7 +43,7 @@ def retry(run_id: int, as_json: bool) -> None:
     from protege.harness import execute, requeue
 
     open_database()
-    _show_outcome(execute(requeue(_run_numbered(run_id))), as_json)
+    _show_outcome(execute(requeue(_run_numbered(run_id)), manifest=_checked_manifest()), as_json)
 
 
 @runs.command("list")
@@ -88,6 +88,14 @@ def show(run_id: int, as_json: bool) -> None:
     """Show a run and every event of its audit trail."""
     open_database()
     _show(_run_numbered(run_id), as_json)
+
+
+def _checked_manifest():
+    from protege.registry import manifest
+
+    tools = manifest()
+    warn_missing_host_tools(tools)
+    return tools
 
 
 def _run_numbered(run_id: int):

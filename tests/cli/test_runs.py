@@ -196,3 +196,20 @@ def test_show_survives_events_of_older_shapes_and_unknown_kinds(run_protege, env
     ]
     events = json.loads(run_protege("runs", "show", "1", "--json", env=env).stdout)["events"]
     assert events[-1] == {"seq": 6, "kind": "error", "payload": None}
+
+
+def test_start_warns_about_a_host_module_that_fails_to_import_and_goes_on(
+    run_protege, env, scripted_model
+):
+    (run_protege.project / "protege.toml").write_text('tool_modules = ["shop_tools"]\n')
+    (run_protege.project / "shop_tools.py").write_text("raise RuntimeError('no licence key')\n")
+    scripted_model.script(say("Hello."))
+    result = run_protege(
+        "runs", "start", "Sundae", "--sender", "j@acme.com", "--message", "Hi", env=env
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        "warning: cannot import tool module shop_tools: RuntimeError: no licence key; "
+        "its tools are not offered"
+    ]
+    assert result.stdout.splitlines()[0].endswith(", done")
