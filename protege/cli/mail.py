@@ -34,13 +34,13 @@ def serve(host: str | None, port: int | None, workers: int | None) -> None:
     except OSError as error:
         raise ProtegeError(f"cannot listen for mail: {error.strerror or error}") from None
     pool = Workers(config, count, manifest=tools, on_finished=_report).start()
+    stopped = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):  # before the announcement: it invites them
+        signal.signal(signum, lambda *_: stopped.set())
     _say(
         f"protege: listening for mail on {gateway.hostname}:{gateway.port}, "
         f"{count} worker(s); Ctrl-C stops"
     )
-    stopped = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stopped.set())
     stopped.wait()
     _say("protege: stopping (finishing current runs)")
     gateway.stop()
