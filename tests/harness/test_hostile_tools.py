@@ -103,7 +103,19 @@ class LetGoTool(Tool):
 
 
 TOOLS = [RaiseSyncTool, RaiseAsyncTool, ExitOnCreateTool, KeepTool, WaitTool, LateSendTool]
-TOOLS += [LetGoTool]
+
+
+class AbyssTool(Tool):
+    description = "Returns data nested 100,000 levels deep."
+
+    def use(self, context):
+        deep = []
+        for _ in range(100_000):
+            deep = [deep]
+        return self.success(deep=deep)
+
+
+TOOLS += [LetGoTool, AbyssTool]
 
 
 @pytest.fixture
@@ -271,3 +283,10 @@ def test_the_per_turn_cap_is_a_setting(run, scripted_model, config):
     tight = attrs.evolve(config, runs=attrs.evolve(config.runs, max_tool_calls_per_turn=2))
     run(tool_calls([("keep", {}), ("keep", {}), ("keep", {})]), say("ok"), config=tight)
     assert [r["ok"] for r in shown_results(scripted_model)] == [True, True, False]
+
+
+def test_a_result_nested_too_deeply_to_write_is_a_failure(run, scripted_model):
+    assert run(tool_call("abyss"), say("ok")).status == "done"
+    assert shown_results(scripted_model) == [
+        {"ok": False, "reason": "the tool's result cannot be written as JSON (nested too deeply)"}
+    ]
