@@ -6,6 +6,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import attrs
 import cattrs
@@ -17,7 +18,11 @@ CONFIG_VARIABLE = "PROTEGE_CONFIG"
 DATA_DIR_VARIABLE = "PROTEGE_DATA_DIR"
 DATABASE_URL_VARIABLE = "PROTEGE_DATABASE_URL"
 MODEL_VARIABLE = "PROTEGE_MODEL"
+MODEL_BASE_URL_VARIABLE = "PROTEGE_MODEL_BASE_URL"
+MODEL_API_KEY_ENV_VARIABLE = "PROTEGE_MODEL_API_KEY_ENV"
+MAIL_TRANSPORT_VARIABLE = "PROTEGE_MAIL_TRANSPORT"
 DEFAULT_DATA_DIR = ".protege"
+_Section = TypeVar("_Section")
 
 
 @attrs.frozen(kw_only=True)
@@ -28,6 +33,11 @@ class ModelSettings:
     from the environment variable ``api_key_env`` names. ``max_output_tokens``, when set, is
     sent as ``token_parameter`` (reasoning models take ``max_completion_tokens``; some older
     servers only know ``max_tokens``).
+
+    The environment overrides the file: ``PROTEGE_MODEL`` sets ``model``,
+    ``PROTEGE_MODEL_BASE_URL`` sets ``base_url`` and ``PROTEGE_MODEL_API_KEY_ENV`` sets
+    ``api_key_env``. The test fixtures use them to put their scripted model in place of
+    whatever the app's ``protege.toml`` names.
     """
 
     model: str | None = None
@@ -45,10 +55,15 @@ class ModelSettings:
 
 @attrs.frozen(kw_only=True)
 class RunSettings:
-    """``[runs]``: the budgets and limits of one agent run."""
+    """``[runs]``: the budgets and limits of one agent run.
+
+    ``max_tool_calls_per_turn`` caps the calls run from one model answer; the calls past it
+    are answered with a failure saying so, and the model may ask again in its next turn.
+    """
 
     max_model_turns: int = attrs.field(default=20, validator=attrs.validators.ge(1))
     max_tool_failures: int = attrs.field(default=5, validator=attrs.validators.ge(0))
+    max_tool_calls_per_turn: int = attrs.field(default=16, validator=attrs.validators.ge(1))
     max_result_bytes: int = attrs.field(default=64 * 1024, validator=attrs.validators.ge(1024))
 
 
@@ -112,6 +127,12 @@ class Config:
 
     ``root`` is the folder holding ``protege.toml`` (or the working directory when there is
     none); relative paths in the file, and host tool modules, are found from there.
+
+    These environment variables override the file: ``PROTEGE_DATABASE_URL``,
+    ``PROTEGE_DATA_DIR``, ``PROTEGE_MAIL_TRANSPORT`` (``outbox`` or ``smtp``), and the model
+    variables ``ModelSettings`` lists. ``protege.testing``'s fixtures set them, so that a
+    test of a host app uses its own database, data directory, outbox and scripted model
+    whatever the app's ``protege.toml`` says.
     """
 
     root: Path
@@ -197,9 +218,25 @@ def _build(
         tool_modules=settings.tool_modules,
         data_dir=data_dir,
         database_url=database_url or f"sqlite:///{data_dir / 'protege.db'}",
-        model=attrs.evolve(settings.model, model=environ[MODEL_VARIABLE])
-        if environ.get(MODEL_VARIABLE)
-        else settings.model,
+        model=_overridden(
+            settings.model,
+            environ,
+            model=MODEL_VARIABLE,
+            base_url=MODEL_BASE_URL_VARIABLE,
+            api_key_env=MODEL_API_KEY_ENV_VARIABLE,
+        ),
         runs=settings.runs,
-        mail=settings.mail,
+        mail=_overridden(settings.mail, environ, transport=MAIL_TRANSPORT_VARIABLE),
     )
+
+
+def _overridden(section: _Section, environ: Mapping[str, str], **variables: str) -> _Section:
+    """``section`` with each field named in ``variables`` set from that environment variable,
+    when the variable is set and not empty."""
+    changes = {field: environ[name] for field, name in variables.items() if environ.get(name)}
+    try:
+        return attrs.evolve(section, **changes)
+    except ValueError as error:  # a validator refused a value; its first argument says why
+        names = ", ".join(variables[field] for field in changes)
+        reason = error.args[0] if error.args else error
+        raise ConfigError(f"{names}: {reason}") from None

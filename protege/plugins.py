@@ -188,7 +188,7 @@ class PluginHost:
                 name=source.entry_point, value=source.value, group=ENTRY_POINT_GROUP
             ).load()
             self.manager.register(module, name=f"{source.distribution}:{source.entry_point}")
-        except (Exception, SystemExit) as error:
+        except BaseException as error:  # even KeyboardInterrupt: one plugin's fault
             return self._broken(source, error_line(error))
         callers = self.manager.get_hookcallers(module) or []
         hooks = tuple(sorted(caller.name for caller in callers))
@@ -224,7 +224,7 @@ class PluginHost:
             for impl in impls:
                 try:
                     impl.function(**{name: kwargs[name] for name in impl.argnames})
-                except (Exception, SystemExit) as error:
+                except BaseException as error:  # even KeyboardInterrupt: one plugin's fault
                     yield plugin, error
                     break
             else:

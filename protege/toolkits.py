@@ -25,6 +25,10 @@ DESCRIPTIONS = {
 }
 
 
+class HostModulesBroken(ProtegeError):
+    """Sync refused: a host tool module failed to import, so the manifest lacks its tools."""
+
+
 @attrs.frozen
 class SyncReport:
     """What one sync changed; empty lists everywhere mean it changed nothing."""
@@ -53,12 +57,15 @@ def sync(manifest: Manifest | None = None) -> SyncReport:
     """Apply migrations, then bring the system toolkits in line with ``manifest``.
 
     Idempotent; meant to run on every deploy (``protege sync``). Uses the process manifest
-    when none is given.
+    when none is given. A host tool module that failed to import stops sync before it
+    changes anything (``HostModulesBroken``): its tools would otherwise leave All Tools.
     """
     from protege.registry import manifest as process_manifest
 
-    migrations = db.migrate()
     manifest = process_manifest() if manifest is None else manifest
+    if manifest.host_import_errors:
+        raise HostModulesBroken("sync changed nothing: " + "; ".join(manifest.host_import_errors))
+    migrations = db.migrate()
     created: list[str] = []
     with db.exclusive():
         live = set(manifest.ids())

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
 
 from protege.config import Config
 from protege.db import database
-from protege.harness import claim_next, execute
+from protege.harness import abandon, claim_next, execute
 from protege.models import Run
+from protege.plugins import error_line
 from protege.registry import Manifest
 
 logger = logging.getLogger(__name__)
@@ -59,6 +61,7 @@ class Workers:
     def _work(self) -> None:
         try:
             while not self._stop.is_set():
+                run = None
                 try:
                     run = claim_next()
                     if run is None:
@@ -68,8 +71,11 @@ class Workers:
                     logger.info("run %s %s", finished.id, finished.status)
                     if self.on_finished is not None:
                         self.on_finished(finished)
-                except Exception:  # the database went away, say: keep the worker alive
+                except BaseException as error:  # nothing may stop a worker but stop()
                     logger.exception("worker failed; retrying")
+                    if run is not None:
+                        with contextlib.suppress(Exception):  # the database may be what failed
+                            abandon(run, f"the worker failed: {error_line(error)}")
                     self._stop.wait(self.poll_interval)
         finally:
             database.close()

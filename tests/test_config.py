@@ -43,6 +43,32 @@ def test_environment_overrides_the_file(tmp_path):
     assert config.data_dir == Path("/srv/p")
 
 
+def test_environment_overrides_the_model_endpoint_key_and_mail_transport(tmp_path):
+    (tmp_path / "protege.toml").write_text(
+        '[model]\nmodel = "gpt"\nbase_url = "https://models.example/v1"\n'
+        'api_key_env = "PROD_KEY"\n[mail]\ntransport = "smtp"\nsmtp_host = "relay.example"\n'
+    )
+    environ = {
+        "PROTEGE_MODEL_BASE_URL": "http://127.0.0.1:9999/v1",
+        "PROTEGE_MODEL_API_KEY_ENV": "TEST_KEY",
+        "PROTEGE_MAIL_TRANSPORT": "outbox",
+    }
+    config = load_config(tmp_path, environ=environ)
+    assert (config.model.model, config.model.base_url) == ("gpt", "http://127.0.0.1:9999/v1")
+    assert config.model.api_key_env == "TEST_KEY"
+    assert (config.mail.transport, config.mail.smtp_host) == ("outbox", "relay.example")
+    unset = load_config(tmp_path, environ={"PROTEGE_MAIL_TRANSPORT": ""})
+    assert unset.mail.transport == "smtp"
+
+
+def test_an_unusable_override_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError) as raised:
+        load_config(tmp_path, environ={"PROTEGE_MAIL_TRANSPORT": "pigeon"})
+    assert str(raised.value) == (
+        "PROTEGE_MAIL_TRANSPORT: 'transport' must be in ('outbox', 'smtp') (got 'pigeon')"
+    )
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [

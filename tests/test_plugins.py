@@ -1,5 +1,7 @@
 import sys
 
+import pytest
+
 from protege.plugins import (
     PluginHost,
     PluginStatus,
@@ -131,3 +133,20 @@ def test_load_list_naming_an_uninstalled_plugin_is_noticed(site):
 
 def test_distribution_names_compare_in_canonical_form():
     assert normalize("Protege_Weather") == normalize("protege.weather") == "protege-weather"
+
+
+@pytest.mark.parametrize(
+    ("raised", "error"),
+    [
+        ("KeyboardInterrupt('no')", "KeyboardInterrupt: no"),
+        ("GeneratorExit()", "GeneratorExit"),
+        ("__import__('asyncio').CancelledError()", "CancelledError"),
+    ],
+)
+def test_plugin_raising_any_base_exception_on_import_is_reported(site, raised, error):
+    site.add("hostile-tools", f"raise {raised}\n")
+    site.add("good-tools", site.tool_plugin("StampTool"))
+    plugins = by_distribution(site.host())
+    assert plugins["hostile-tools"].status is PluginStatus.ERROR
+    assert plugins["hostile-tools"].error == error
+    assert plugins["good-tools"].status is PluginStatus.OK

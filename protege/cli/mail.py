@@ -9,6 +9,7 @@ import threading
 import click
 
 from protege.cli.database import open_database
+from protege.cli.output import warn_missing_host_tools
 from protege.errors import ProtegeError
 
 
@@ -20,23 +21,26 @@ def serve(host: str | None, port: int | None, workers: int | None) -> None:
     """Receive mail by SMTP and carry out the runs it queues, until interrupted."""
     from protege.config import load_config
     from protege.gateway.smtp import start_gateway
+    from protege.registry import manifest
     from protege.worker import Workers
 
     config = load_config()
     open_database()
+    tools = manifest()
+    warn_missing_host_tools(tools)
     count = workers or config.mail.workers
     try:
         gateway = start_gateway(config, host, port)
     except OSError as error:
         raise ProtegeError(f"cannot listen for mail: {error.strerror or error}") from None
-    pool = Workers(config, count, on_finished=_report).start()
+    pool = Workers(config, count, manifest=tools, on_finished=_report).start()
+    stopped = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):  # before the announcement: it invites them
+        signal.signal(signum, lambda *_: stopped.set())
     _say(
         f"protege: listening for mail on {gateway.hostname}:{gateway.port}, "
         f"{count} worker(s); Ctrl-C stops"
     )
-    stopped = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stopped.set())
     stopped.wait()
     _say("protege: stopping (finishing current runs)")
     gateway.stop()

@@ -22,3 +22,10 @@ def echo_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None
         click.echo(
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         )
+
+
+def warn_missing_host_tools(manifest: Any) -> None:
+    """Warn on standard error, one line each, about host tool modules that failed to import;
+    their tools are not offered until they are fixed."""
+    for error in manifest.host_import_errors:
+        click.echo(f"warning: {error}; its tools are not offered", err=True)

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from protege.cli.database import open_database
-from protege.cli.output import echo_json, echo_table
+from protege.cli.output import echo_json, echo_table, warn_missing_host_tools
 from protege.errors import ProtegeError
-
-EXCERPT = 160
 
 
 @click.group()
@@ -36,7 +32,7 @@ def start(agent: str, sender: str, body: str, subject: str, as_json: bool) -> No
     if not reach.admitted:
         raise ProtegeError(f"{sender} may not write to {found.name}: {reach.reason}")
     message = record_inbound(found, sender=sender, body=body, subject=subject)
-    _show_outcome(execute(queue_reply(message)), as_json)
+    _show_outcome(execute(queue_reply(message), manifest=_checked_manifest()), as_json)
 
 
 @runs.command("retry")
@@ -47,7 +43,7 @@ def retry(run_id: int, as_json: bool) -> None:
     from protege.harness import execute, requeue
 
     open_database()
-    _show_outcome(execute(requeue(_run_numbered(run_id))), as_json)
+    _show_outcome(execute(requeue(_run_numbered(run_id)), manifest=_checked_manifest()), as_json)
 
 
 @runs.command("list")
@@ -94,6 +90,14 @@ def show(run_id: int, as_json: bool) -> None:
     _show(_run_numbered(run_id), as_json)
 
 
+def _checked_manifest():
+    from protege.registry import manifest
+
+    tools = manifest()
+    warn_missing_host_tools(tools)
+    return tools
+
+
 def _run_numbered(run_id: int):
     from protege.models import Run
 
@@ -122,13 +126,21 @@ def _summary(run) -> dict[str, object]:
     }
 
 
+def _event_json(event) -> dict[str, object]:
+    payload = event.payload
+    fields = payload if isinstance(payload, dict) else {"payload": payload}
+    return {"seq": event.seq, "kind": event.kind, **fields}
+
+
 def _show(run, as_json: bool) -> None:
+    from protege.harness import events
+
     timeline = run.timeline()
     if as_json:
         echo_json(
             {
                 **_summary(run),
-                "events": [{"seq": e.seq, "kind": e.kind, **e.payload} for e in timeline],
+                "events": [_event_json(e) for e in timeline],
             }
         )
         return
@@ -137,39 +149,4 @@ def _show(run, as_json: bool) -> None:
     if run.error:
         click.echo(f"error: {run.error}")
     for event in timeline:
-        click.echo(f"{event.seq:4d} {describe(event.kind, event.payload)}")
-
-
-def describe(kind: str, payload: dict) -> str:
-    """One readable line for an event."""
-    if kind == "model_request":
-        tools = ", ".join(payload["tools"]) or "none"
-        return (
-            f"model request, turn {payload['turn']}: {payload['messages']} messages; tools: {tools}"
-        )
-    if kind == "model_response":
-        tokens = payload.get("usage", {}).get("total_tokens", "?")
-        calls = [c["function"]["name"] for c in payload.get("tool_calls") or []]
-        said = f" says {_excerpt(payload['content'])}" if payload.get("content") else ""
-        asks = f" calls {', '.join(calls)}" if calls else ""
-        return f"model{said}{asks} ({tokens} tokens, {payload.get('latency_ms')} ms)"
-    if kind == "tool_call":
-        return f"  call {payload['tool']} {_excerpt(payload['arguments'])}"
-    if kind == "tool_refused":
-        return f"  REFUSED {payload['tool']}: {payload['reason']}"
-    if kind == "tool_result":
-        state = "ok" if payload["ok"] else "failed"
-        fenced = " (untrusted)" if payload.get("trust") == "untrusted" else ""
-        return f"  {state}{fenced}: {_excerpt(payload['content'])}"
-    if kind == "budget_exhausted":
-        return f"budget exhausted: {payload['budget']} ({payload['limit']})"
-    if kind == "delivery":
-        return f"  delivery: {_excerpt(json.dumps(payload['mail'], default=str))}"
-    if kind == "error":
-        return f"error: {payload['error']}"
-    return f"{kind}: {_excerpt(json.dumps(payload, default=str))}"
-
-
-def _excerpt(text: str | None) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= EXCERPT else text[: EXCERPT - 1] + "…"
+        click.echo(f"{event.seq:4d} {events.render(event.kind, event.payload)}")

@@ -1,5 +1,12 @@
 """The harness: one agent run, from the inbound message (or duty) to the last tool call."""
 
-from protege.harness.runner import claim_next, execute, queue_reply, queue_scheduled, requeue
+from protege.harness.runner import (
+    abandon,
+    claim_next,
+    execute,
+    queue_reply,
+    queue_scheduled,
+    requeue,
+)
 
-__all__ = ["claim_next", "execute", "queue_reply", "queue_scheduled", "requeue"]
+__all__ = ["abandon", "claim_next", "execute", "queue_reply", "queue_scheduled", "requeue"]

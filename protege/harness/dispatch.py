@@ -3,7 +3,10 @@
 The backstop reads the same per-run resolution as the catalogue, so a tool the run was not
 granted is refused here even if the model names it. Everything a call can do wrong (bad
 JSON, arguments the schema rejects, an exception, a wrong return value, running too long)
-becomes a failure result the model sees.
+becomes a failure result the model sees. That includes the ``BaseException``s a tool may
+raise (``KeyboardInterrupt``, ``SystemExit``, ``GeneratorExit``, a ``CancelledError`` of its
+own making): they are caught in the tool's own thread or coroutine frame, before asyncio sees
+them, since asyncio would carry them out of the event loop and stop the worker.
 """
 
 from __future__ import annotations
@@ -16,24 +19,85 @@ import inspect
 import json
 import threading
 import traceback
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
 
 from protege.context import RunContext
+from protege.errors import ProtegeError
 from protege.harness import events
 from protege.harness.events import EventLog
 from protege.harness.fence import Fence
+from protege.plugins import error_line
 from protege.registry import ToolEntry
 from protege.result import Result, Trust, failure
 from protege.tool import Tool
 
 MAX_SCHEMA_ERRORS = 10
+# Deeper arguments are refused: no tool needs them, and validating them recurses.
+MAX_ARGUMENT_DEPTH = 64
 
 # The tool call being run, for what must happen at most once per call (sending mail).
 current_tool_call: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "protege_tool_call", default=None
 )
+# A token unique to each dispatch of a call (a model may reuse call ids), for LiveCalls.
+_call_token: contextvars.ContextVar[object | None] = contextvars.ContextVar(
+    "protege_call_token", default=None
+)
+
+
+class CallOver(ProtegeError):
+    """A tool used its run's means (sending mail) after its call had ended."""
+
+
+class LiveCalls:
+    """The tool calls of one run attempt that are running now.
+
+    A sync tool past its timeout cannot be stopped; its thread runs on. What it may still
+    do through its context is checked here, so that it cannot send mail once its call has
+    timed out or its run has moved on or ended.
+    """
+
+    def __init__(self) -> None:
+        self._tokens: set[object] = set()
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Mark the code inside (and threads and tasks it starts) as one live call."""
+        token = object()
+        with self._lock:
+            self._tokens.add(token)
+        reset = _call_token.set(token)
+        try:
+            yield
+        finally:
+            _call_token.reset(reset)
+            with self._lock:
+                self._tokens.discard(token)
+
+    def check(self) -> None:
+        """Raise ``CallOver`` unless the caller runs inside a call that is still live."""
+        token = _call_token.get()
+        with self._lock:
+            live = token is not None and token in self._tokens
+        if not live:
+            raise CallOver(
+                "this tool call is over (it timed out, or its run moved on): "
+                "it can no longer send mail"
+            )
+
+
+class _Escaped(Exception):
+    """Carries a ``BaseException`` a tool raised out of the tool's frame as an ordinary
+    exception, so that asyncio never sees the original."""
+
+    def __init__(self, original: BaseException, trace: str) -> None:
+        super().__init__(error_line(original))
+        self.original = original
+        self.trace = trace
 
 
 @attrs.frozen
@@ -57,8 +121,10 @@ class Dispatcher:
         fence: Fence,
         log: EventLog | None,
         max_result_bytes: int,
+        live: LiveCalls | None = None,
     ) -> None:
         self.granted = {entry.id: entry for entry in granted}
+        self.live = LiveCalls() if live is None else live
         self.context = context
         self.fence = fence
         self.log = log
@@ -82,29 +148,48 @@ class Dispatcher:
             return self._finish(call_id, tool_id, failure(reason), Trust.TRUSTED, refused=True)
         token = current_tool_call.set(call_id)
         try:
-            result = await self._run(entry, raw_arguments)
+            with self.live.running():
+                result = await self._run(entry, raw_arguments)
         finally:
             current_tool_call.reset(token)
         return self._finish(call_id, tool_id, result, entry.tool_class.trust)
 
+    def decline(self, call: dict[str, Any], reason: str) -> Outcome:
+        """Answer a tool call with a failure without running it, recording why."""
+        call_id = call["id"]
+        tool_id = call["function"]["name"]
+        arguments = call["function"].get("arguments") or "{}"
+        self._record(events.TOOL_CALL, call_id=call_id, tool=tool_id, arguments=arguments)
+        self._record(events.TOOL_REFUSED, call_id=call_id, tool=tool_id, reason=reason)
+        return self._finish(
+            call_id, tool_id, failure(reason), Trust.TRUSTED, refused=True, declined=True
+        )
+
     async def _run(self, entry: ToolEntry, raw_arguments: str) -> Result:
+        too_deep = f"the arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels"
         try:
             arguments = json.loads(raw_arguments)
         except json.JSONDecodeError as error:
             return failure(f"the arguments are not valid JSON ({error.msg} at {error.pos})")
+        except RecursionError:
+            return failure(too_deep)
         if not isinstance(arguments, dict):
             return failure("the arguments must be a JSON object")
+        if _depth_exceeds(arguments, MAX_ARGUMENT_DEPTH):
+            return failure(too_deep)
         problems = schema_problems(entry.tool_class, arguments)
         if problems:
             return failure("the arguments do not fit the input schema: " + "; ".join(problems))
         try:
-            tool = entry.tool_class()
             outcome = await asyncio.wait_for(
-                self._call(tool, arguments), timeout=entry.tool_class.timeout
+                self._call(entry.tool_class, arguments), timeout=entry.tool_class.timeout
             )
         except TimeoutError:
             return failure(f"the tool did not finish within {entry.tool_class.timeout:g} s")
-        except (Exception, SystemExit) as error:
+        except _Escaped as escaped:
+            self.logger.error("tool %s raised %s", entry.id, escaped.trace)
+            return failure(escaped.original).with_details(traceback=escaped.trace)
+        except Exception as error:
             trace = traceback.format_exc()
             self.logger.error("tool %s raised %s", entry.id, trace)
             return failure(error).with_details(traceback=trace)
@@ -115,18 +200,29 @@ class Dispatcher:
             )
         return outcome
 
-    async def _call(self, tool: Tool, arguments: dict[str, Any]) -> Any:
-        if inspect.iscoroutinefunction(tool.use):
-            return await tool.use(context=self.context, **arguments)
-        return await _in_daemon_thread(
-            functools.partial(tool.use, context=self.context, **arguments)
-        )
+    async def _call(self, tool_class: type[Tool], arguments: dict[str, Any]) -> Any:
+        if inspect.iscoroutinefunction(tool_class.use):
+            return await _guarded(tool_class, self.context, arguments)
+        return await _in_daemon_thread(functools.partial(_use, tool_class, self.context, arguments))
 
     def _finish(
-        self, call_id: str, tool_id: str, result: Result, trust: Trust, *, refused: bool = False
+        self,
+        call_id: str,
+        tool_id: str,
+        result: Result,
+        trust: Trust,
+        *,
+        refused: bool = False,
+        declined: bool = False,
     ) -> Outcome:
         trust = Trust.UNTRUSTED if Trust.UNTRUSTED in (trust, result.trust) else Trust.TRUSTED
-        content = self._capped(json.dumps(result.for_model(), default=str, ensure_ascii=False))
+        try:
+            content = json.dumps(result.for_model(), default=str, ensure_ascii=False)
+        except (RecursionError, ValueError):  # data nested too deeply, or circular
+            result = failure("the tool's result cannot be written as JSON (nested too deeply)")
+            content = json.dumps(result.for_model(), ensure_ascii=False)
+        content = self._capped(content)
+        extra = {"declined": True} if declined else {}  # not run, so not a tool failure
         self._record(
             events.TOOL_RESULT,
             call_id=call_id,
@@ -135,6 +231,7 @@ class Dispatcher:
             trust=str(trust),
             content=content,
             details=result.details,
+            **extra,
         )
         shown = (
             self.fence.wrap(content, source=f"tool {tool_id}")
@@ -152,6 +249,29 @@ class Dispatcher:
             f"{kept}\n[protege: this result was cut to {self.max_result_bytes} of "
             f"{len(encoded)} bytes]"
         )
+
+
+def _use(tool_class: type[Tool], context: RunContext, arguments: dict[str, Any]) -> Any:
+    return tool_class().use(context=context, **arguments)
+
+
+async def _guarded(tool_class: type[Tool], context: RunContext, arguments: dict[str, Any]) -> Any:
+    """Await an async tool, turning any ``BaseException`` it raises into ``_Escaped``.
+
+    A ``CancelledError`` while this task is really being cancelled (the timeout, or the
+    run's own task) is the cancellation itself, and goes on.
+    """
+    try:
+        return await _use(tool_class, context, arguments)
+    except Exception:
+        raise
+    except asyncio.CancelledError as error:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        raise _Escaped(error, traceback.format_exc()) from None
+    except BaseException as error:
+        raise _Escaped(error, traceback.format_exc()) from None
 
 
 def _in_daemon_thread(call: Any) -> asyncio.Future:
@@ -175,13 +295,29 @@ def _in_daemon_thread(call: Any) -> asyncio.Future:
     def work() -> None:
         try:
             outcome, error = context.run(call), None
-        except BaseException as raised:  # handed to the run, which reports it
+        except Exception as raised:  # handed to the run, which reports it
             outcome, error = None, raised
+        except BaseException as raised:  # asyncio would re-raise these out of the event loop
+            outcome, error = None, _Escaped(raised, traceback.format_exc())
         with contextlib.suppress(RuntimeError):  # the run already ended: nobody is waiting
             loop.call_soon_threadsafe(settle, outcome, error)
 
     threading.Thread(target=work, name="protege-tool", daemon=True).start()
     return future
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether JSON data nests objects and arrays more than ``limit`` levels deep."""
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if not isinstance(item, dict | list):
+            continue
+        if level > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, level + 1) for child in children)
+    return False
 
 
 def schema_problems(tool_class: type[Tool], arguments: dict[str, Any]) -> list[str]:

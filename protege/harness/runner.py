@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import uuid
 from typing import Any
 
 from peewee import JOIN
 
-from protege.config import Config, load_config
+from protege.config import Config, RunSettings, load_config
 from protege.context import RunContext
 from protege.db import database
 from protege.errors import ProtegeError
 from protege.harness import events
-from protege.harness.dispatch import Dispatcher
+from protege.harness.dispatch import CallOver, Dispatcher, LiveCalls
 from protege.harness.events import EventLog
 from protege.harness.fence import Fence
 from protege.harness.model import ModelClient
@@ -22,6 +23,7 @@ from protege.harness.prompt import build_messages, replay
 from protege.models import Agent, Message, Responsibility, Run
 from protege.models.base import utcnow
 from protege.models.runs import DONE, FAILED, QUEUED, REPLY, RUNNING, SCHEDULED
+from protege.plugins import error_line
 from protege.registry import Manifest
 
 logger = logging.getLogger("protege.run")
@@ -96,7 +98,9 @@ def execute(
     manifest: Manifest | None = None,
     model: ModelClient | None = None,
 ) -> Run:
-    """Carry out ``run`` to the end and return it, done or failed; never raises for a tool.
+    """Carry out ``run`` to the end and return it, done or failed; nothing the run does
+    raises out of here (in the main thread, an operator's Ctrl-C still stops the process
+    after the run is marked failed).
 
     A run that is still queued is claimed first. The model's plain text is stored as an
     event and never delivered: mail goes out only through tools.
@@ -108,10 +112,10 @@ def execute(
         if not _claim(run.id, started):
             raise ProtegeError(f"run {run.id} was claimed by another worker")
         run.status, run.attempts, run.started_at = RUNNING, run.attempts + 1, started
-    config = load_config() if config is None else config
-    manifest = process_manifest() if manifest is None else manifest
     log = EventLog(run)
     try:
+        config = load_config() if config is None else config
+        manifest = process_manifest() if manifest is None else manifest
         model = ModelClient(config.model) if model is None else model
         asyncio.run(_turns(run, config, manifest, model, log))
     except ProtegeError as error:
@@ -119,13 +123,29 @@ def execute(
     except Exception as error:  # a bug in protege itself: the run fails, the worker lives
         logger.exception("run %s failed unexpectedly", run.id)
         _fail(run, log, f"internal error: {type(error).__name__}: {error}")
+    except BaseException as error:  # nothing a run does may stop the thread carrying it out
+        logger.exception("run %s was interrupted", run.id)
+        _fail(run, log, f"interrupted: {error_line(error)}")
+        if isinstance(error, KeyboardInterrupt | SystemExit) and _in_main_thread():
+            raise  # the operator stopping the process (Ctrl-C), not something a run did
     return run
+
+
+def abandon(run: Run, reason: str) -> None:
+    """Mark ``run`` failed with ``reason`` if it is still running (its worker gave up on it)."""
+    if run.status == RUNNING:
+        _fail(run, EventLog(run), reason)
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
 
 
 async def _turns(
     run: Run, config: Config, manifest: Manifest, model: ModelClient, log: EventLog
 ) -> None:
-    context = _context(run, config, log)
+    live = LiveCalls()
+    context = _context(run, config, log, live)
     granted = run.agent.resolve_for(context, manifest).tools  # once: catalogue and backstop
     tools = [
         {
@@ -140,21 +160,19 @@ async def _turns(
     ]
     fence = Fence()
     messages = build_messages(run, fence)
-    dispatcher = Dispatcher(granted, context, fence, log, config.runs.max_result_bytes)
+    dispatcher = Dispatcher(granted, context, fence, log, config.runs.max_result_bytes, live)
     limits = config.runs
     failures = first_turn = 0
     if log.seq:  # a retried run resumes from its own trail: nothing done is done again
         timeline = run.timeline()
         replayed, pending = replay(timeline, fence)
         messages += replayed
-        first_turn = sum(1 for e in timeline if e.kind == events.MODEL_REQUEST)
-        failures = sum(1 for e in timeline if e.kind == events.TOOL_RESULT and not e.payload["ok"])
-        for call in pending:
-            outcome = await dispatcher.dispatch(call)
-            messages.append(
-                {"role": "tool", "tool_call_id": outcome.call_id, "content": outcome.content}
-            )
-            failures += 0 if outcome.result.ok else 1
+        # Turns the model answered: a request whose call failed (the reason for the retry)
+        # got no response and is not held against the budget.
+        first_turn = sum(1 for e in timeline if e.kind == events.MODEL_RESPONSE)
+        failures = sum(1 for e in timeline if _tool_failure(e))
+        turn_calls = next((m["tool_calls"] for m in reversed(replayed) if m.get("tool_calls")), [])
+        failures = await _answer(dispatcher, pending, turn_calls, limits, failures, messages)
         last = replayed[-1] if replayed else {}
         if last.get("role") == "assistant" and not last.get("tool_calls"):
             _finish(run, DONE)  # it had given its final answer before it stopped
@@ -181,33 +199,77 @@ async def _turns(
         if not reply.tool_calls:
             _finish(run, DONE)
             return
-        for call in reply.tool_calls:
-            if failures > limits.max_tool_failures:
-                outcome_content = '{"ok": false, "reason": "not run: the run is out of budget"}'
-                messages.append(
-                    {"role": "tool", "tool_call_id": call["id"], "content": outcome_content}
-                )
-                continue
-            outcome = await dispatcher.dispatch(call)
-            messages.append(
-                {"role": "tool", "tool_call_id": outcome.call_id, "content": outcome.content}
-            )
-            failures += 0 if outcome.result.ok else 1
+        calls = reply.tool_calls
+        failures = await _answer(dispatcher, calls, calls, limits, failures, messages)
         if failures > limits.max_tool_failures:
             _exhausted(run, log, "max_tool_failures", limits.max_tool_failures)
             return
     _exhausted(run, log, "max_model_turns", limits.max_model_turns)
 
 
+async def _answer(
+    dispatcher: Dispatcher,
+    calls: list[dict[str, Any]],
+    turn_calls: list[dict[str, Any]],
+    limits: RunSettings,
+    failures: int,
+    messages: list[dict[str, Any]],
+) -> int:
+    """Answer ``calls`` (all or the rest of ``turn_calls``, one turn's calls in the model's
+    order), each with a tool message; returns the run's tool failures so far.
+
+    Calls past ``max_tool_calls_per_turn`` in their turn are declined, not run, and do not
+    count as failures: the model may ask for them again.
+    """
+    cap = limits.max_tool_calls_per_turn
+    position = {call["id"]: index for index, call in enumerate(turn_calls)}
+    for call in calls:
+        if failures > limits.max_tool_failures:
+            content = '{"ok": false, "reason": "not run: the run is out of budget"}'
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
+            continue
+        if position.get(call["id"], 0) >= cap:
+            outcome = dispatcher.decline(
+                call,
+                f"not run: at most {cap} tool calls are run per turn and this turn asked for "
+                f"{len(turn_calls)}; call it again in your next turn if you still need it",
+            )
+        else:
+            outcome = await dispatcher.dispatch(call)
+            failures += 0 if outcome.result.ok else 1
+        messages.append(
+            {"role": "tool", "tool_call_id": outcome.call_id, "content": outcome.content}
+        )
+    return failures
+
+
+def _tool_failure(event: Any) -> bool:
+    payload = event.payload
+    return (
+        event.kind == events.TOOL_RESULT and not payload.get("ok") and not payload.get("declined")
+    )
+
+
 def _claim(run_id: int, started: Any) -> bool:
     return database.execute_sql(_CLAIM.format(p=database.param), (started, run_id)).rowcount == 1
 
 
-def _context(run: Run, config: Config, log: EventLog) -> RunContext:
+def _context(run: Run, config: Config, log: EventLog, live: LiveCalls) -> RunContext:
     agent: Agent = run.agent
+    run_logger = _CorrelatedLogger(logger, {"correlation_id": run.correlation_id})
 
     def deliver(mail: Any, attachments: Any = ()) -> dict[str, Any]:
         from protege.gateway.outbound import deliver as send
+
+        try:
+            live.check()
+        except CallOver:
+            run_logger.warning(
+                "run %s: a tool call that is over tried to send mail (to %s); refused",
+                run.id,
+                _recipients(mail),
+            )
+            raise
 
         outcome = send(
             agent=agent, run=run, config=config, mail=dict(mail), attachments=attachments
@@ -221,9 +283,21 @@ def _context(run: Run, config: Config, log: EventLog) -> RunContext:
         responsibility=run.responsibility if run.responsibility_id is not None else None,
         deliver=deliver,
         config=config,
-        logger=_CorrelatedLogger(logger, {"correlation_id": run.correlation_id}),
+        logger=run_logger,
         correlation_id=run.correlation_id,
     )
+
+
+def _recipients(mail: Any) -> str:
+    try:
+        fields = dict(mail)
+    except (TypeError, ValueError):
+        return "?"
+    found = []
+    for key in ("to", "cc", "bcc"):
+        value = fields.get(key) or []
+        found += [value] if isinstance(value, str) else [str(a) for a in value]
+    return ", ".join(found) or "nobody"
 
 
 def _exhausted(run: Run, log: EventLog, budget: str, limit: int) -> None:

@@ -54,6 +54,6 @@ def _modules_of(name: str, errors: list[str]) -> list[ModuleType]:
 def _import(name: str, errors: list[str]) -> ModuleType | None:
     try:
         return importlib.import_module(name)
-    except (Exception, SystemExit) as error:
+    except BaseException as error:  # a module may raise anything while importing
         errors.append(f"cannot import tool module {name}: {error_line(error)}")
         return None

@@ -45,7 +45,9 @@ class Manifest:
     """The tools on offer in this process, ordered by id, with everything that was left out.
 
     ``tools`` are the winners, one per id. ``shadowed`` lost an id collision; ``rejected``
-    broke the tool contract (or, for host modules, failed to import).
+    broke the tool contract (or, for host modules, failed to import). ``host_import_errors``
+    repeats the host modules that failed to import, one line each: their tools are missing,
+    so what depends on the full set of tools (sync) must not go on.
     """
 
     tools: tuple[ToolEntry, ...]
@@ -53,6 +55,7 @@ class Manifest:
     rejected: tuple[Rejected, ...] = ()
     plugins: tuple[PluginReport, ...] = ()
     missing_plugins: tuple[str, ...] = ()
+    host_import_errors: tuple[str, ...] = ()
     _by_id: dict[str, ToolEntry] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
@@ -120,8 +123,10 @@ class _Collector:
 def build_manifest(config: Config, plugins: PluginHost) -> Manifest:
     """Read the host modules in ``config`` and the tools of ``plugins`` into a manifest."""
     collector = _Collector()
+    import_errors: list[str] = []
     for module_name in config.tool_modules:
         classes, errors = host_tool_classes(module_name, config.root)
+        import_errors += errors
         collector.rejected.extend(Rejected(Origin.HOST, module_name, e) for e in errors)
         for tool_class in classes:
             collector.offer(tool_class, Origin.HOST, tool_class.__module__, None)
@@ -140,6 +145,7 @@ def build_manifest(config: Config, plugins: PluginHost) -> Manifest:
         rejected=tuple(collector.rejected),
         plugins=reports,
         missing_plugins=plugins.missing,
+        host_import_errors=tuple(import_errors),
     )
 
 

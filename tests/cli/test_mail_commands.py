@@ -122,3 +122,26 @@ def test_receive_to_names_the_recipient_over_the_headers(run_protege, env, tmp_p
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("Scout: accepted (run 1 queued)")
     assert Message.select().count() == 1
+
+
+def test_serve_warns_about_a_host_module_that_fails_to_import_and_goes_on(run_protege, env):
+    (run_protege.project / "protege.toml").write_text('tool_modules = ["shop_tools"]\n')
+    (run_protege.project / "shop_tools.py").write_text("import no_such_dependency\n")
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "protege", "serve", "--port", str(port), "--workers", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **env},
+        cwd=run_protege.project,
+    )
+    try:
+        assert read_line(process).startswith("protege: listening for mail on ")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert err.decode().splitlines() == [
+        "warning: cannot import tool module shop_tools: ModuleNotFoundError: "
+        "No module named 'no_such_dependency'; its tools are not offered"
+    ]

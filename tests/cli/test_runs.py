@@ -116,3 +116,100 @@ def test_runs_list_for_one_agent(run_protege, env, scripted_model):
         run_protege("runs", "start", agent, "--sender", "j@acme.com", "--message", "Hi", env=env)
     rows = json.loads(run_protege("runs", "list", "--agent", "Scout", "--json", env=env).stdout)
     assert [(r["id"], r["agent"]) for r in rows] == [(2, "Scout")]
+
+
+def test_start_retry_and_show_a_run_that_sent_mail(run_protege, env, scripted_model):
+    from protege.models import Toolkit
+    from protege.testing import http_error
+
+    Agent.named("Sundae").grant(Toolkit.create(name="Mail", member_tool_ids=["send_email"]))
+    scripted_model.script(tool_call("send_email", mode="reply", body="On it."), http_error(401))
+    started = run_protege(
+        "runs", "start", "Sundae", "--sender", "jane@acme.com", "--message", "Hi", env=env
+    )
+    assert started.returncode == 1, started.stderr  # failed after sending, and shown
+    delivery = "   4   delivery sent to jane@acme.com, subject Re: <"
+    assert any(line.startswith(delivery) for line in started.stdout.splitlines())
+    assert started.stderr == ""
+
+    scripted_model.script(say("Sent."))
+    retried = run_protege("runs", "retry", "1", env=env)
+    assert retried.returncode == 0, retried.stderr
+    assert any(line.startswith(delivery) for line in retried.stdout.splitlines())
+
+    shown = run_protege("runs", "show", "1", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[0] == (
+        "run 1: Sundae, reply (message from jane@acme.com), done"
+    )
+    assert any(line.startswith(delivery) for line in shown.stdout.splitlines())
+    events = json.loads(run_protege("runs", "show", "1", "--json", env=env).stdout)["events"]
+    (sent,) = [e for e in events if e["kind"] == "delivery"]
+    assert (sent["status"], sent["to"]) == ("sent", ["jane@acme.com"])
+
+
+def test_show_renders_every_run_the_demo_makes(run_protege, tmp_path):
+    folder = tmp_path / "scoop"
+    demo = run_protege("demo", "--dir", str(folder), env={"OPENAI_API_KEY": ""})
+    assert demo.returncode == 0, demo.stderr
+    env = {"PROTEGE_DATABASE_URL": f"sqlite:///{folder / 'data' / 'protege.db'}"}
+    for run_id, sender in ((1, "Jane"), (2, "Mara"), (3, "Jane")):
+        text = run_protege("runs", "show", str(run_id), env=env)
+        assert text.returncode == 0, text.stderr
+        lines = text.stdout.splitlines()
+        assert lines[0].startswith(f"run {run_id}: Sundae, reply (message from {sender} <")
+        assert lines[0].endswith(", done")
+        deliveries = [line for line in lines if line[5:].startswith("  delivery sent to ")]
+        assert len(deliveries) == 1
+        assert "subject Re: Melted order <" in deliveries[0]
+
+        shown = json.loads(run_protege("runs", "show", str(run_id), "--json", env=env).stdout)
+        assert shown["status"] == "done"
+        kinds = [e["kind"] for e in shown["events"]]
+        assert kinds.count("delivery") == 1
+        assert len(kinds) == len(lines) - 1
+    refused = run_protege("runs", "show", "3", env=env).stdout
+    assert "REFUSED process_refund: the tool 'process_refund' is not available" in refused
+
+
+def test_show_survives_events_of_older_shapes_and_unknown_kinds(run_protege, env, scripted_model):
+    from protege.models import Event, Run
+
+    scripted_model.script(say("Hello."))
+    run_protege("runs", "start", "Sundae", "--sender", "j@acme.com", "--message", "Hi", env=env)
+    run = Run.get_by_id(1)
+    odd = [
+        ("delivery", '{"mail": {"to": ["j@acme.com"]}}'),
+        ("tool_result", "{}"),
+        ("approval_requested", '{"approver": "boss@thescoop.com"}'),
+        ("error", "null"),
+    ]
+    for seq, (kind, payload) in enumerate(odd, start=3):
+        Event.create(run=run, seq=seq, kind=kind, payload_json=payload)
+    shown = run_protege("runs", "show", "1", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[3:] == [
+        "   3   delivery (status unknown)",
+        "   4   unknown outcome: ",
+        '   5 approval_requested: {"approver": "boss@thescoop.com"}',
+        "   6 error: no reason recorded",
+    ]
+    events = json.loads(run_protege("runs", "show", "1", "--json", env=env).stdout)["events"]
+    assert events[-1] == {"seq": 6, "kind": "error", "payload": None}
+
+
+def test_start_warns_about_a_host_module_that_fails_to_import_and_goes_on(
+    run_protege, env, scripted_model
+):
+    (run_protege.project / "protege.toml").write_text('tool_modules = ["shop_tools"]\n')
+    (run_protege.project / "shop_tools.py").write_text("raise RuntimeError('no licence key')\n")
+    scripted_model.script(say("Hello."))
+    result = run_protege(
+        "runs", "start", "Sundae", "--sender", "j@acme.com", "--message", "Hi", env=env
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        "warning: cannot import tool module shop_tools: RuntimeError: no licence key; "
+        "its tools are not offered"
+    ]
+    assert result.stdout.splitlines()[0].endswith(", done")

@@ -39,7 +39,9 @@ def test_401_fails_the_run_saying_what_to_fix(agent, config, scripted_model):
     scripted_model.script(http_error(401, "Incorrect API key provided"))
     run = run_reply(agent, sender="jane@acme.com", body="Hi", config=config)
     assert run.status == "failed"
-    assert run.error.startswith("the model endpoint refused the API key (401): set OPENAI_API_KEY")
+    assert run.error.startswith(
+        f"the model endpoint refused the API key (401): set {config.model.api_key_env} "
+    )
     assert len(scripted_model.requests) == 1  # not retried
     (error,) = [e.payload for e in run.timeline() if e.kind == "error"]
     assert error == {"error": run.error}

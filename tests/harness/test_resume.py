@@ -43,3 +43,21 @@ def test_done_runs_are_not_retried(agent, config, scripted_model):
     run = run_reply(agent, sender="jane@acme.com", body="Hi", config=config)
     with pytest.raises(ProtegeError, match="only failed or stuck runs are retried"):
         requeue(run)
+
+
+def test_a_retry_does_not_count_the_failed_turn_against_the_budget(agent, config, scripted_model):
+    import attrs
+
+    config = attrs.evolve(config, runs=attrs.evolve(config.runs, max_model_turns=2))
+    scripted_model.script(tool_call("lookup_order", order_number="SCP-1"), http_error(401))
+    run = run_reply(agent, sender="jane@acme.com", body="Where is it?", config=config)
+    assert run.status == "failed"
+    assert "401" in run.error
+
+    scripted_model.script(say("Found it."))
+    run = execute(requeue(run), config=config)
+
+    assert (run.status, run.error) == ("done", None)
+    assert len(scripted_model.requests) == 3
+    turns = [e.payload["turn"] for e in run.timeline() if e.kind == "model_response"]
+    assert turns == [1, 2]

@@ -103,3 +103,10 @@ def _no_plugins():
     from protege.plugins import PluginHost
 
     return PluginHost(sources=())
+
+
+def test_a_module_raising_keyboard_interrupt_on_import_is_reported(host_project):
+    host_project.module("hostile_tools", "raise KeyboardInterrupt('stop')\n")
+    manifest = build_manifest(host_project.config("hostile_tools"), _no_plugins())
+    (rejected,) = manifest.rejected
+    assert rejected.reason == "cannot import tool module hostile_tools: KeyboardInterrupt: stop"

@@ -157,3 +157,24 @@ def test_installed_weather_example_is_a_plugin_tool():
     forecast = manifest.get("get_forecast")
     assert forecast.origin is Origin.PLUGIN
     assert forecast.source == "protege-weather"
+
+
+@pytest.mark.parametrize(
+    "raised", ["KeyboardInterrupt", "SystemExit", "GeneratorExit", "asyncio.CancelledError"]
+)
+def test_register_tools_raising_any_base_exception_is_reported_and_the_others_load(
+    site, host_project, raised
+):
+    site.add(
+        "hostile-tools",
+        "import asyncio\n"
+        + site.tool_plugin("AlarmTool").replace(
+            "    register(AlarmTool)\n", f"    register(AlarmTool)\n    raise {raised}('x')\n"
+        ),
+    )
+    site.add("good-tools", site.tool_plugin("StampTool"))
+    manifest = build_manifest(host_project.config(), site.host())
+    assert manifest.ids() == ["stamp"]
+    hostile = next(r for r in manifest.plugins if r.plugin.source.distribution == "hostile-tools")
+    assert hostile.plugin.status is PluginStatus.ERROR
+    assert hostile.plugin.error == f"{raised.split('.')[-1]}: x"

@@ -1,0 +1,127 @@
+"""Each kind of event has one readable line, and no payload, however odd, breaks it."""
+
+import pytest
+
+from protege.harness import events
+from protege.harness.events import render
+
+# One payload per kind, shaped as the harness records it today.
+RECORDED = {
+    events.MODEL_REQUEST: (
+        {"turn": 2, "model": "m", "messages": 5, "tools": ["lookup_order", "send_email"]},
+        "model request, turn 2: 5 messages; tools: lookup_order, send_email",
+    ),
+    events.MODEL_RESPONSE: (
+        {
+            "turn": 1,
+            "content": "Let me\nlook.",
+            "tool_calls": [{"id": "c1", "function": {"name": "lookup_order", "arguments": "{}"}}],
+            "usage": {"total_tokens": 42},
+            "latency_ms": 12.5,
+            "model": "m",
+        },
+        "model says Let me look. calls lookup_order (42 tokens, 12.5 ms)",
+    ),
+    events.TOOL_CALL: (
+        {"call_id": "c1", "tool": "lookup_order", "arguments": '{"order_number": "SCP-1"}'},
+        '  call lookup_order {"order_number": "SCP-1"}',
+    ),
+    events.TOOL_REFUSED: (
+        {"call_id": "c1", "tool": "process_refund", "reason": "not available"},
+        "  REFUSED process_refund: not available",
+    ),
+    events.TOOL_RESULT: (
+        {"call_id": "c1", "tool": "web_fetch", "ok": True, "trust": "untrusted", "content": "{}"},
+        "  ok (untrusted): {}",
+    ),
+    events.BUDGET_EXHAUSTED: (
+        {"budget": "max_model_turns", "limit": 20},
+        "budget exhausted: max_model_turns (20)",
+    ),
+    events.DELIVERY: (
+        {
+            "status": "sent",
+            "message_id": "<m1@thescoop.example>",
+            "to": ["jane@acme.com"],
+            "cc": ["mara@thescoop.com"],
+            "bcc": [],
+            "subject": "Re: Order",
+        },
+        "  delivery sent to jane@acme.com cc mara@thescoop.com, subject Re: Order "
+        "<m1@thescoop.example>",
+    ),
+    events.ERROR: ({"error": "the model endpoint refused the API key (401)"}, None),
+}
+
+
+def test_every_kind_has_a_rendering_and_a_recorded_example():
+    assert set(events.KINDS) == set(RECORDED)
+
+
+@pytest.mark.parametrize("kind", sorted(RECORDED))
+def test_each_kind_renders_as_recorded(kind):
+    payload, expected = RECORDED[kind]
+    line = render(kind, payload)
+    assert line == (expected or f"error: {payload['error']}")
+
+
+def test_a_failed_delivery_shows_its_error():
+    line = render(
+        events.DELIVERY,
+        {"status": "failed", "to": ["a@b.example"], "error": "550 no such user", "subject": ""},
+    )
+    assert line == "  delivery failed to a@b.example: 550 no such user"
+
+
+def test_a_repeated_delivery_says_it_was_not_sent_again():
+    line = render(events.DELIVERY, {"status": "sent", "to": ["a@b.example"], "repeated": True})
+    assert line == "  delivery sent to a@b.example (sent earlier by this call, not again)"
+
+
+def test_a_failed_tool_result():
+    line = render(events.TOOL_RESULT, {"ok": False, "content": '{"reason": "no"}'})
+    assert line == '  failed: {"reason": "no"}'
+
+
+def test_long_text_is_cut_to_one_line():
+    line = render(events.TOOL_CALL, {"tool": "t", "arguments": "x\n" * 500})
+    assert "\n" not in line
+    assert line.endswith("…")
+    assert len(line) == len("  call t ") + events.EXCERPT
+
+
+ODD_PAYLOADS = [
+    {},
+    None,
+    [],
+    "a string",
+    42,
+    {"unexpected": True},
+    {key: None for key in ("turn", "tools", "content", "tool_calls", "usage", "ok", "to")},
+    {"tools": "lookup_order", "tool_calls": "nope", "usage": [], "to": "a@b.example"},
+    {"tool_calls": [None, 3, {"function": None}], "content": {"nested": ["x"]}},
+    {"mail": {"to": ["a@b.example"]}},  # a delivery as an older version described it
+]
+
+
+@pytest.mark.parametrize("payload", ODD_PAYLOADS, ids=repr)
+@pytest.mark.parametrize("kind", sorted(RECORDED))
+def test_odd_payloads_render_without_raising(kind, payload):
+    line = render(kind, payload)
+    assert isinstance(line, str)
+    assert line.strip()
+    assert "\n" not in line
+
+
+def test_missing_keys_show_as_unknown_not_as_errors():
+    assert render(events.MODEL_REQUEST, {}) == "model request, turn ?: ? messages; tools: none"
+    assert render(events.TOOL_RESULT, {}) == "  unknown outcome: "
+    assert render(events.DELIVERY, {}) == "  delivery (status unknown)"
+    assert render(events.ERROR, {}) == "error: no reason recorded"
+
+
+def test_an_unknown_kind_shows_its_name_and_payload():
+    assert render("approval_requested", {"to": "boss@x"}) == (
+        'approval_requested: {"to": "boss@x"}'
+    )
+    assert render("weird", {"obj": object}).startswith("weird: {")
