@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import re
-import unicodedata
 import uuid
 from collections.abc import Sequence
-from email import policy
 
-from protege.access import routing_key
+from protege.addresses import InvalidAddress, parse_mailbox, routing_key
 from protege.models import Agent, Blob, Message, MessageAttachment
 from protege.models.messages import INBOUND, REFUSED, SYNTHETIC_ID
 
@@ -33,26 +31,14 @@ def new_message_id(address: str) -> str:
     return f"<{uuid.uuid4().hex}@{domain}>"
 
 
-_CONTROLS = {"Cc", "Zl", "Zp", "Cs"}
-
-
 def clean_address(address: str) -> str | None:
     """The bare address in ``address`` (``Jane <jane@acme.com>`` or ``jane@acme.com``) if it
-    is one mailbox protege may write to, else None: no line breaks or control characters,
-    nothing an email reader could decode into something else."""
-    text = str(address or "")
-    if "=?" in text or any(unicodedata.category(c) in _CONTROLS for c in text):
-        return None
+    is exactly one mailbox protege may write to, else None (see ``parse_mailbox``)."""
     try:
-        header = policy.default.header_factory("To", text)
-    except Exception:  # the parser's own errors are not all ValueError
+        mailbox = parse_mailbox(str(address or ""))
+    except InvalidAddress:
         return None
-    if header.defects or len(header.groups) != 1 or header.groups[0].display_name is not None:
-        return None
-    (mailbox,) = header.groups[0].addresses or [None]
-    if mailbox is None or routing_key(mailbox.addr_spec) is None:
-        return None
-    return mailbox.addr_spec
+    return mailbox.address if routing_key(mailbox.address) is not None else None
 
 
 def thread_key(message_id: str, in_reply_to: str | None, references: Sequence[str]) -> str:

@@ -1,6 +1,7 @@
 """context.deliver's gateway: From forced, stored in its thread, sent once per tool call."""
 
 import email
+import email.parser
 import ssl
 from email import policy
 from pathlib import Path
@@ -446,3 +447,27 @@ def test_send_email_fails_when_nobody_got_the_mail(sundae, config, smtp_server):
         "jane@acme.com (550 5.1.1 no such user)"
     )
     assert result.data["refused"][0]["address"] == "jane@acme.com"
+
+
+def test_an_internationalised_address_goes_out_with_smtputf8(sundae, config, smtp_server):
+    capture, relay = smtp_server(enable_SMTPUTF8=True, decode_data=False)
+    outcome = send(
+        sundae,
+        smtp_config(config, relay),
+        {"to": ["Zoë <zoë@café.example>"], "subject": "Grüße", "body": "b"},
+    )
+    assert outcome["status"] == "sent"
+    (envelope,) = capture.received
+    assert envelope.rcpt_tos == ["zoë@café.example"]
+    assert "SMTPUTF8" in envelope.mail_options
+    received = email.parser.Parser(policy=policy.default).parsestr(
+        envelope.original_content.decode("utf-8")
+    )
+    assert [a.addr_spec for a in received["To"].addresses] == ["zoë@café.example"]
+    assert received["Subject"] == "Grüße"
+
+
+def test_an_internationalised_address_goes_to_the_outbox_as_utf8(sundae, config):
+    send(sundae, config, {"to": ["zoë@café.example"], "subject": "s", "body": "b"})
+    (path,) = outbox(config)
+    assert "To: zoë@café.example" in path.read_bytes().decode("utf-8")
