@@ -45,3 +45,16 @@ def test_the_scripted_model_example_is_the_weather_examples_test():
     body = block[block.index("def test_an_agent_answers_with_the_forecast") :]
     for line in body.strip().splitlines():
         assert line in example, line
+
+
+def test_the_configuration_examples_are_settings_protege_accepts(tmp_path):
+    from protege.config import load_config
+
+    blocks = re.findall(r"```toml\n(.*?)```", README.read_text(), re.DOTALL)
+    settings = "\n".join(block for block in blocks if re.match(r"\[(model|runs|mail)\]", block))
+    assert "[mail]" in settings
+    assert "[runs]" in settings
+    (tmp_path / "protege.toml").write_text(settings)
+    config = load_config(tmp_path, environ={})
+    assert config.mail.max_recipients == 50
+    assert config.runs.max_tool_calls_per_turn == 16
