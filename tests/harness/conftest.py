@@ -4,7 +4,20 @@ import pytest
 from protege.config import load_config
 from protege.models import Agent, Toolkit
 from protege.plugins import PluginHost
-from protege.registry import build_manifest
+from protege.registry import Manifest, Origin, ToolEntry, build_manifest
+
+
+def manifest_of(tools) -> Manifest:
+    """A manifest offering exactly ``tools`` (test tool classes, as host tools)."""
+    entries = sorted((ToolEntry(t, Origin.HOST, "tests") for t in tools), key=lambda e: e.id)
+    return Manifest(tools=tuple(entries))
+
+
+def agent_granted(tools) -> Agent:
+    """An agent open to everyone, granted one toolkit holding ``tools``."""
+    agent = Agent.create(name="Tester", address="tester@thescoop.example")
+    agent.grant(Toolkit.create(name="Everything", member_tool_ids=[t.id for t in tools]))
+    return agent
 
 
 @pytest.fixture

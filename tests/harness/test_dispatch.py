@@ -8,9 +8,10 @@ import attrs
 import pytest
 
 from protege import Tool, Trust
-from protege.models import Agent, Toolkit
 from protege.registry import Manifest, Origin, ToolEntry
 from protege.testing import raw_tool_call, run_reply, say, tool_call, tool_calls
+
+from .conftest import agent_granted, manifest_of
 
 RELEASE = threading.Event()
 CONTEXTS = []
@@ -107,15 +108,12 @@ TOOLS = [
 
 @pytest.fixture
 def manifest():
-    entries = sorted((ToolEntry(t, Origin.HOST, "tests") for t in TOOLS), key=lambda e: e.id)
-    return Manifest(tools=tuple(entries))
+    return manifest_of(TOOLS)
 
 
 @pytest.fixture
 def agent(protege_db):
-    agent = Agent.create(name="Tester", address="tester@thescoop.example")
-    agent.grant(Toolkit.create(name="Everything", member_tool_ids=[t.id for t in TOOLS]))
-    return agent
+    return agent_granted(TOOLS)
 
 
 @pytest.fixture

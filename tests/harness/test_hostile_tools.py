@@ -14,10 +14,11 @@ from protege.harness import queue_reply
 from protege.harness.dispatch import MAX_ARGUMENT_DEPTH, CallOver, Dispatcher
 from protege.harness.fence import Fence
 from protege.mail import record_inbound
-from protege.models import Agent, Message, Toolkit
-from protege.registry import Manifest, Origin, ToolEntry
+from protege.models import Message
 from protege.testing import make_context, raw_tool_call, run_reply, say, tool_call, tool_calls
 from protege.worker import Workers
+
+from .conftest import agent_granted, manifest_of
 
 RAISABLE = {
     "KeyboardInterrupt": KeyboardInterrupt,
@@ -120,15 +121,12 @@ TOOLS += [LetGoTool, AbyssTool]
 
 @pytest.fixture
 def manifest():
-    entries = sorted((ToolEntry(t, Origin.HOST, "tests") for t in TOOLS), key=lambda e: e.id)
-    return Manifest(tools=tuple(entries))
+    return manifest_of(TOOLS)
 
 
 @pytest.fixture
 def agent(protege_db):
-    agent = Agent.create(name="Tester", address="tester@thescoop.example")
-    agent.grant(Toolkit.create(name="Everything", member_tool_ids=[t.id for t in TOOLS]))
-    return agent
+    return agent_granted(TOOLS)
 
 
 @pytest.fixture
