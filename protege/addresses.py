@@ -26,6 +26,7 @@ _BARE = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]+@[A-Za-z0-9.-]+")
 _FORBIDDEN_IN_ADDRESS = re.compile(r"[\s<>,;\"()\[\]\\]")
 # One final dot closes a fully qualified domain (RFC 1034); it names the same domain.
 _FINAL_DOT = re.compile(r"(?<=[^.@])\.(>?)$")
+_FULL_STOPS = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})
 _FOLD = re.compile(r"\r?\n(?=[ \t])")
 # C0 and C1 controls (tab aside), DEL, and the Unicode line and paragraph separators.
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
@@ -93,7 +94,11 @@ def parse_mailbox(text: str) -> Mailbox:
     if has_control_characters(mailbox.display_name):
         raise InvalidAddress("control characters")
     address = f"{mailbox.username}@{mailbox.domain}"
-    if _FORBIDDEN_IN_ADDRESS.search(address) or len(address) > MAX_ADDRESS_LENGTH:
+    if (
+        _FORBIDDEN_IN_ADDRESS.search(address)
+        or address.count("@") != 1
+        or len(address) > MAX_ADDRESS_LENGTH
+    ):
         raise InvalidAddress("not a plain address")
     return Mailbox(" ".join(mailbox.display_name.split()), address)
 
@@ -104,6 +109,9 @@ def normalize_domain(domain: str) -> str | None:
     ``café.example`` and ``xn--caf-dma.example`` give the same result. None if it is not a
     domain.
     """
+    # UTS 46 maps these full stops to "."; map them first, so that the one final dot
+    # dropped is the same whichever way it is written.
+    domain = domain.translate(_FULL_STOPS)
     domain = domain[:-1] if domain.endswith(".") else domain
     if not domain or domain.startswith(".") or domain.endswith(".") or ".." in domain:
         return None

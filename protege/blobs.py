@@ -12,6 +12,7 @@ import hashlib
 import os
 import re
 import tempfile
+import time
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from protege.models import Agent, Blob
 
 MAX_FILENAME = 120
 # Files written inside ``removed_on_failure``, so a failed transaction takes them back.
-_written: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar(
+_written: contextvars.ContextVar[list[tuple[Path, int]] | None] = contextvars.ContextVar(
     "protege_blobs_written", default=None
 )
 _UNSAFE = re.compile(r"[^\w.\- ]+")
@@ -37,6 +38,13 @@ def sanitize_filename(name: str | None, default: str = "attachment") -> str:
     if dot and len(extension) <= 10:
         return f"{stem[: MAX_FILENAME - len(extension) - 1]}.{extension}"
     return name[:MAX_FILENAME]
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as handle:
+        handle.write(data)
+    os.replace(handle.name, path)
 
 
 def blob_path(data_dir: Path, sha256: str) -> Path:
@@ -60,14 +68,16 @@ def store(
     data_dir = _data_dir(data_dir)
     digest = hashlib.sha256(data).hexdigest()
     path = blob_path(data_dir, digest)
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as handle:
-            handle.write(data)
-        os.replace(handle.name, path)
+    try:
+        # Already there: mark it (to the nanosecond, finer than the file system's own clock),
+        # so that a failed store that wrote it just before sees it in use and leaves it.
+        now = time.time_ns()
+        os.utime(path, ns=(now, now))
+    except FileNotFoundError:
+        _write(path, data)
         written = _written.get()
         if written is not None:
-            written.append(path)
+            written.append((path, path.stat().st_mtime_ns))
     return Blob.create(
         sha256=digest,
         size=len(data),
@@ -84,14 +94,17 @@ def removed_on_failure() -> Iterator[None]:
     Wrap a database transaction that stores blobs in it, so a rolled-back transaction leaves
     no file that no row points at. A file some row already points at is kept.
     """
-    written: list[Path] = []
+    written: list[tuple[Path, int]] = []
     token = _written.set(written)
     try:
         yield
     except BaseException:
-        for path in written:
-            # If the database cannot even say whether a row uses it, keeping it is safer.
+        for path, mtime in written:
+            # Kept if another store touched it since (it may be in a transaction not yet
+            # committed), or if a row uses it, or if the database cannot say.
             with contextlib.suppress(Exception):
+                if path.stat().st_mtime_ns != mtime:
+                    continue
                 if not Blob.select().where(Blob.sha256 == path.parent.name + path.name).exists():
                     path.unlink(missing_ok=True)
         raise

@@ -68,3 +68,20 @@ def test_rules_match_a_domain_in_either_form(kind, pattern, sender):
 def test_control_characters_anywhere_name_nobody():
     for text in ["Mara\x00 <m@x.com>", "m@x.com\u2028", "=?utf-8?q?M=0A?= <m@x.com>"]:
         assert routing_key(text) is None
+
+
+@pytest.mark.parametrize("stop", ["\u3002", "\uff0e", "\uff61", "."])
+def test_a_final_full_stop_of_any_script_names_the_same_domain(stop):
+    assert routing_key(f"spammer@evil.com{stop}") == "spammer@evil.com"
+    assert routing_key(f"spammer@evil{stop}com") == "spammer@evil.com"
+
+
+def test_a_deny_rule_holds_against_a_final_unicode_full_stop():
+    class Deny:
+        kind, pattern = "deny", normalize_pattern("*@evil.com")
+
+    assert not decide([Deny()], "spammer@evil.com\u3002").admitted
+
+
+def test_a_quoted_local_part_holding_an_at_sign_names_nobody():
+    assert routing_key('"mara@thescoop.com"@evil.example') is None

@@ -147,6 +147,6 @@ def _show(run, as_json: bool) -> None:
     subject = f"message from {run.message.sender}" if run.message_id else run.responsibility.name
     click.echo(f"run {run.id}: {run.agent.name}, {run.kind} ({subject}), {run.status}")
     if run.error:
-        click.echo(f"error: {run.error}")
+        click.echo(f"error: {events.printable(run.error)}")
     for event in timeline:
         click.echo(f"{event.seq:4d} {events.render(event.kind, event.payload)}")

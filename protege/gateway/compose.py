@@ -105,6 +105,35 @@ def references(ids: Sequence[str]) -> tuple[str, ...]:
     return tuple(usable)
 
 
+_NOT_PLAIN = re.compile(r"[^A-Za-z0-9 .,:;!'()\[\]/&+#@_-]+")
+
+
+def plain_text(text: str) -> str:
+    """``text`` reduced to characters every mail program writes and reads back unchanged."""
+    return " ".join(_NOT_PLAIN.sub(" ", text).split())
+
+
+def rendered(outgoing: Outgoing) -> tuple[Outgoing, bytes]:
+    """``render(outgoing)``; if the email package would not write its subject or attachment
+    names back exactly (it refolds some hostile text), once more with those reduced to
+    ``plain_text``, so that hostile mail cannot make a reply impossible. Anything else that
+    would not come out as meant is still refused."""
+    try:
+        return outgoing, render(outgoing)
+    except DeliveryRefused:
+        plain = attrs.evolve(
+            outgoing,
+            subject=plain_text(outgoing.subject),
+            attachments=tuple(
+                (plain_text(name) or "attachment", kind, data)
+                for name, kind, data in outgoing.attachments
+            ),
+        )
+        if plain == outgoing:
+            raise
+        return plain, render(plain)
+
+
 def render(outgoing: Outgoing) -> bytes:
     """The bytes of ``outgoing``, CR LF line ends, checked to parse back to exactly it.
 

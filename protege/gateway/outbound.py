@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from protege import blobs
-from protege.access import routing_key
 from protege.config import Config, MailSettings
 from protege.db import database
 from protege.gateway import relay
@@ -24,7 +23,7 @@ from protege.gateway.compose import (
     header_text,
     now,
     references,
-    render,
+    rendered,
 )
 from protege.harness.dispatch import current_tool_call
 from protege.mail import clean_address, new_message_id, thread_key
@@ -75,7 +74,7 @@ def deliver(
             (header_text(b.filename), b.content_type, blobs.read(b, config.data_dir)) for b in files
         ),
     )
-    raw = render(outgoing)
+    outgoing, raw = rendered(outgoing)
     with database.atomic():
         stored = Message.create(
             agent=agent,
@@ -136,7 +135,8 @@ def _clean(addresses: Any) -> list[str]:
 def _check_recipients(recipients: list[str], limits: MailSettings) -> None:
     if not recipients:
         raise DeliveryRefused("the mail has no recipient")
-    people = {routing_key(address) for address in recipients}
+    # Each distinct mailbox is a recipient: tags and case make a different RCPT each.
+    people = {address.lower() for address in recipients}
     if len(people) > limits.max_recipients:
         raise DeliveryRefused(
             f"the mail has {len(people)} recipients; at most {limits.max_recipients} "

@@ -36,13 +36,15 @@ _MESSAGE_ID = re.compile(rb"<[!-;=?-~]{1,%d}>" % (MAX_ID_LENGTH - 2))
 _CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]+")
 _UNFOLD = re.compile(r"\r\n|\r|\n")
 _HEADER_END = re.compile(rb"\r?\n\r?\n")
-MAX_PART_LINES = 10_000
+MAX_MIME_PARTS = 1000
 # The standard library's structured header parser takes time quadratic in some shapes
 # (thousands of comments, quotes or commas); a header past these is not handed to it.
-MAX_STRUCTURED_HEADER = 8192
-MAX_STRUCTURED_SPECIALS = 200
+MAX_STRUCTURED_HEADER = 4096
+MAX_STRUCTURED_SPECIALS = 100
+MAX_LINES = 1_000_000  # a 25 MiB mail of 76-character lines has about 330,000
+MAX_HTML_CHARACTERS = 250_000  # read for text; the rest stays in the raw source
 MAX_MULTIPARTS = 100  # Postfix's mime_nesting_limit
-_PART_LINE = re.compile(rb"^--", re.MULTILINE)
+_BOUNDARY = re.compile(rb'boundary\s*=\s*(?:"([^"\r\n]{1,200})"|([^\s;"]{1,200}))', re.I)
 _MULTIPART = re.compile(rb"^content-type:\s*multipart/", re.MULTILINE | re.IGNORECASE)
 _ADDRESS_HEADERS = re.compile(
     rb"^(?:from|sender|reply-to|to|cc|bcc|resent-[a-z]+|delivered-to):", re.IGNORECASE
@@ -114,12 +116,13 @@ def check_header_block(raw: bytes, limits: MailSettings) -> None:
             f"the headers name {addresses} addresses; the limit is {limits.max_header_addresses}",
             552,
         )
-    part_lines = len(_PART_LINE.findall(raw, end.end() if end else len(raw)))
-    if part_lines > MAX_PART_LINES:
+    lines = max(raw.count(b"\n"), raw.count(b"\r"))
+    if lines > MAX_LINES:
+        raise MailRejected(f"the message has {lines} lines; the limit is {MAX_LINES}", 552)
+    parts = _mime_parts(raw)
+    if parts > MAX_MIME_PARTS:
         raise MailRejected(
-            f"the body has {part_lines} lines that may start a MIME part; "
-            f"the limit is {MAX_PART_LINES}",
-            552,
+            f"the message has {parts} MIME parts; the limit is {MAX_MIME_PARTS}", 552
         )
     multiparts = len(_MULTIPART.findall(raw))
     if multiparts > MAX_MULTIPARTS:
@@ -127,6 +130,20 @@ def check_header_block(raw: bytes, limits: MailSettings) -> None:
             f"the message has {multiparts} multipart sections; the limit is {MAX_MULTIPARTS}",
             552,
         )
+
+
+def _mime_parts(raw: bytes) -> int:
+    """How many lines open a part under a boundary the mail declares (an upper bound on
+    its MIME parts: the parser spends time on each)."""
+    boundaries = {m.group(1) or m.group(2) for m in _BOUNDARY.finditer(raw, 0, len(raw))}
+    if not boundaries:
+        return 0
+    if len(boundaries) > MAX_MIME_PARTS:
+        return len(boundaries)
+    opening = re.compile(
+        rb"^--(?:" + b"|".join(re.escape(b) for b in boundaries) + rb")", re.MULTILINE
+    )
+    return len(opening.findall(raw))
 
 
 class _BoundedHeaders(HeaderRegistry):
@@ -150,7 +167,7 @@ class _BoundedHeaders(HeaderRegistry):
 def _intricate(value: str) -> bool:
     if len(value) > MAX_STRUCTURED_HEADER:
         return True
-    return sum(value.count(c) for c in '(",') > MAX_STRUCTURED_SPECIALS
+    return sum(value.count(c) for c in '(",;=') > MAX_STRUCTURED_SPECIALS
 
 
 def parse(raw: bytes, limits: MailSettings, envelope_sender: str | None = None) -> ParsedMail:
@@ -311,6 +328,8 @@ def _sender(headers: _Headers, envelope_sender: str | None) -> tuple[str, str | 
         mailbox = parse_mailbox(values[0])
     except InvalidAddress as error:
         return "", f"{error}: {_excerpt(values[0])}"
+    if "=?" in mailbox.name:  # decoded once already: stored so it cannot decode again
+        mailbox = attrs.evolve(mailbox, name=mailbox.name.replace("=?", "= ?"))
     if len(mailbox.name) > MAX_DISPLAY_NAME:
         headers.flags.append(f"sender's display name cut to {MAX_DISPLAY_NAME} characters")
         mailbox = attrs.evolve(mailbox, name=mailbox.name[:MAX_DISPLAY_NAME])
@@ -401,6 +420,9 @@ def _body(message: Message, flags: list[str], depth: int = 0) -> str:
             flags.append("malformed: a multipart without parts; its raw text is shown")
     text = _text_of(part, flags)
     if part.get_content_type() == "text/html":
+        if len(text) > MAX_HTML_CHARACTERS:
+            flags.append(f"HTML body read for its first {MAX_HTML_CHARACTERS} characters")
+            text = text[:MAX_HTML_CHARACTERS]
         text = html_to_text(text)
     return text.replace("\r\n", "\n").replace("\r", "\n")
 

@@ -173,6 +173,8 @@ class Dispatcher:
             return failure(f"the arguments are not valid JSON ({error.msg} at {error.pos})")
         except RecursionError:
             return failure(too_deep)
+        except ValueError as error:  # a number of more digits than Python converts
+            return failure(f"the arguments cannot be read: {error}")
         if not isinstance(arguments, dict):
             return failure("the arguments must be a JSON object")
         if _depth_exceeds(arguments, MAX_ARGUMENT_DEPTH):
@@ -217,10 +219,14 @@ class Dispatcher:
     ) -> Outcome:
         trust = Trust.UNTRUSTED if Trust.UNTRUSTED in (trust, result.trust) else Trust.TRUSTED
         try:
-            content = json.dumps(result.for_model(), default=str, ensure_ascii=False)
-        except (RecursionError, ValueError):  # data nested too deeply, or circular
-            result = failure("the tool's result cannot be written as JSON (nested too deeply)")
+            content = json.dumps(result.for_model(), default=events.as_text, ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError):  # non-text keys, circles, depth
+            result = failure(
+                "the tool's result cannot be written as JSON (keys that are not text, "
+                "circular or too deeply nested data)"
+            )
             content = json.dumps(result.for_model(), ensure_ascii=False)
+        content = content.encode("utf-8", "replace").decode("utf-8")  # lone surrogates
         content = self._capped(content)
         extra = {"declined": True} if declined else {}  # not run, so not a tool failure
         self._record(

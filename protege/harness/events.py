@@ -9,6 +9,7 @@ and showing a run must never fail because of them.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -25,6 +26,7 @@ BUDGET_EXHAUSTED = "budget_exhausted"
 DELIVERY = "delivery"
 ERROR = "error"
 
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 EXCERPT = 160  # characters of free text (model output, arguments, results) shown per line
 
 # Events are the hottest write of a run: one prepared statement beats building an insert.
@@ -54,22 +56,61 @@ class EventLog:
                 self.run_id,
                 self.seq,
                 kind,
-                json.dumps(payload, default=str, ensure_ascii=False),
+                to_json(payload),
                 utcnow(),
             ),
         )
 
 
 def render(kind: str, payload: Any) -> str:
-    """One readable line for an event of ``kind``; never raises, whatever ``payload`` holds."""
+    """One readable line for an event of ``kind``; never raises, whatever ``payload`` holds.
+
+    Control characters (line breaks, terminal escape sequences) are shown escaped, so text
+    a model or a tool wrote can neither forge lines of the trail nor drive the terminal.
+    """
     fields: Mapping[str, Any] = payload if isinstance(payload, Mapping) else {"payload": payload}
     renderer = RENDERERS.get(kind)
     if renderer is not None:
         try:
-            return renderer(fields)
+            return printable(renderer(fields))
         except Exception:  # a payload shape no renderer foresaw: show it raw rather than fail
             pass
-    return render_unknown(kind, payload)
+    return printable(render_unknown(kind, payload))
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character, line break and bidirectional override shown
+    as an escape (``\\x1b``, ``\\n``), for a terminal to print as it is."""
+    return _UNPRINTABLE.sub(lambda match: match.group().encode("unicode_escape").decode(), text)
+
+
+def to_json(payload: Any) -> str:
+    """``payload`` as JSON text any database column takes: values JSON cannot hold are
+    written as their text, and lone surrogates replaced."""
+    try:
+        text = json.dumps(payload, default=as_text, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):  # keys that are not text, circles, depth
+        if isinstance(payload, Mapping):
+            text = json.dumps({str(k): _json_or_text(v) for k, v in payload.items()})
+        else:
+            text = json.dumps(as_text(payload))
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _json_or_text(value: Any) -> Any:
+    try:
+        json.dumps(value, default=as_text)
+        return value
+    except (TypeError, ValueError, RecursionError):
+        return as_text(value)
+
+
+def as_text(value: Any) -> str:
+    """``str(value)``, or a placeholder when even that raises."""
+    try:
+        return str(value)
+    except BaseException:  # a hostile __str__ (SystemExit, say) must not end the run
+        return f"<{type(value).__name__} that cannot be shown>"
 
 
 def render_unknown(kind: str, payload: Any) -> str:

@@ -107,14 +107,14 @@ class ModelClient:
             raise ModelError("the model endpoint answered with no choices")
         message = completion.choices[0].message
         return ModelReply(
-            content=message.content,
+            content=_text(message.content),
             tool_calls=[
                 {
-                    "id": call.id,
+                    "id": _text(call.id),
                     "type": "function",
                     "function": {
-                        "name": call.function.name,
-                        "arguments": call.function.arguments,
+                        "name": _text(call.function.name),
+                        "arguments": _text(call.function.arguments),
                     },
                 }
                 for call in message.tool_calls or []
@@ -123,6 +123,11 @@ class ModelClient:
             latency_ms=latency_ms,
             model=completion.model,
         )
+
+
+def _text(value: str | None) -> str | None:
+    # JSON lets a model write a lone surrogate ("\\ud800"); no request or row can carry it.
+    return None if value is None else value.encode("utf-8", "replace").decode("utf-8")
 
 
 def _said(error: Exception) -> str:

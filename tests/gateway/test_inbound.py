@@ -4,8 +4,10 @@ import pytest
 
 from protege import blobs
 from protege.gateway.inbound import MailRejected, StorageUnavailable, agent_for, ingest
-from protege.mail import search
+from protege.mail import routing_key, search
 from protege.models import Agent, Blob, Message, Run
+
+from . import hostile
 
 
 def test_mail_is_stored_with_its_source_and_a_run_is_queued(sundae, config, mail):
@@ -219,3 +221,11 @@ def test_the_envelope_null_sender_marks_a_bounce(sundae, config, mail):
     assert delivered.status == "ignored"
     assert delivered.run is None
     assert "null return path" in delivered.message.flags
+
+
+def test_a_stored_sender_names_the_same_address_when_read_again(sundae, config, mail):
+    # The display name decodes to text that looks like an encoded-word itself.
+    raw = hostile.mail(sender="=?utf-8?b?PT91dGYtOD9xPz89IiwuLA==?= <jane@acme.com>")
+    (delivered,) = ingest(raw, config=config, recipients=[sundae.address])
+    assert delivered.status == "accepted"
+    assert routing_key(delivered.message.sender) == "jane@acme.com"

@@ -471,3 +471,11 @@ def test_an_internationalised_address_goes_to_the_outbox_as_utf8(sundae, config)
     send(sundae, config, {"to": ["zoë@café.example"], "subject": "s", "body": "b"})
     (path,) = outbox(config)
     assert "To: zoë@café.example" in path.read_bytes().decode("utf-8")
+
+
+def test_tagged_and_cased_variants_of_one_address_each_count_as_a_recipient(sundae, config):
+    tight = attrs.evolve(config, mail=attrs.evolve(config.mail, max_recipients=2))
+    mail = {"to": ["v+1@acme.com", "V+2@acme.com"], "bcc": ["v+3@acme.com"], "body": "b"}
+    with pytest.raises(DeliveryRefused, match="the mail has 3 recipients"):
+        send(sundae, tight, mail)
+    assert not outbox(config)

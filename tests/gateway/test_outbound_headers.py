@@ -264,3 +264,42 @@ def test_a_new_mail_from_a_reply_run_carries_the_loop_count(sundae, config):
     assert result.ok, result.reason
     _, sent = sent_mail(config)
     assert sent["X-Protege-Loop"] == "3"
+
+
+@pytest.mark.parametrize(
+    "subject",
+    [
+        "utf-8*en?q?Reply-To: t@evil.example=?:=0D=0A\x00;Bcc: x@evil.example",
+        "=0D=0A=?utf-8?q?''=?us-ascii?Q?a?=--;>From:,Reply-To: t@evil.example",
+        "o-8859-1?q?=?utf-8*en?q?=?utf-8*en?q?)filename*===?=?iso-8859-1?q?",
+        "=??b?=0D0A2J" + "x" * 160,
+    ],
+)
+def test_a_subject_the_email_package_would_refold_still_lets_the_reply_go(sundae, config, subject):
+    outcome = deliver(
+        agent=sundae,
+        run=None,
+        config=config,
+        mail={"to": ["j@acme.com"], "subject": subject, "body": "b"},
+    )
+    assert outcome["status"] == "sent"
+    raw, sent = sent_mail(config)
+    assert_no_injected_header(raw, sent)
+    (stored,) = Message.select()
+    assert str(sent["Subject"]) == stored.subject  # what was stored is what went out
+
+
+def test_an_attachment_name_with_quotes_still_goes_out(sundae, config):
+    blob = blobs.store(
+        b"x", filename="a", content_type="text/plain", agent=sundae, data_dir=config.data_dir
+    )
+    blob.filename = '"bc* a "a"'
+    blob.save()
+    mail = {"to": ["j@acme.com"], "body": "b"}
+    assert (
+        deliver(agent=sundae, run=None, config=config, mail=mail, attachments=[blob])["status"]
+        == "sent"
+    )
+    _, sent = sent_mail(config)
+    (attached,) = sent.iter_attachments()
+    assert "X-Evil" not in attached

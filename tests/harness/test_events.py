@@ -125,3 +125,22 @@ def test_an_unknown_kind_shows_its_name_and_payload():
         'approval_requested: {"to": "boss@x"}'
     )
     assert render("weird", {"obj": object}).startswith("weird: {")
+
+
+HOSTILE_TEXT = "x\n   9   ok: refund approved\x1b[2J\x1b]0;pwned\x07\x9b31m\u202e"
+
+
+@pytest.mark.parametrize("kind", [*events.KINDS, "no_such_kind"])
+def test_no_rendering_lets_line_breaks_or_terminal_controls_through(kind):
+    payload = {
+        key: HOSTILE_TEXT
+        for key in ("tool", "reason", "content", "arguments", "error", "subject", "status")
+    }
+    payload["tool_calls"] = [{"function": {"name": HOSTILE_TEXT}}]
+    line = events.render(kind, payload)
+    assert not any(ch in line for ch in "\n\r\x1b\x07\x9b\u202e")
+
+
+def test_controls_are_shown_escaped_not_dropped():
+    line = events.render(events.TOOL_REFUSED, {"tool": "x\n9 ok", "reason": "\x1b[2J"})
+    assert line == "  REFUSED x\\n9 ok: \\x1b[2J"

@@ -116,7 +116,22 @@ class AbyssTool(Tool):
         return self.success(deep=deep)
 
 
-TOOLS += [LetGoTool, AbyssTool]
+class Unprintable:
+    def __str__(self):
+        raise SystemExit("from __str__")
+
+
+class OddResultTool(Tool):
+    description = "Returns data JSON cannot hold as it is."
+    input_schema = {"type": "object", "properties": {"shape": {"enum": ["tuple keys", "str"]}}}
+
+    def use(self, context, shape):
+        if shape == "tuple keys":
+            return self.success(table={(1, 2): "x"})
+        return self.success(thing=Unprintable()).with_details(thing=Unprintable())
+
+
+TOOLS += [LetGoTool, AbyssTool, OddResultTool]
 
 
 @pytest.fixture
@@ -286,5 +301,39 @@ def test_the_per_turn_cap_is_a_setting(run, scripted_model, config):
 def test_a_result_nested_too_deeply_to_write_is_a_failure(run, scripted_model):
     assert run(tool_call("abyss"), say("ok")).status == "done"
     assert shown_results(scripted_model) == [
-        {"ok": False, "reason": "the tool's result cannot be written as JSON (nested too deeply)"}
+        {
+            "ok": False,
+            "reason": "the tool's result cannot be written as JSON (keys that are not text, "
+            "circular or too deeply nested data)",
+        }
     ]
+
+
+def test_a_number_too_long_to_read_is_a_failure(run, scripted_model):
+    done = run(raw_tool_call("keep", '{"n": ' + "9" * 5000 + "}"), say("ok"))
+    assert done.status == "done"
+    (result,) = shown_results(scripted_model)
+    assert result["ok"] is False
+    assert result["reason"].startswith("the arguments cannot be read")
+
+
+def test_lone_surrogates_from_the_model_are_stored_and_sent_replaced(run, scripted_model):
+    done = run(
+        raw_tool_call("keep", '{"q": "x\\ud800"}'),
+        raw_tool_call("no_such_\ud800", "{}"),
+        say("ok \ud800"),
+    )
+    assert done.status == "done", done.error
+    (call,) = [e.payload for e in done.timeline() if e.kind == "tool_refused"]
+    assert call["tool"] == "no_such_?"
+
+
+@pytest.mark.parametrize("shape", ["tuple keys", "str"])
+def test_a_result_json_cannot_hold_is_written_or_failed_never_a_crash(run, scripted_model, shape):
+    done = run(tool_call("odd_result", shape=shape), say("ok"))
+    assert (done.status, done.error) == ("done", None)
+    (result,) = shown_results(scripted_model)
+    if shape == "tuple keys":
+        assert result["ok"] is False
+    else:
+        assert result == {"ok": True, "thing": "<Unprintable that cannot be shown>"}

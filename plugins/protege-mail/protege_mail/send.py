@@ -121,7 +121,11 @@ class SendEmailTool(Tool):
 
 
 def _over_the_limit(mail: dict[str, Any], limit: int, mode: str) -> str | None:
-    people = {routing_key(a) for field in ("to", "cc", "bcc") for a in mail.get(field) or []}
+    people = {
+        (clean_address(a) or a).lower()
+        for field in ("to", "cc", "bcc")
+        for a in mail.get(field) or []
+    }
     if len(people) <= limit:
         return None
     if mode == "reply":
