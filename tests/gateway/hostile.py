@@ -242,6 +242,24 @@ def cases() -> list[Case]:
             "refused",
             code=552,
         ),
+        Case(
+            "part-header-with-1000-parameters",
+            mail(
+                'Content-Type: multipart/alternative; boundary="b"',
+                body="--b\r\nContent-Type: text/plain; "
+                + "; ".join(f"a{n}=b" for n in range(1000))
+                + "\r\n\r\nhello\r\n--b--\r\n",
+            ),
+            "answered",
+            "too intricate",
+        ),
+        Case("a-million-and-one-lines", mail(body=b"\n" * 1_000_001), "refused", code=552),
+        Case(
+            "html-of-20-mb-of-tags",
+            mail("Content-Type: text/html", body=b"<b>" * 6_000_000),
+            "answered",
+            "HTML body read for its first",
+        ),
         Case("null-return-path-header", mail("Return-Path: <>"), "ignored", "null return path"),
         Case(
             "null-envelope-sender",
