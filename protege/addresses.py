@@ -29,7 +29,7 @@ _FINAL_DOT = re.compile(r"(?<=[^.@])\.(>?)$")
 _FULL_STOPS = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})
 _FOLD = re.compile(r"\r?\n(?=[ \t])")
 # C0 and C1 controls (tab aside), DEL, and the Unicode line and paragraph separators.
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 class InvalidAddress(ProtegeError):
@@ -52,7 +52,7 @@ class Mailbox:
 
 def has_control_characters(text: str) -> bool:
     """Whether ``text`` holds a control character (tab aside) or a Unicode line break."""
-    return _CONTROL.search(text) is not None
+    return CONTROL_CHARACTERS.search(text) is not None
 
 
 def parse_mailbox(text: str) -> Mailbox:

@@ -17,7 +17,12 @@ from html.parser import HTMLParser
 
 import attrs
 
-from protege.addresses import InvalidAddress, has_control_characters, parse_mailbox
+from protege.addresses import (
+    CONTROL_CHARACTERS,
+    InvalidAddress,
+    has_control_characters,
+    parse_mailbox,
+)
 from protege.blobs import sanitize_filename
 from protege.config import MailSettings
 from protege.errors import ProtegeError
@@ -33,7 +38,6 @@ MAX_CONTENT_TYPE = 127
 MAX_NESTING = 5
 MAX_LOOP_DIGITS = 6
 _MESSAGE_ID = re.compile(rb"<[!-;=?-~]{1,%d}>" % (MAX_ID_LENGTH - 2))
-_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]+")
 _UNFOLD = re.compile(r"\r\n|\r|\n")
 _HEADER_END = re.compile(rb"\r?\n\r?\n")
 MAX_MIME_PARTS = 1000
@@ -270,7 +274,7 @@ class _Headers:
             decoded = value
         if has_control_characters(decoded):
             self.flags.append(f"control characters removed from {name}")
-        text = " ".join(_CONTROLS.sub(" ", decoded).split())
+        text = " ".join(CONTROL_CHARACTERS.sub(" ", decoded).split())
         if len(text) > limit:
             self.flags.append(f"{name} cut to {limit} characters")
             text = text[:limit]
