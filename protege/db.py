@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import peewee
 
+from protege.config import load_config
+from protege.dblock import exclusive_on
 from protege.errors import ProtegeError
+from protege.migrations import apply_pending, pending
 
 database = peewee.DatabaseProxy()
 
-EXCLUSIVE_LOCK_KEY = 0x70726F74  # "prot"
 # WAL with synchronous=NORMAL: never corrupt, and a commit costs no fsync (the last
 # transactions may be lost on power failure, not on a crash of protege itself).
 SQLITE_PRAGMAS = {
@@ -63,8 +64,6 @@ def open_database(url: str) -> peewee.Database:
 def connect(url: str | None = None) -> peewee.Database:
     """Bind protege's records to the database at ``url`` (default: the configured one)."""
     if url is None:
-        from protege.config import load_config
-
         url = load_config().database_url
     db = open_database(url)
     try:
@@ -78,36 +77,22 @@ def connect(url: str | None = None) -> peewee.Database:
     return db
 
 
-@contextlib.contextmanager
-def exclusive() -> Iterator[None]:
+def exclusive() -> contextlib.AbstractContextManager[None]:
     """A transaction that no other protege process runs at the same time.
 
     On PostgreSQL it holds an advisory lock, so deploys on several machines may run
     ``protege sync`` together; on SQLite it takes the write lock before reading.
     """
-    if isinstance(database.obj, peewee.PostgresqlDatabase):
-        with database.atomic():
-            database.execute_sql("SELECT pg_advisory_xact_lock(%s)", (EXCLUSIVE_LOCK_KEY,))
-            yield
-    elif database.transaction_depth() == 0:
-        with database.atomic(lock_type="IMMEDIATE"):  # take the write lock before reading
-            yield
-    else:
-        with database.atomic():
-            yield
+    return exclusive_on(database)
 
 
 def migrate() -> list[str]:
     """Apply every pending schema migration; returns the names of those applied."""
-    from protege.migrations import apply_pending
-
     return apply_pending(database)
 
 
 def require_current() -> None:
     """Raise ``DatabaseError`` unless every migration has been applied."""
-    from protege.migrations import pending
-
     waiting = pending(database)
     if waiting:
         raise DatabaseError(

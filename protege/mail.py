@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from protege.addresses import InvalidAddress, parse_mailbox, routing_key
 from protege.models import Agent, Blob, Message, MessageAttachment
+from protege.models.blobs import attachments_of
 from protege.models.messages import INBOUND, REFUSED, SYNTHETIC_ID
 
 __all__ = [
@@ -156,19 +157,3 @@ def visible_blob(agent: Agent, blob_id: int) -> Blob | None:
         .exists()
     )
     return blob if attached else None
-
-
-def attachments_of(messages: Sequence[Message]) -> dict[int, list[Blob]]:
-    """The attachments of each message, by message id, in order: one query for them all."""
-    found: dict[int, list[Blob]] = {message.id: [] for message in messages}
-    if not found:
-        return found
-    links = (
-        MessageAttachment.select(MessageAttachment, Blob)
-        .join(Blob)
-        .where(MessageAttachment.message.in_(list(found)))
-        .order_by(MessageAttachment.message, MessageAttachment.position)
-    )
-    for link in links:
-        found[link.message_id].append(link.blob)
-    return found

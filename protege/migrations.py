@@ -15,7 +15,7 @@ from collections.abc import Callable
 import attrs
 import peewee
 
-from protege.db import exclusive
+from protege.dblock import exclusive_on
 
 VERSION_TABLE = "protege_schema_version"
 
@@ -298,12 +298,12 @@ def apply_pending(db: peewee.Database) -> list[str]:
     """Apply each pending migration in its own transaction; returns their names.
 
     Safe to run from several processes at once: each migration is re-checked inside
-    ``db.exclusive()``, which lets one process at a time in.
+    ``exclusive_on(db)``, which lets one process at a time in.
     """
     _ensure_version_table(db)
     applied = []
     for migration in pending(db):
-        with exclusive():
+        with exclusive_on(db):
             if migration.version in applied_versions(db):
                 continue  # another process applied it while we waited
             migration.apply(db)

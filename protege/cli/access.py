@@ -20,14 +20,16 @@ def access() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def explain(agent: str, sender: str | None, scheduled: bool, as_json: bool) -> None:
     """For each toolkit of AGENT: admitted or not, and which rule decided; then the tools."""
-    from protege.access import resolve, routing_key
+    from protege.access import routing_key
     from protege.models import Agent
+    from protege.models.resolution import resolve
+    from protege.registry import manifest
 
     if (sender is None) == (not scheduled):
         raise click.UsageError("give exactly one of --sender ADDRESS or --scheduled")
     open_database()
     found = Agent.named(agent)
-    resolution = resolve(found, sender=sender, scheduled=scheduled)
+    resolution = resolve(found, manifest(), sender=sender, scheduled=scheduled)
     reach = None if scheduled else found.admits(sender)
     if as_json:
         echo_json(

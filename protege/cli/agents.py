@@ -67,6 +67,7 @@ def list_agents(as_json: bool) -> None:
 def show(name: str, as_json: bool) -> None:
     """Show an agent: access rules, each grant with its gate, and the tool catalogue."""
     from protege.models import Agent
+    from protege.registry import manifest
 
     open_database()
     agent = Agent.named(name)
@@ -84,7 +85,7 @@ def show(name: str, as_json: bool) -> None:
             }
             for grant in sorted(agent.grants, key=lambda g: g.toolkit.name)
         ],
-        "catalogue": [entry.id for entry in agent.available_tools()],
+        "catalogue": [entry.id for entry in agent.available_tools(manifest())],
     }
     if as_json:
         echo_json(data)

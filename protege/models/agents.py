@@ -11,10 +11,10 @@ from protege.access import Decision, decide, require_address
 from protege.db import database
 from protege.errors import ProtegeError
 from protege.models.base import Record, utcnow
+from protege.models.resolution import Resolution, catalogue, resolve
 from protege.models.rules import RuleRecord
 
 if TYPE_CHECKING:
-    from protege.access import Resolution
     from protege.context import RunContext
     from protege.models.toolkits import AgentToolkit, Toolkit
     from protege.registry import Manifest, ToolEntry
@@ -99,25 +99,19 @@ class Agent(Record):
         """Whether ``sender`` may reach this agent, and why (checked at the gateway)."""
         return decide(self.access_rules, sender)
 
-    def available_tools(self, manifest: Manifest | None = None) -> list[ToolEntry]:
+    def available_tools(self, manifest: Manifest) -> list[ToolEntry]:
         """Every tool any grant could give, ignoring gates: the catalogue view."""
-        from protege.access import catalogue
-
         return catalogue(self, manifest)
 
-    def available_tools_for(
-        self, context: RunContext, manifest: Manifest | None = None
-    ) -> list[ToolEntry]:
+    def available_tools_for(self, context: RunContext, manifest: Manifest) -> list[ToolEntry]:
         """The tools this run may use: what the harness offers and dispatch enforces."""
         return self.resolve_for(context, manifest).tools
 
-    def resolve_for(self, context: RunContext, manifest: Manifest | None = None) -> Resolution:
+    def resolve_for(self, context: RunContext, manifest: Manifest) -> Resolution:
         """The tools this run may use, with each grant's decision."""
-        from protege.access import resolve
-
         if context.responsibility is not None:
-            return resolve(self, scheduled=True, manifest=manifest)
-        return resolve(self, sender=context.message.sender, manifest=manifest)
+            return resolve(self, manifest, scheduled=True)
+        return resolve(self, manifest, sender=context.message.sender)
 
 
 class AgentAccessRule(RuleRecord):

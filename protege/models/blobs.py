@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import peewee
 
 from protege.models.agents import Agent
@@ -33,3 +35,19 @@ class MessageAttachment(Record):
     class Meta:
         table_name = "message_attachment"
         indexes = ((("message", "position"), True),)
+
+
+def attachments_of(messages: Sequence[Message]) -> dict[int, list[Blob]]:
+    """The attachments of each message, by message id, in order: one query for them all."""
+    found: dict[int, list[Blob]] = {message.id: [] for message in messages}
+    if not found:
+        return found
+    links = (
+        MessageAttachment.select(MessageAttachment, Blob)
+        .join(Blob)
+        .where(MessageAttachment.message.in_(list(found)))
+        .order_by(MessageAttachment.message, MessageAttachment.position)
+    )
+    for link in links:
+        found[link.message_id].append(link.blob)
+    return found

@@ -55,9 +55,8 @@ class Message(Record):
     @property
     def attachments(self) -> list:
         """The blobs attached to this message, in order."""
-        from protege.mail import attachments_of
-
-        return attachments_of([self])[self.id]
+        links = self.attachment_links  # the backref of MessageAttachment, defined with Blob
+        return [link.blob for link in links.order_by(links.model.position)]
 
     @property
     def inbound(self) -> bool:

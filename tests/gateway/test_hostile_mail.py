@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from protege.access import resolve
 from protege.models import Message, Run
+from protege.models.resolution import resolve
 
 from .hostile import assert_no_orphan_files, cases, through_receive, through_smtp
 
@@ -36,6 +36,6 @@ def test_hostile_mail_is_answered_flagged_or_refused_never_lost(
         if case.flag is not None:
             assert any(case.flag in flag for flag in message.flags), message.flags
         # Whatever the From header said, the operator's toolkit stays shut.
-        finance = resolve(gated_sundae, sender=message.sender, manifest=scoop_manifest).grants[0]
+        finance = resolve(gated_sundae, scoop_manifest, sender=message.sender).grants[0]
         assert not finance.admitted
     assert_no_orphan_files(data_dir)

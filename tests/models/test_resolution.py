@@ -2,8 +2,9 @@
 
 import pytest
 
-from protege.access import decide, resolve
+from protege.access import decide
 from protege.models import Agent, Toolkit
+from protege.models.resolution import resolve
 
 LONG = "l" + "o" * 70 + "ng@thescoop.com"  # too long to expand: takes the narrowing path
 
@@ -39,5 +40,5 @@ def test_resolution_decides_like_the_reference_gate(protege_db, scoop_manifest, 
         grant.add_rule(kind, pattern)
     for sender in SENDERS:
         expected = decide(grant.rules, sender)
-        (got,) = resolve(agent, sender=sender, manifest=scoop_manifest).grants
+        (got,) = resolve(agent, scoop_manifest, sender=sender).grants
         assert (got.admitted, got.reason) == (expected.admitted, expected.reason), sender
