@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from collections.abc import Callable
 from typing import Any
 
 import attrs
+
+# The tool call being run, for what must happen at most once per call (sending mail). Set
+# by the harness around each call; read by delivery.
+current_tool_call: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "protege_tool_call", default=None
+)
 
 
 def _exactly_one_subject(instance: RunContext, attribute: attrs.Attribute, value: Any) -> None:

@@ -27,10 +27,10 @@ from protege.gateway.parse import (
     check_header_block,
     parse,
 )
-from protege.harness import queue_reply
 from protege.mail import SYNTHETIC_ID, new_message_id, thread_key
 from protege.models import Agent, Message, MessageAttachment, Run
 from protege.models.messages import ACCEPTED, IGNORED, INBOUND, REFUSED
+from protege.queue import queue_reply
 
 __all__ = ["LOOP_HEADER", "Delivered", "MailRejected", "StorageUnavailable", "agent_for", "ingest"]
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from protege import blobs
 from protege.config import Config, MailSettings
+from protege.context import current_tool_call
 from protege.db import database
 from protege.gateway import relay
 from protege.gateway.compose import (
@@ -25,7 +26,6 @@ from protege.gateway.compose import (
     references,
     rendered,
 )
-from protege.harness.dispatch import current_tool_call
 from protege.mail import clean_address, new_message_id, thread_key
 from protege.models import Agent, Blob, Message, MessageAttachment, Run
 from protege.models.messages import FAILED, OUTBOUND, SENT

@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 
-from protege.context import RunContext
+from protege.context import RunContext, current_tool_call
 from protege.errors import ProtegeError
 from protege.harness import events
 from protege.harness.events import EventLog
@@ -38,10 +38,6 @@ MAX_SCHEMA_ERRORS = 10
 # Deeper arguments are refused: no tool needs them, and validating them recurses.
 MAX_ARGUMENT_DEPTH = 64
 
-# The tool call being run, for what must happen at most once per call (sending mail).
-current_tool_call: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "protege_tool_call", default=None
-)
 # A token unique to each dispatch of a call (a model may reuse call ids), for LiveCalls.
 _call_token: contextvars.ContextVar[object | None] = contextvars.ContextVar(
     "protege_call_token", default=None

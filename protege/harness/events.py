@@ -13,9 +13,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from protege.db import database
 from protege.models import Event, Run
-from protege.models.base import utcnow
 
 MODEL_REQUEST = "model_request"
 MODEL_RESPONSE = "model_response"
@@ -28,12 +26,6 @@ ERROR = "error"
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 EXCERPT = 160  # characters of free text (model output, arguments, results) shown per line
-
-# Events are the hottest write of a run: one prepared statement beats building an insert.
-_INSERT = (
-    "INSERT INTO event (run_id, seq, kind, payload, created_at) VALUES ({p}, {p}, {p}, {p}, {p})"
-)
-
 
 class EventLog:
     """Appends events to one run, numbering them as they come."""
@@ -50,16 +42,7 @@ class EventLog:
     def record(self, kind: str, **payload: Any) -> None:
         """Append one event of ``kind`` with ``payload`` (plain JSON data)."""
         self.seq += 1
-        database.execute_sql(
-            _INSERT.format(p=database.param),
-            (
-                self.run_id,
-                self.seq,
-                kind,
-                to_json(payload),
-                utcnow(),
-            ),
-        )
+        Event.append(self.run_id, self.seq, kind, to_json(payload))
 
 
 def render(kind: str, payload: Any) -> str:

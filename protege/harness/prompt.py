@@ -5,18 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from protege.db import database
 from protege.harness import events
 from protege.harness.fence import Fence
 from protege.models import Event, Message, Run
 from protege.result import Trust
 
 HISTORY_LIMIT = 20  # earlier inbound messages of the thread shown to the model, newest kept
-# Asked on every reply run, usually of a new thread: plain SQL, as building it costs more.
-_EARLIER_SQL = (
-    "SELECT * FROM message WHERE agent_id = {p} AND thread_key = {p} "
-    f"AND direction = 'inbound' AND id < {{p}} ORDER BY id DESC LIMIT {HISTORY_LIMIT}"
-)
 
 
 def system_prompt(run: Run, fence: Fence) -> str:
@@ -64,10 +58,7 @@ def build_messages(run: Run, fence: Fence) -> list[dict[str, Any]]:
 def thread_history(run: Run, fence: Fence) -> list[dict[str, Any]]:
     """The earlier messages of the run's thread, each followed by what the agent did then."""
     current = run.message
-    p = database.param
-    earlier = list(
-        Message.raw(_EARLIER_SQL.format(p=p), run.agent_id, current.thread_key, current.id)
-    )[::-1]
+    earlier = current.earlier_in_thread(HISTORY_LIMIT)
     if not earlier:
         return []
     runs = {r.message_id: r for r in Run.select().where(Run.message.in_([m.id for m in earlier]))}

@@ -5,14 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import uuid
 from typing import Any
-
-from peewee import JOIN
 
 from protege.config import Config, RunSettings, load_config
 from protege.context import RunContext
-from protege.db import database
 from protege.errors import ProtegeError
 from protege.harness import events
 from protege.harness.dispatch import CallOver, Dispatcher, LiveCalls
@@ -20,75 +16,17 @@ from protege.harness.events import EventLog
 from protege.harness.fence import Fence
 from protege.harness.model import ModelClient
 from protege.harness.prompt import build_messages, replay
-from protege.models import Agent, Message, Responsibility, Run
+from protege.models import Agent, Run
 from protege.models.base import utcnow
-from protege.models.runs import DONE, FAILED, QUEUED, REPLY, RUNNING, SCHEDULED
+from protege.models.runs import DONE, FAILED, QUEUED, RUNNING
 from protege.plugins import error_line
 from protege.registry import Manifest
 
 logger = logging.getLogger("protege.run")
 
-# Run-state writes on every run, as plain SQL (building them with peewee costs more).
-_CLAIM = (
-    "UPDATE run SET status = 'running', attempts = attempts + 1, started_at = {p} "
-    "WHERE id = {p} AND status = 'queued'"
-)
-_FINISH = "UPDATE run SET status = {p}, error = {p}, finished_at = {p} WHERE id = {p}"
-
-
 class _CorrelatedLogger(logging.LoggerAdapter):
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
         return f"[{self.extra['correlation_id']}] {msg}", kwargs
-
-
-def queue_reply(message: Message) -> Run:
-    """Queue a run answering ``message`` (an inbound message of its agent)."""
-    return Run.create(
-        agent=message.agent,  # the message's own (usually loaded) agent: no query at run time
-        kind=REPLY,
-        message=message,
-        correlation_id=uuid.uuid4().hex,
-    )
-
-
-def queue_scheduled(responsibility: Responsibility) -> Run:
-    """Queue a run carrying out ``responsibility``."""
-    return Run.create(
-        agent=responsibility.agent,
-        kind=SCHEDULED,
-        responsibility=responsibility,
-        correlation_id=uuid.uuid4().hex,
-    )
-
-
-def requeue(run: Run) -> Run:
-    """Queue a failed (or stuck) run again; it resumes from its own events when it runs.
-
-    Tool calls whose results were recorded are not run again, and mail a call already sent
-    is not sent again.
-    """
-    if run.status in (QUEUED, DONE):
-        raise ProtegeError(f"run {run.id} is {run.status}: only failed or stuck runs are retried")
-    Run.update(status=QUEUED, error=None, finished_at=None).where(Run.id == run.id).execute()
-    run.status, run.error, run.finished_at = QUEUED, None, None
-    return run
-
-
-def claim_next() -> Run | None:
-    """Take the oldest queued run for this worker, or None; safe with several workers."""
-    while True:
-        candidate = Run.select(Run.id).where(Run.status == QUEUED).order_by(Run.id).first()
-        if candidate is None:
-            return None
-        if _claim(candidate.id, utcnow()):
-            return (  # with its agent and message, so running it asks for neither again
-                Run.select(Run, Agent, Message)
-                .join(Agent)
-                .switch(Run)
-                .join(Message, JOIN.LEFT_OUTER)
-                .where(Run.id == candidate.id)
-                .get()
-            )
 
 
 def execute(
@@ -109,7 +47,7 @@ def execute(
 
     if run.status == QUEUED:
         started = utcnow()
-        if not _claim(run.id, started):
+        if not Run.claim(run.id, started):
             raise ProtegeError(f"run {run.id} was claimed by another worker")
         run.status, run.attempts, run.started_at = RUNNING, run.attempts + 1, started
     log = EventLog(run)
@@ -250,10 +188,6 @@ def _tool_failure(event: Any) -> bool:
     )
 
 
-def _claim(run_id: int, started: Any) -> bool:
-    return database.execute_sql(_CLAIM.format(p=database.param), (started, run_id)).rowcount == 1
-
-
 def _context(run: Run, config: Config, log: EventLog, live: LiveCalls) -> RunContext:
     agent: Agent = run.agent
     run_logger = _CorrelatedLogger(logger, {"correlation_id": run.correlation_id})
@@ -311,5 +245,4 @@ def _fail(run: Run, log: EventLog, error: str) -> None:
 
 
 def _finish(run: Run, status: str, error: str | None = None) -> None:
-    run.status, run.error, run.finished_at = status, error, utcnow()
-    database.execute_sql(_FINISH.format(p=database.param), (status, error, run.finished_at, run.id))
+    run.finish(status, error)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import peewee
 
+from protege.db import database
 from protege.models.agents import Agent
 from protege.models.base import JSONListField, Record, utcnow
 
@@ -57,6 +58,17 @@ class Message(Record):
         """The blobs attached to this message, in order."""
         links = self.attachment_links  # the backref of MessageAttachment, defined with Blob
         return [link.blob for link in links.order_by(links.model.position)]
+
+    def earlier_in_thread(self, limit: int) -> list[Message]:
+        """The inbound messages of this one's thread that came before it, oldest first, at
+        most the ``limit`` newest."""
+        # Asked on every reply run: plain SQL, as building it with peewee costs more.
+        p = database.param
+        sql = (
+            f"SELECT * FROM message WHERE agent_id = {p} AND thread_key = {p} "
+            f"AND direction = 'inbound' AND id < {p} ORDER BY id DESC LIMIT {p}"
+        )
+        return list(Message.raw(sql, self.agent_id, self.thread_key, self.id, limit))[::-1]
 
     @property
     def inbound(self) -> bool:

@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 from typing import Any
 
 import peewee
 
+from protege.db import database
 from protege.models.agents import Agent
 from protege.models.base import Record, utcnow
 from protege.models.messages import Message
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
+
+# The run-state changes and event appends happen on every run, several times: they are
+# plain SQL because building them with peewee's query builder cost more than running them.
+_CLAIM_SQL = (
+    "UPDATE run SET status = 'running', attempts = attempts + 1, started_at = {p} "
+    "WHERE id = {p} AND status = 'queued'"
+)
+_FINISH_SQL = "UPDATE run SET status = {p}, error = {p}, finished_at = {p} WHERE id = {p}"
+_APPEND_SQL = (
+    "INSERT INTO event (run_id, seq, kind, payload, created_at) VALUES ({p}, {p}, {p}, {p}, {p})"
+)
 REPLY, SCHEDULED = "reply", "scheduled"
 
 
@@ -49,6 +62,20 @@ class Run(Record):
         """This run's events, in the order they happened."""
         return list(self.events.order_by(Event.seq))
 
+    @staticmethod
+    def claim(run_id: int, started: datetime.datetime) -> bool:
+        """Mark the queued run ``run_id`` running, if it still is queued; whether it was
+        (safe when several workers race for it)."""
+        cursor = database.execute_sql(_CLAIM_SQL.format(p=database.param), (started, run_id))
+        return cursor.rowcount == 1
+
+    def finish(self, status: str, error: str | None = None) -> None:
+        """Record that this run ended, done or failed, and why."""
+        self.status, self.error, self.finished_at = status, error, utcnow()
+        database.execute_sql(
+            _FINISH_SQL.format(p=database.param), (status, error, self.finished_at, self.id)
+        )
+
 
 class Event(Record):
     """One step of a run, appended and never changed: the run's audit trail."""
@@ -61,6 +88,13 @@ class Event(Record):
 
     class Meta:
         indexes = ((("run", "seq"), True),)
+
+    @staticmethod
+    def append(run_id: int, seq: int, kind: str, payload_json: str) -> None:
+        """Add event number ``seq`` of ``kind`` to the trail of run ``run_id``."""
+        database.execute_sql(
+            _APPEND_SQL.format(p=database.param), (run_id, seq, kind, payload_json, utcnow())
+        )
 
     @property
     def payload(self) -> dict[str, Any]:

@@ -11,12 +11,12 @@ import pytest
 from aiosmtpd.controller import Controller
 
 from protege import blobs
+from protege.context import current_tool_call
 from protege.gateway.outbound import DeliveryRefused, deliver
 from protege.gateway.smtp import free_port
-from protege.harness.dispatch import current_tool_call
-from protege.harness.runner import queue_reply
 from protege.mail import record_inbound
 from protege.models import Message
+from protege.queue import queue_reply
 from protege.testing import make_context, run_tool
 
 
