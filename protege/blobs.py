@@ -58,14 +58,13 @@ def store(
     filename: str | None,
     content_type: str = "application/octet-stream",
     agent: Agent | None = None,
-    data_dir: Path | None = None,
+    data_dir: Path,
 ) -> Blob:
     """Keep ``data`` and return its new ``Blob`` row.
 
     The file is written (atomically, once per content) before the row, so a row never
     points at missing bytes.
     """
-    data_dir = _data_dir(data_dir)
     digest = hashlib.sha256(data).hexdigest()
     path = blob_path(data_dir, digest)
     try:
@@ -112,14 +111,6 @@ def removed_on_failure() -> Iterator[None]:
         _written.reset(token)
 
 
-def read(blob: Blob, data_dir: Path | None = None) -> bytes:
-    """The bytes of ``blob``."""
-    return blob_path(_data_dir(data_dir), blob.sha256).read_bytes()
-
-
-def _data_dir(data_dir: Path | None) -> Path:
-    if data_dir is not None:
-        return Path(data_dir)
-    from protege.config import load_config
-
-    return load_config().data_dir
+def read(blob: Blob, data_dir: Path) -> bytes:
+    """The bytes of ``blob``, kept under ``data_dir``."""
+    return blob_path(data_dir, blob.sha256).read_bytes()

@@ -23,9 +23,8 @@ from protege import db
 from protege.config import Config, load_config
 from protege.errors import ProtegeError
 from protege.gateway.smtp import free_port, start_gateway
+from protege.installation import open_installation
 from protege.models import Agent, Message, Run, Toolkit
-from protege.plugins import plugin_host
-from protege.registry import build_manifest
 from protege.testing.model import ScriptedModel
 from protege.toolkits import sync
 from protege.worker import drain
@@ -86,10 +85,9 @@ def _config(folder: Path) -> tuple[Config, bool]:
 
 
 def _run(config: Config, model: ScriptedModel | None, story: ModuleType) -> None:
-    db.connect(config.database_url)
+    installation = open_installation(config)
     db.migrate()
-    manifest = build_manifest(config, plugin_host())
-    sync(manifest)
+    sync(installation.manifest)
     sundae = Agent.create(name="Sundae", address=story.SUNDAE, instructions=story.INSTRUCTIONS)
     for name, description, members, rules in story.TOOLKITS:
         grant = sundae.grant(
@@ -111,7 +109,7 @@ def _run(config: Config, model: ScriptedModel | None, story: ModuleType) -> None
             with smtplib.SMTP(gateway.hostname, gateway.port, timeout=30) as client:
                 client.send_message(raw)
             _show_email(number + 1, raw)
-            for run in drain(config, manifest):
+            for run in drain(installation):
                 _show_run(run)
             previous = (
                 Message.select()

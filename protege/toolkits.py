@@ -53,16 +53,13 @@ class SyncReport:
         }
 
 
-def sync(manifest: Manifest | None = None) -> SyncReport:
+def sync(manifest: Manifest) -> SyncReport:
     """Apply migrations, then bring the system toolkits in line with ``manifest``.
 
-    Idempotent; meant to run on every deploy (``protege sync``). Uses the process manifest
-    when none is given. A host tool module that failed to import stops sync before it
-    changes anything (``HostModulesBroken``): its tools would otherwise leave All Tools.
+    Idempotent; meant to run on every deploy (``protege sync``). A host tool module that
+    failed to import stops sync before it changes anything (``HostModulesBroken``): its
+    tools would otherwise leave All Tools.
     """
-    from protege.registry import manifest as process_manifest
-
-    manifest = process_manifest() if manifest is None else manifest
     if manifest.host_import_errors:
         raise HostModulesBroken("sync changed nothing: " + "; ".join(manifest.host_import_errors))
     migrations = db.migrate()

@@ -7,21 +7,20 @@ import logging
 import threading
 from collections.abc import Callable
 
-from protege.config import Config
 from protege.db import database
 from protege.harness import abandon, claim_next, execute
+from protege.installation import Installation
 from protege.models import Run
 from protege.plugins import error_line
-from protege.registry import Manifest
 
 logger = logging.getLogger(__name__)
 
 
-def drain(config: Config, manifest: Manifest | None = None) -> list[Run]:
+def drain(installation: Installation) -> list[Run]:
     """Carry out queued runs in this thread until none is left; returns them."""
     done = []
     while (run := claim_next()) is not None:
-        done.append(execute(run, config=config, manifest=manifest))
+        done.append(execute(run, installation))
     return done
 
 
@@ -30,14 +29,12 @@ class Workers:
 
     def __init__(
         self,
-        config: Config,
+        installation: Installation,
         count: int,
-        manifest: Manifest | None = None,
         poll_interval: float = 0.5,
         on_finished: Callable[[Run], None] | None = None,
     ) -> None:
-        self.config = config
-        self.manifest = manifest
+        self.installation = installation
         self.on_finished = on_finished
         self.poll_interval = poll_interval
         self._stop = threading.Event()
@@ -67,7 +64,7 @@ class Workers:
                     if run is None:
                         self._stop.wait(self.poll_interval)  # idle: look again shortly
                         continue
-                    finished = execute(run, config=self.config, manifest=self.manifest)
+                    finished = execute(run, self.installation)
                     logger.info("run %s %s", finished.id, finished.status)
                     if self.on_finished is not None:
                         self.on_finished(finished)

@@ -1,8 +1,18 @@
-"""Opening the configured database for a command, and finding records by name."""
+"""Opening the configured installation or database for a command, and finding records.
+
+Commands import what they use when they run (here and in every command module), so that
+``protege --help`` loads no database driver, model client or plugin.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from protege import db
+from protege.cli.output import warn_missing_host_tools
+
+if TYPE_CHECKING:
+    from protege.installation import Installation
 
 
 def open_database(*, migrated: bool = True) -> None:
@@ -10,6 +20,22 @@ def open_database(*, migrated: bool = True) -> None:
     db.connect()
     if migrated:
         db.require_current()
+
+
+def open_installation() -> Installation:
+    """The installation of this folder's ``protege.toml``: its database connected and
+    checked current, its manifest built once (with a warning per host module that failed
+    to import)."""
+    from protege.config import load_config
+    from protege.installation import open_installation as build
+    from protege.registry import manifest
+
+    config = load_config()
+    db.connect(config.database_url)
+    db.require_current()
+    tools = manifest()
+    warn_missing_host_tools(tools)
+    return build(config, manifest=tools, connect=False)
 
 
 def agent_and_toolkit(agent_name: str, toolkit_name: str):

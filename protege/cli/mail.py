@@ -8,8 +8,7 @@ import threading
 
 import click
 
-from protege.cli.database import open_database
-from protege.cli.output import warn_missing_host_tools
+from protege.cli.database import open_installation
 from protege.errors import ProtegeError
 
 
@@ -19,21 +18,17 @@ from protege.errors import ProtegeError
 @click.option("--workers", type=int, help="Worker threads running queued runs.")
 def serve(host: str | None, port: int | None, workers: int | None) -> None:
     """Receive mail by SMTP and carry out the runs it queues, until interrupted."""
-    from protege.config import load_config
     from protege.gateway.smtp import start_gateway
-    from protege.registry import manifest
     from protege.worker import Workers
 
-    config = load_config()
-    open_database()
-    tools = manifest()
-    warn_missing_host_tools(tools)
+    installation = open_installation()
+    config = installation.config
     count = workers or config.mail.workers
     try:
         gateway = start_gateway(config, host, port)
     except OSError as error:
         raise ProtegeError(f"cannot listen for mail: {error.strerror or error}") from None
-    pool = Workers(config, count, manifest=tools, on_finished=_report).start()
+    pool = Workers(installation, count, on_finished=_report).start()
     stopped = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):  # before the announcement: it invites them
         signal.signal(signum, lambda *_: stopped.set())
@@ -68,19 +63,17 @@ def _say(line: str) -> None:
 @click.option("--run", "run_now", is_flag=True, help="Carry out the queued runs right away.")
 def receive(file, recipients: tuple[str, ...], run_now: bool) -> None:
     """Take one email (an .eml FILE, or standard input) as if it had arrived by SMTP."""
-    from protege.config import load_config
     from protege.gateway.inbound import ingest
     from protege.worker import drain
 
-    config = load_config()
-    open_database()
+    installation = open_installation()
     raw = file.read()
-    delivered = ingest(raw, config=config, recipients=list(recipients) or None)
+    delivered = ingest(raw, config=installation.config, recipients=list(recipients) or None)
     for item in delivered:
         queued = f" (run {item.run.id} queued)" if item.run is not None else ""
         flags = f" [{'; '.join(item.message.flags)}]" if item.message.flags else ""
         click.echo(f"{item.agent.name}: {item.status}{queued}: {item.reason}{flags}")
     if run_now:
-        for run in drain(config):
+        for run in drain(installation):
             click.echo(f"run {run.id}: {run.status}" + (f" ({run.error})" if run.error else ""))
     sys.stdout.flush()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from protege.cli.database import open_database
-from protege.cli.output import echo_json, echo_table, warn_missing_host_tools
+from protege.cli.database import open_database, open_installation
+from protege.cli.output import echo_json, echo_table
 from protege.errors import ProtegeError
 
 
@@ -26,13 +26,13 @@ def start(agent: str, sender: str, body: str, subject: str, as_json: bool) -> No
     from protege.mail import record_inbound
     from protege.models import Agent
 
-    open_database()
+    installation = open_installation()
     found = Agent.named(agent)
     reach = found.admits(sender)
     if not reach.admitted:
         raise ProtegeError(f"{sender} may not write to {found.name}: {reach.reason}")
     message = record_inbound(found, sender=sender, body=body, subject=subject)
-    _show_outcome(execute(queue_reply(message), manifest=_checked_manifest()), as_json)
+    _show_outcome(execute(queue_reply(message), installation), as_json)
 
 
 @runs.command("retry")
@@ -42,8 +42,8 @@ def retry(run_id: int, as_json: bool) -> None:
     """Run a failed or stuck run again, from where it stopped, and show it."""
     from protege.harness import execute, requeue
 
-    open_database()
-    _show_outcome(execute(requeue(_run_numbered(run_id)), manifest=_checked_manifest()), as_json)
+    installation = open_installation()
+    _show_outcome(execute(requeue(_run_numbered(run_id)), installation), as_json)
 
 
 @runs.command("list")
@@ -88,14 +88,6 @@ def show(run_id: int, as_json: bool) -> None:
     """Show a run and every event of its audit trail."""
     open_database()
     _show(_run_numbered(run_id), as_json)
-
-
-def _checked_manifest():
-    from protege.registry import manifest
-
-    tools = manifest()
-    warn_missing_host_tools(tools)
-    return tools
 
 
 def _run_numbered(run_id: int):

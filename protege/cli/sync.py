@@ -25,10 +25,11 @@ def migrate() -> None:
 def sync(as_json: bool) -> None:
     """Migrate, then rebuild the system toolkits from the live manifest (run on each deploy)."""
     from protege import db
+    from protege.registry import manifest
     from protege.toolkits import sync as run_sync
 
     db.connect()
-    report = run_sync()
+    report = run_sync(manifest())
     if as_json:
         echo_json(report.as_dict())
         return

@@ -27,6 +27,7 @@ ERROR = "error"
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 EXCERPT = 160  # characters of free text (model output, arguments, results) shown per line
 
+
 class EventLog:
     """Appends events to one run, numbering them as they come."""
 

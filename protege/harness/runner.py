@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from protege.config import Config, RunSettings, load_config
+from protege.config import RunSettings
 from protege.context import RunContext
 from protege.errors import ProtegeError
 from protege.harness import events
@@ -20,31 +20,27 @@ from protege.models import Agent, Run
 from protege.models.base import utcnow
 from protege.models.runs import DONE, FAILED, QUEUED, RUNNING
 from protege.plugins import error_line
-from protege.registry import Manifest
+
+if TYPE_CHECKING:
+    from protege.installation import Installation
 
 logger = logging.getLogger("protege.run")
+
 
 class _CorrelatedLogger(logging.LoggerAdapter):
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
         return f"[{self.extra['correlation_id']}] {msg}", kwargs
 
 
-def execute(
-    run: Run,
-    *,
-    config: Config | None = None,
-    manifest: Manifest | None = None,
-    model: ModelClient | None = None,
-) -> Run:
+def execute(run: Run, installation: Installation, *, model: ModelClient | None = None) -> Run:
     """Carry out ``run`` to the end and return it, done or failed; nothing the run does
     raises out of here (in the main thread, an operator's Ctrl-C still stops the process
     after the run is marked failed).
 
     A run that is still queued is claimed first. The model's plain text is stored as an
-    event and never delivered: mail goes out only through tools.
+    event and never delivered: mail goes out only through tools, by the installation's
+    ``deliver``.
     """
-    from protege.registry import manifest as process_manifest
-
     if run.status == QUEUED:
         started = utcnow()
         if not Run.claim(run.id, started):
@@ -52,10 +48,8 @@ def execute(
         run.status, run.attempts, run.started_at = RUNNING, run.attempts + 1, started
     log = EventLog(run)
     try:
-        config = load_config() if config is None else config
-        manifest = process_manifest() if manifest is None else manifest
-        model = ModelClient(config.model) if model is None else model
-        asyncio.run(_turns(run, config, manifest, model, log))
+        model = ModelClient(installation.config.model) if model is None else model
+        asyncio.run(_turns(run, installation, model, log))
     except ProtegeError as error:
         _fail(run, log, str(error))
     except Exception as error:  # a bug in protege itself: the run fails, the worker lives
@@ -79,12 +73,11 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-async def _turns(
-    run: Run, config: Config, manifest: Manifest, model: ModelClient, log: EventLog
-) -> None:
+async def _turns(run: Run, installation: Installation, model: ModelClient, log: EventLog) -> None:
+    config = installation.config
     live = LiveCalls()
-    context = _context(run, config, log, live)
-    granted = run.agent.resolve_for(context, manifest).tools  # once: catalogue and backstop
+    context = _context(run, installation, log, live)
+    granted = run.agent.resolve_for(context, installation.manifest).tools  # catalogue, backstop
     tools = [
         {
             "type": "function",
@@ -188,13 +181,11 @@ def _tool_failure(event: Any) -> bool:
     )
 
 
-def _context(run: Run, config: Config, log: EventLog, live: LiveCalls) -> RunContext:
+def _context(run: Run, installation: Installation, log: EventLog, live: LiveCalls) -> RunContext:
     agent: Agent = run.agent
     run_logger = _CorrelatedLogger(logger, {"correlation_id": run.correlation_id})
 
     def deliver(mail: Any, attachments: Any = ()) -> dict[str, Any]:
-        from protege.gateway.outbound import deliver as send
-
         try:
             live.check()
         except CallOver:
@@ -205,8 +196,8 @@ def _context(run: Run, config: Config, log: EventLog, live: LiveCalls) -> RunCon
             )
             raise
 
-        outcome = send(
-            agent=agent, run=run, config=config, mail=dict(mail), attachments=attachments
+        outcome = installation.deliver(
+            agent=agent, run=run, mail=dict(mail), attachments=attachments
         )
         log.record(events.DELIVERY, **outcome)
         return outcome
@@ -216,7 +207,7 @@ def _context(run: Run, config: Config, log: EventLog, live: LiveCalls) -> RunCon
         message=run.message if run.message_id is not None else None,
         responsibility=run.responsibility if run.responsibility_id is not None else None,
         deliver=deliver,
-        config=config,
+        config=installation.config,
         logger=run_logger,
         correlation_id=run.correlation_id,
     )

@@ -12,6 +12,7 @@ from protege.context import RunContext
 from protege.harness import execute, queue_reply, queue_scheduled
 from protege.harness.dispatch import Dispatcher
 from protege.harness.fence import Fence
+from protege.installation import Installation, open_installation
 from protege.mail import record_inbound, reply_headers
 from protege.models import Agent, Message, Responsibility, Run
 from protege.registry import Manifest
@@ -30,11 +31,13 @@ def run_reply(
 ) -> Run:
     """Deliver an email from ``sender`` to ``agent`` and run the agent on it to the end.
 
-    ``reply_to`` threads the email as a reply to an earlier message.
+    ``reply_to`` threads the email as a reply to an earlier message. ``config`` and
+    ``manifest`` default, as the command line's do, to this folder's ``protege.toml`` (which
+    the fixtures isolate) and the tools it offers.
     """
     headers = reply_headers(reply_to) if reply_to is not None else {}
     message = record_inbound(agent, sender=sender, body=body, subject=subject, **headers)
-    return execute(queue_reply(message), config=config, manifest=manifest)
+    return execute(queue_reply(message), _installation(config, manifest))
 
 
 def run_scheduled(
@@ -43,8 +46,13 @@ def run_scheduled(
     config: Config | None = None,
     manifest: Manifest | None = None,
 ) -> Run:
-    """Run ``responsibility`` once, to the end."""
-    return execute(queue_scheduled(responsibility), config=config, manifest=manifest)
+    """Run ``responsibility`` once, to the end (defaults as for ``run_reply``)."""
+    return execute(queue_scheduled(responsibility), _installation(config, manifest))
+
+
+def _installation(config: Config | None, manifest: Manifest | None) -> Installation:
+    # The database is the fixture's, already connected: only the rest is built here.
+    return open_installation(config or load_config(), manifest=manifest, connect=False)
 
 
 def make_context(

@@ -15,6 +15,7 @@ import pytest
 
 from protege.addresses import parse_mailbox
 from protege.config import load_config
+from protege.installation import open_installation
 from protege.models import Agent, Message, Toolkit
 from protege.testing import say, tool_call
 from protege.worker import drain
@@ -88,7 +89,7 @@ def test_the_reply_to_hostile_mail_has_exactly_the_headers_meant(case, replying_
         assert inbound.status == "ignored"
         assert not (data_dir / "outbox").exists()
         return
-    (run,) = drain(load_config())
+    (run,) = drain(open_installation(load_config(), connect=False))
     assert run.status == "done", run.error
     (eml,) = (data_dir / "outbox").glob("*.eml")
     # Read as a mail client does: headers may be UTF-8 (RFC 6532).

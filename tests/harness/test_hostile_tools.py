@@ -13,6 +13,7 @@ from protege import Tool
 from protege.harness import queue_reply
 from protege.harness.dispatch import MAX_ARGUMENT_DEPTH, CallOver, Dispatcher
 from protege.harness.fence import Fence
+from protege.installation import open_installation
 from protege.mail import record_inbound
 from protege.models import Message
 from protege.testing import make_context, raw_tool_call, run_reply, say, tool_call, tool_calls
@@ -226,7 +227,8 @@ def test_base_exceptions_leave_the_worker_alive_and_every_run_finished(
         for tool, name in [*hostile, ("none", "plain")]
     ]
     finished = queue.Queue()
-    pool = Workers(config, 1, manifest, poll_interval=0.01, on_finished=finished.put).start()
+    installation = open_installation(config, manifest=manifest, connect=False)
+    pool = Workers(installation, 1, poll_interval=0.01, on_finished=finished.put).start()
     try:
         ended = [finished.get(timeout=60) for _ in runs]
     finally:

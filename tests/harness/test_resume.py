@@ -4,6 +4,7 @@ import pytest
 
 from protege.errors import ProtegeError
 from protege.harness import execute, requeue
+from protege.installation import open_installation
 from protege.models import Agent, Message, Toolkit
 from protege.registry import refresh
 from protege.testing import http_error, run_reply, say, tool_call
@@ -27,7 +28,7 @@ def test_a_retried_run_does_not_send_its_mail_twice(agent, config, scripted_mode
     assert Message.select().where(Message.direction == "outbound").count() == 1
 
     scripted_model.script(say("Done."))
-    run = execute(requeue(run), config=config, manifest=manifest)
+    run = execute(requeue(run), open_installation(config, manifest=manifest, connect=False))
 
     assert run.status == "done"
     assert run.attempts == 2
@@ -55,7 +56,7 @@ def test_a_retry_does_not_count_the_failed_turn_against_the_budget(agent, config
     assert "401" in run.error
 
     scripted_model.script(say("Found it."))
-    run = execute(requeue(run), config=config)
+    run = execute(requeue(run), open_installation(config, connect=False))
 
     assert (run.status, run.error) == ("done", None)
     assert len(scripted_model.requests) == 3
