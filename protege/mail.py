@@ -6,7 +6,10 @@ import re
 import uuid
 from collections.abc import Sequence
 
+import peewee
+
 from protege.addresses import InvalidAddress, parse_mailbox, routing_key
+from protege.db import database
 from protege.models import Agent, Blob, Message, MessageAttachment
 from protege.models.blobs import attachments_of
 from protege.models.messages import INBOUND, REFUSED, SYNTHETIC_ID
@@ -109,10 +112,6 @@ def search(agent: Agent, query: str, limit: int = 10) -> list[Message]:
     Searches participants, subject and body with the database's full-text index (FTS5 on
     SQLite, tsvector on PostgreSQL). Mail the agent refused is left out.
     """
-    import peewee
-
-    from protege.db import database
-
     limit = max(1, min(int(limit), MAX_SEARCH_RESULTS))
     words = _WORD.findall(query or "")
     if not words:

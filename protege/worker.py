@@ -8,10 +8,11 @@ import threading
 from collections.abc import Callable
 
 from protege.db import database
-from protege.harness import abandon, claim_next, execute
+from protege.harness import abandon, execute
 from protege.installation import Installation
 from protege.models import Run
 from protege.plugins import error_line
+from protege.queue import claim_next
 
 logger = logging.getLogger(__name__)
 

@@ -22,9 +22,10 @@ def runs() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
 def start(agent: str, sender: str, body: str, subject: str, as_json: bool) -> None:
     """Run AGENT on a message from SENDER, as if it had arrived by mail, and show the run."""
-    from protege.harness import execute, queue_reply
+    from protege.harness import execute
     from protege.mail import record_inbound
     from protege.models import Agent
+    from protege.queue import queue_reply
 
     installation = open_installation()
     found = Agent.named(agent)
@@ -40,7 +41,8 @@ def start(agent: str, sender: str, body: str, subject: str, as_json: bool) -> No
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
 def retry(run_id: int, as_json: bool) -> None:
     """Run a failed or stuck run again, from where it stopped, and show it."""
-    from protege.harness import execute, requeue
+    from protege.harness import execute
+    from protege.queue import requeue
 
     installation = open_installation()
     _show_outcome(execute(requeue(_run_numbered(run_id)), installation), as_json)

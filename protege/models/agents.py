@@ -13,10 +13,10 @@ from protege.errors import ProtegeError
 from protege.models.base import Record, utcnow
 from protege.models.resolution import Resolution, catalogue, resolve
 from protege.models.rules import RuleRecord
+from protege.models.toolkits import AgentToolkit, Toolkit
 
 if TYPE_CHECKING:
     from protege.context import RunContext
-    from protege.models.toolkits import AgentToolkit, Toolkit
     from protege.registry import Manifest, ToolEntry
 
 logger = logging.getLogger(__name__)
@@ -61,8 +61,6 @@ class Agent(Record):
         return result
 
     def _grant_default_tools(self) -> None:
-        from protege.models.toolkits import Toolkit
-
         default = Toolkit.default_tools()
         if default is None:
             logger.warning(
@@ -75,8 +73,6 @@ class Agent(Record):
 
     def grant(self, toolkit: Toolkit, *, allow_proactive: bool = False) -> AgentToolkit:
         """Attach ``toolkit`` to this agent, with an open gate; returns the grant."""
-        from protege.models.toolkits import AgentToolkit
-
         existing = AgentToolkit.get_or_none(agent=self, toolkit=toolkit)
         if existing is not None:
             raise ProtegeError(f"{toolkit.name!r} is already attached to {self.name}")
@@ -84,8 +80,6 @@ class Agent(Record):
 
     def grant_of(self, toolkit: Toolkit) -> AgentToolkit:
         """The grant attaching ``toolkit`` to this agent; ``ProtegeError`` if not attached."""
-        from protege.models.toolkits import AgentToolkit
-
         grant = AgentToolkit.get_or_none(agent=self, toolkit=toolkit)
         if grant is None:
             raise ProtegeError(f"{toolkit.name!r} is not attached to {self.name}")

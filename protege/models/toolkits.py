@@ -9,7 +9,6 @@ import peewee
 
 from protege.access import Decision, decide
 from protege.errors import ProtegeError
-from protege.models.agents import Agent
 from protege.models.base import JSONListField, Record, utcnow
 from protege.models.rules import RuleRecord
 from protege.tool import TOOL_ID_PATTERN
@@ -99,7 +98,8 @@ class AgentToolkit(Record):
     ``allow_proactive`` decides whether its tools are offered on scheduled runs.
     """
 
-    agent = peewee.ForeignKeyField(Agent, backref="grants", on_delete="CASCADE")
+    # Deferred: the agent module imports this one, to grant toolkits to its agents.
+    agent = peewee.DeferredForeignKey("Agent", backref="grants", on_delete="CASCADE")
     toolkit = peewee.ForeignKeyField(Toolkit, backref="grants", on_delete="CASCADE")
     allow_proactive = peewee.BooleanField(default=False)
     created_at = peewee.DateTimeField(default=utcnow)

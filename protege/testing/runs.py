@@ -9,13 +9,15 @@ from typing import Any
 
 from protege.config import Config, load_config
 from protege.context import RunContext
-from protege.harness import execute, queue_reply, queue_scheduled
+from protege.harness import execute
 from protege.harness.dispatch import Dispatcher
 from protege.harness.fence import Fence
 from protege.installation import Installation, open_installation
 from protege.mail import record_inbound, reply_headers
 from protege.models import Agent, Message, Responsibility, Run
+from protege.queue import queue_reply, queue_scheduled
 from protege.registry import Manifest
+from protege.registry import manifest as process_manifest
 from protege.result import Result
 
 
@@ -104,9 +106,8 @@ def run_tool(
     tool_id: str, *, context: RunContext, manifest: Manifest | None = None, **input: Any
 ) -> Result:
     """Call one tool as dispatch would: schema checked, timeout applied, errors turned into
-    failures. The tool is looked up in ``manifest`` (the process manifest by default)."""
-    from protege.registry import manifest as process_manifest
-
+    failures. The tool is looked up in ``manifest`` (by default the tools this folder's
+    ``protege.toml`` and the installed plugins offer, as the command line finds them)."""
     manifest = process_manifest() if manifest is None else manifest
     entry = manifest.get(tool_id)
     if entry is None:

@@ -10,12 +10,12 @@ import attrs
 import pytest
 
 from protege import Tool
-from protege.harness import queue_reply
 from protege.harness.dispatch import MAX_ARGUMENT_DEPTH, CallOver, Dispatcher
 from protege.harness.fence import Fence
 from protege.installation import open_installation
 from protege.mail import record_inbound
 from protege.models import Message
+from protege.queue import queue_reply
 from protege.testing import make_context, raw_tool_call, run_reply, say, tool_call, tool_calls
 from protege.worker import Workers
 

@@ -3,9 +3,10 @@
 import pytest
 
 from protege.errors import ProtegeError
-from protege.harness import execute, requeue
+from protege.harness import execute
 from protege.installation import open_installation
 from protege.models import Agent, Message, Toolkit
+from protege.queue import requeue
 from protege.registry import refresh
 from protege.testing import http_error, run_reply, say, tool_call
 
