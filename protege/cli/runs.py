@@ -120,10 +120,16 @@ def _summary(run) -> dict[str, object]:
     }
 
 
-def _event_json(event) -> dict[str, object]:
-    payload = event.payload
-    fields = payload if isinstance(payload, dict) else {"payload": payload}
-    return {"seq": event.seq, "kind": event.kind, **fields}
+def _event_json(row) -> dict[str, object]:
+    from protege.harness import events
+
+    stored = row.payload
+    if not isinstance(stored, dict):  # nothing to read: show what is there
+        return {"seq": row.seq, "kind": row.kind, "payload": stored}
+    typed = events.read(row.kind, stored).as_json()
+    fields = typed if isinstance(typed, dict) else {}
+    # Keys an older or newer version wrote stay visible: this is an audit trail.
+    return {"seq": row.seq, "kind": row.kind, **stored, **fields}
 
 
 def _show(run, as_json: bool) -> None:

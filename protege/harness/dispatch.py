@@ -127,20 +127,20 @@ class Dispatcher:
         self.max_result_bytes = max_result_bytes
         self.logger = context.logger
 
-    def _record(self, kind: str, **payload: Any) -> None:
+    def _record(self, event: events.RunEvent) -> None:
         if self.log is not None:  # tests may dispatch without a run to record on
-            self.log.record(kind, **payload)
+            self.log.record(event)
 
     async def dispatch(self, call: dict[str, Any]) -> Outcome:
         """Run (or refuse) one tool call from the model, recording what happened."""
         call_id = call["id"]
         tool_id = call["function"]["name"]
         raw_arguments = call["function"].get("arguments") or "{}"
-        self._record(events.TOOL_CALL, call_id=call_id, tool=tool_id, arguments=raw_arguments)
+        self._record(events.ToolCall(call_id=call_id, tool=tool_id, arguments=raw_arguments))
         entry = self.granted.get(tool_id)
         if entry is None:
             reason = f"the tool {tool_id!r} is not available in this run"
-            self._record(events.TOOL_REFUSED, call_id=call_id, tool=tool_id, reason=reason)
+            self._record(events.ToolRefused(call_id=call_id, tool=tool_id, reason=reason))
             return self._finish(call_id, tool_id, failure(reason), Trust.TRUSTED, refused=True)
         token = current_tool_call.set(call_id)
         try:
@@ -155,8 +155,8 @@ class Dispatcher:
         call_id = call["id"]
         tool_id = call["function"]["name"]
         arguments = call["function"].get("arguments") or "{}"
-        self._record(events.TOOL_CALL, call_id=call_id, tool=tool_id, arguments=arguments)
-        self._record(events.TOOL_REFUSED, call_id=call_id, tool=tool_id, reason=reason)
+        self._record(events.ToolCall(call_id=call_id, tool=tool_id, arguments=arguments))
+        self._record(events.ToolRefused(call_id=call_id, tool=tool_id, reason=reason))
         return self._finish(
             call_id, tool_id, failure(reason), Trust.TRUSTED, refused=True, declined=True
         )
@@ -224,16 +224,16 @@ class Dispatcher:
             content = json.dumps(result.for_model(), ensure_ascii=False)
         content = content.encode("utf-8", "replace").decode("utf-8")  # lone surrogates
         content = self._capped(content)
-        extra = {"declined": True} if declined else {}  # not run, so not a tool failure
         self._record(
-            events.TOOL_RESULT,
-            call_id=call_id,
-            tool=tool_id,
-            ok=result.ok,
-            trust=str(trust),
-            content=content,
-            details=result.details,
-            **extra,
+            events.ToolResult(
+                call_id=call_id,
+                tool=tool_id,
+                ok=result.ok,
+                trust=str(trust),
+                content=content,
+                details=result.details,
+                declined=declined,  # not run, so not a failure of the tool
+            )
         )
         shown = (
             self.fence.wrap(content, source=f"tool {tool_id}")

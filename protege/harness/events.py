@@ -1,17 +1,19 @@
-"""A run's audit trail: the kinds of event, writing each step as an append-only ``Event``
-row, and one readable line per kind for operators.
+"""A run's audit trail: one class per kind of event, each owning its payload, its JSON
+form and its one readable line; and the log that appends them as ``Event`` rows.
 
-Every kind has exactly one rendering here, next to its name. Renderings read payloads
-defensively: rows written by older versions (or by hand) may lack keys or hold odd values,
-and showing a run must never fail because of them.
+The harness writes these classes; ``protege runs show`` (text and ``--json``) reads them
+back with ``read``. Reading is lenient: rows written by older versions (or by hand) may
+lack keys or hold odd values, and showing a run must never fail because of them.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import attrs
 
 from protege.models import Event, Run
 
@@ -28,6 +30,231 @@ _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\
 EXCERPT = 160  # characters of free text (model output, arguments, results) shown per line
 
 
+@attrs.frozen(kw_only=True)
+class RunEvent:
+    """One step of a run. Subclasses name their ``kind`` and declare their payload."""
+
+    kind: ClassVar[str] = ""
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> RunEvent:
+        """The event a stored payload describes; keys this version does not know are left
+        out, keys it lacks take their defaults."""
+        names = {field.name for field in attrs.fields(cls)}
+        return cls(**{key: value for key, value in payload.items() if key in names})
+
+    def as_json(self) -> dict[str, Any]:
+        """The payload as stored and as ``runs show --json`` prints it."""
+        return attrs.asdict(self, recurse=False)
+
+    def line(self) -> str:
+        """One readable line for operators (control characters not yet escaped)."""
+        raise NotImplementedError
+
+
+@attrs.frozen(kw_only=True)
+class ModelRequest(RunEvent):
+    """A call to the model: which turn, how many messages, which tools were offered."""
+
+    kind: ClassVar[str] = MODEL_REQUEST
+    turn: Any = None
+    model: Any = None
+    messages: Any = None
+    tools: Any = attrs.Factory(list)
+
+    def line(self) -> str:
+        tools = ", ".join(_listed(self.tools)) or "none"
+        turn, messages = _shown(self.turn), _shown(self.messages)
+        return f"model request, turn {turn}: {messages} messages; tools: {tools}"
+
+
+@attrs.frozen(kw_only=True)
+class ModelResponse(RunEvent):
+    """The model's answer: its text (never sent to anyone) and the tool calls it asks for."""
+
+    kind: ClassVar[str] = MODEL_RESPONSE
+    turn: Any = None
+    content: Any = None
+    tool_calls: Any = attrs.Factory(list)
+    usage: Any = attrs.Factory(dict)
+    latency_ms: Any = None
+    model: Any = None
+
+    def line(self) -> str:
+        tokens = self.usage.get("total_tokens") if isinstance(self.usage, Mapping) else None
+        calls = self.tool_calls if isinstance(self.tool_calls, list) else []
+        names = [_call_name(call) for call in calls]
+        said = f" says {excerpt(self.content)}" if self.content else ""
+        asks = f" calls {', '.join(names)}" if names else ""
+        latency = _shown(self.latency_ms)
+        return f"model{said}{asks} ({'?' if tokens is None else tokens} tokens, {latency} ms)"
+
+
+@attrs.frozen(kw_only=True)
+class ToolCall(RunEvent):
+    """A tool call the model made, with its arguments as the model wrote them."""
+
+    kind: ClassVar[str] = TOOL_CALL
+    call_id: Any = None
+    tool: Any = None
+    arguments: Any = None
+
+    def line(self) -> str:
+        return f"  call {_shown(self.tool)} {excerpt(self.arguments)}"
+
+
+@attrs.frozen(kw_only=True)
+class ToolRefused(RunEvent):
+    """A call dispatch refused: a tool the run was not granted, or past a per-turn cap."""
+
+    kind: ClassVar[str] = TOOL_REFUSED
+    call_id: Any = None
+    tool: Any = None
+    reason: Any = None
+
+    def line(self) -> str:
+        return f"  REFUSED {_shown(self.tool)}: {_shown(self.reason, 'no reason recorded')}"
+
+
+@attrs.frozen(kw_only=True)
+class ToolResult(RunEvent):
+    """What a call gave back, as the model was shown it (``declined``: not run, not a
+    failure of the tool)."""
+
+    kind: ClassVar[str] = TOOL_RESULT
+    call_id: Any = None
+    tool: Any = None
+    ok: Any = None
+    trust: Any = None
+    content: Any = None
+    details: Any = attrs.Factory(dict)
+    declined: Any = False
+
+    @property
+    def failed(self) -> bool:
+        """Whether this counts against the run's ``max_tool_failures``."""
+        return self.ok is not True and not self.declined
+
+    def line(self) -> str:
+        state = "ok" if self.ok is True else "failed" if self.ok is False else "unknown outcome"
+        fenced = " (untrusted)" if self.trust == "untrusted" else ""
+        return f"  {state}{fenced}: {excerpt(self.content)}"
+
+
+@attrs.frozen(kw_only=True)
+class BudgetExhausted(RunEvent):
+    """The run stopped at one of its budgets."""
+
+    kind: ClassVar[str] = BUDGET_EXHAUSTED
+    budget: Any = None
+    limit: Any = None
+
+    def line(self) -> str:
+        return f"budget exhausted: {_shown(self.budget)} ({_shown(self.limit)})"
+
+
+@attrs.frozen(kw_only=True)
+class Delivery(RunEvent):
+    """Mail a tool sent through the run's ``deliver``, and what the transport made of it."""
+
+    kind: ClassVar[str] = DELIVERY
+    status: Any = None
+    message_id: Any = None
+    to: Any = attrs.Factory(list)
+    cc: Any = attrs.Factory(list)
+    bcc: Any = attrs.Factory(list)
+    subject: Any = None
+    error: Any = None
+    refused: Any = attrs.Factory(list)
+    repeated: Any = False
+
+    def line(self) -> str:
+        line = f"  delivery {_shown(self.status, '(status unknown)')}"
+        for label, addresses in (("to", self.to), ("cc", self.cc), ("bcc", self.bcc)):
+            if _listed(addresses):
+                line += f" {label} {', '.join(_listed(addresses))}"
+        if self.subject:
+            line += f", subject {excerpt(self.subject)}"
+        if self.message_id:
+            line += f" {self.message_id}"
+        if self.repeated:
+            line += " (sent earlier by this call, not again)"
+        if self.refused:
+            line += f", refused by the relay: {excerpt(_refused(self.refused))}"
+        if self.error:
+            line += f": {excerpt(self.error)}"
+        return line
+
+
+@attrs.frozen(kw_only=True)
+class RunFailed(RunEvent):
+    """The run failed for a reason outside any tool (the model, the database, a bug)."""
+
+    kind: ClassVar[str] = ERROR
+    error: Any = None
+
+    def line(self) -> str:
+        return f"error: {_shown(self.error, 'no reason recorded')}"
+
+
+@attrs.frozen
+class UnknownEvent:
+    """A stored event of a kind this version does not know, shown as it is."""
+
+    kind: str
+    payload: Any
+
+    def as_json(self) -> Any:
+        """The payload as stored."""
+        return self.payload
+
+    def line(self) -> str:
+        """Its kind and its raw payload, on one line."""
+        return f"{self.kind}: {excerpt(json.dumps(self.payload, default=str, ensure_ascii=False))}"
+
+
+CLASSES: dict[str, type[RunEvent]] = {
+    cls.kind: cls
+    for cls in (
+        ModelRequest,
+        ModelResponse,
+        ToolCall,
+        ToolRefused,
+        ToolResult,
+        BudgetExhausted,
+        Delivery,
+        RunFailed,
+    )
+}
+KINDS = tuple(CLASSES)
+
+
+def read(kind: str, payload: Any) -> RunEvent | UnknownEvent:
+    """The typed event a stored row holds; ``UnknownEvent`` for kinds (or payloads) this
+    version cannot read."""
+    cls = CLASSES.get(kind)
+    if cls is None:
+        return UnknownEvent(kind, payload)
+    try:
+        return cls.from_payload(payload if isinstance(payload, Mapping) else {})
+    except (TypeError, ValueError):
+        return UnknownEvent(kind, payload)
+
+
+def render(kind: str, payload: Any) -> str:
+    """One readable line for a stored event; never raises, whatever ``payload`` holds.
+
+    Control characters (line breaks, terminal escape sequences) are shown escaped, so text
+    a model or a tool wrote can neither forge lines of the trail nor drive the terminal.
+    """
+    event = read(kind, payload)
+    try:
+        line = event.line()
+    except Exception:  # a payload shape no rendering foresaw: show it raw rather than fail
+        line = UnknownEvent(kind, payload).line()
+    return printable(line)
+
+
 class EventLog:
     """Appends events to one run, numbering them as they come."""
 
@@ -40,26 +267,10 @@ class EventLog:
             )
             self.seq = 0 if last is None else last.seq
 
-    def record(self, kind: str, **payload: Any) -> None:
-        """Append one event of ``kind`` with ``payload`` (plain JSON data)."""
+    def record(self, event: RunEvent) -> None:
+        """Append ``event`` to the run's trail."""
         self.seq += 1
-        Event.append(self.run_id, self.seq, kind, to_json(payload))
-
-
-def render(kind: str, payload: Any) -> str:
-    """One readable line for an event of ``kind``; never raises, whatever ``payload`` holds.
-
-    Control characters (line breaks, terminal escape sequences) are shown escaped, so text
-    a model or a tool wrote can neither forge lines of the trail nor drive the terminal.
-    """
-    fields: Mapping[str, Any] = payload if isinstance(payload, Mapping) else {"payload": payload}
-    renderer = RENDERERS.get(kind)
-    if renderer is not None:
-        try:
-            return printable(renderer(fields))
-        except Exception:  # a payload shape no renderer foresaw: show it raw rather than fail
-            pass
-    return printable(render_unknown(kind, payload))
+        Event.append(self.run_id, self.seq, event.kind, to_json(event.as_json()))
 
 
 def printable(text: str) -> str:
@@ -97,19 +308,13 @@ def as_text(value: Any) -> str:
         return f"<{type(value).__name__} that cannot be shown>"
 
 
-def render_unknown(kind: str, payload: Any) -> str:
-    """The line for a kind this version does not know: its name and its raw payload."""
-    return f"{kind}: {excerpt(json.dumps(payload, default=str, ensure_ascii=False))}"
-
-
 def excerpt(text: Any) -> str:
     """``text`` on one line, cut to ``EXCERPT`` characters."""
     text = " ".join(("" if text is None else str(text)).split())
     return text if len(text) <= EXCERPT else text[: EXCERPT - 1] + "…"
 
 
-def _value(fields: Mapping[str, Any], key: str, missing: str = "?") -> str:
-    value = fields.get(key)
+def _shown(value: Any, missing: str = "?") -> str:
     return missing if value is None else str(value)
 
 
@@ -127,73 +332,10 @@ def _call_name(call: Any) -> str:
     return "?" if name is None else str(name)
 
 
-def _render_model_request(fields: Mapping[str, Any]) -> str:
-    tools = ", ".join(_listed(fields.get("tools"))) or "none"
-    return (
-        f"model request, turn {_value(fields, 'turn')}: "
-        f"{_value(fields, 'messages')} messages; tools: {tools}"
+def _refused(refused: Any) -> str:
+    if not isinstance(refused, list):
+        return str(refused)
+    return ", ".join(
+        f"{item.get('address')} ({item.get('code')})" if isinstance(item, Mapping) else str(item)
+        for item in refused
     )
-
-
-def _render_model_response(fields: Mapping[str, Any]) -> str:
-    usage = fields.get("usage")
-    tokens = usage.get("total_tokens") if isinstance(usage, Mapping) else None
-    calls = fields.get("tool_calls")
-    names = [_call_name(call) for call in calls] if isinstance(calls, list) else []
-    said = f" says {excerpt(fields['content'])}" if fields.get("content") else ""
-    asks = f" calls {', '.join(names)}" if names else ""
-    latency = _value(fields, "latency_ms")
-    return f"model{said}{asks} ({'?' if tokens is None else tokens} tokens, {latency} ms)"
-
-
-def _render_tool_call(fields: Mapping[str, Any]) -> str:
-    return f"  call {_value(fields, 'tool')} {excerpt(fields.get('arguments'))}"
-
-
-def _render_tool_refused(fields: Mapping[str, Any]) -> str:
-    return f"  REFUSED {_value(fields, 'tool')}: {_value(fields, 'reason', 'no reason recorded')}"
-
-
-def _render_tool_result(fields: Mapping[str, Any]) -> str:
-    ok = fields.get("ok")
-    state = "ok" if ok is True else "failed" if ok is False else "unknown outcome"
-    fenced = " (untrusted)" if fields.get("trust") == "untrusted" else ""
-    return f"  {state}{fenced}: {excerpt(fields.get('content'))}"
-
-
-def _render_budget_exhausted(fields: Mapping[str, Any]) -> str:
-    return f"budget exhausted: {_value(fields, 'budget')} ({_value(fields, 'limit')})"
-
-
-def _render_delivery(fields: Mapping[str, Any]) -> str:
-    line = f"  delivery {_value(fields, 'status', '(status unknown)')}"
-    for label in ("to", "cc", "bcc"):
-        addresses = _listed(fields.get(label))
-        if addresses:
-            line += f" {label} {', '.join(addresses)}"
-    if fields.get("subject"):
-        line += f", subject {excerpt(fields['subject'])}"
-    if fields.get("message_id"):
-        line += f" {fields['message_id']}"
-    if fields.get("repeated"):
-        line += " (sent earlier by this call, not again)"
-    if fields.get("error"):
-        line += f": {excerpt(fields['error'])}"
-    return line
-
-
-def _render_error(fields: Mapping[str, Any]) -> str:
-    return f"error: {_value(fields, 'error', 'no reason recorded')}"
-
-
-RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
-    MODEL_REQUEST: _render_model_request,
-    MODEL_RESPONSE: _render_model_response,
-    TOOL_CALL: _render_tool_call,
-    TOOL_REFUSED: _render_tool_refused,
-    TOOL_RESULT: _render_tool_result,
-    BUDGET_EXHAUSTED: _render_budget_exhausted,
-    DELIVERY: _render_delivery,
-    ERROR: _render_error,
-}
-KINDS = tuple(RENDERERS)

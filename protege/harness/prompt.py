@@ -37,11 +37,12 @@ def render_email(message: Message, fence: Fence) -> str:
     return fence.wrap("\n".join(lines), source="email")
 
 
-def render_result(payload: dict[str, Any], fence: Fence) -> str:
-    """A tool result event's content as the model sees it, fenced if untrusted."""
-    if payload.get("trust") == Trust.UNTRUSTED:
-        return fence.wrap(payload["content"], source=f"tool {payload['tool']}")
-    return payload["content"]
+def render_result(result: events.ToolResult, fence: Fence) -> str:
+    """A tool result's content as the model sees it, fenced if untrusted."""
+    content = "" if result.content is None else str(result.content)
+    if result.trust == Trust.UNTRUSTED:
+        return fence.wrap(content, source=f"tool {result.tool}")
+    return content
 
 
 def build_messages(run: Run, fence: Fence) -> list[dict[str, Any]]:
@@ -99,21 +100,21 @@ def replay(timeline: list[Event], fence: Fence) -> tuple[list[dict[str, Any]], l
     replayed: list[dict[str, Any]] = []
     answered: set[str] = set()
     calls: list[dict[str, Any]] = []
-    for event in timeline:
-        payload = event.payload
-        if event.kind == events.MODEL_RESPONSE:
-            message: dict[str, Any] = {"role": "assistant", "content": payload.get("content")}
-            if payload.get("tool_calls"):
-                message["tool_calls"] = payload["tool_calls"]
-                calls += payload["tool_calls"]
+    for row in timeline:
+        event = events.read(row.kind, row.payload)
+        if isinstance(event, events.ModelResponse):
+            message: dict[str, Any] = {"role": "assistant", "content": event.content}
+            if event.tool_calls:
+                message["tool_calls"] = event.tool_calls
+                calls += event.tool_calls
             replayed.append(message)
-        elif event.kind == events.TOOL_RESULT:
-            answered.add(payload["call_id"])
+        elif isinstance(event, events.ToolResult):
+            answered.add(event.call_id)
             replayed.append(
                 {
                     "role": "tool",
-                    "tool_call_id": payload["call_id"],
-                    "content": render_result(payload, fence),
+                    "tool_call_id": event.call_id,
+                    "content": render_result(event, fence),
                 }
             )
     return replayed, [call for call in calls if call["id"] not in answered]

@@ -100,8 +100,9 @@ async def _turns(run: Run, installation: Installation, model: ModelClient, log: 
         messages += replayed
         # Turns the model answered: a request whose call failed (the reason for the retry)
         # got no response and is not held against the budget.
-        first_turn = sum(1 for e in timeline if e.kind == events.MODEL_RESPONSE)
-        failures = sum(1 for e in timeline if _tool_failure(e))
+        trail = [events.read(e.kind, e.payload) for e in timeline]
+        first_turn = sum(1 for e in trail if isinstance(e, events.ModelResponse))
+        failures = sum(1 for e in trail if isinstance(e, events.ToolResult) and e.failed)
         turn_calls = next((m["tool_calls"] for m in reversed(replayed) if m.get("tool_calls")), [])
         failures = await _answer(dispatcher, pending, turn_calls, limits, failures, messages)
         last = replayed[-1] if replayed else {}
@@ -110,21 +111,23 @@ async def _turns(run: Run, installation: Installation, model: ModelClient, log: 
             return
     for turn in range(first_turn + 1, limits.max_model_turns + 1):
         log.record(
-            events.MODEL_REQUEST,
-            turn=turn,
-            model=config.model.model,
-            messages=len(messages),
-            tools=[entry.id for entry in granted],
+            events.ModelRequest(
+                turn=turn,
+                model=config.model.model,
+                messages=len(messages),
+                tools=[entry.id for entry in granted],
+            )
         )
         reply = model.complete(messages, tools)
         log.record(
-            events.MODEL_RESPONSE,
-            turn=turn,
-            content=reply.content,
-            tool_calls=reply.tool_calls,
-            usage=reply.usage,
-            latency_ms=round(reply.latency_ms, 1),
-            model=reply.model,
+            events.ModelResponse(
+                turn=turn,
+                content=reply.content,
+                tool_calls=reply.tool_calls,
+                usage=reply.usage,
+                latency_ms=round(reply.latency_ms, 1),
+                model=reply.model,
+            )
         )
         messages.append(reply.as_message())
         if not reply.tool_calls:
@@ -174,13 +177,6 @@ async def _answer(
     return failures
 
 
-def _tool_failure(event: Any) -> bool:
-    payload = event.payload
-    return (
-        event.kind == events.TOOL_RESULT and not payload.get("ok") and not payload.get("declined")
-    )
-
-
 def _context(run: Run, installation: Installation, log: EventLog, live: LiveCalls) -> RunContext:
     agent: Agent = run.agent
     run_logger = _CorrelatedLogger(logger, {"correlation_id": run.correlation_id})
@@ -199,7 +195,7 @@ def _context(run: Run, installation: Installation, log: EventLog, live: LiveCall
         outcome = installation.deliver(
             agent=agent, run=run, mail=dict(mail), attachments=attachments
         )
-        log.record(events.DELIVERY, **outcome)
+        log.record(events.Delivery.from_payload(outcome))
         return outcome
 
     return RunContext(
@@ -226,12 +222,12 @@ def _recipients(mail: Any) -> str:
 
 
 def _exhausted(run: Run, log: EventLog, budget: str, limit: int) -> None:
-    log.record(events.BUDGET_EXHAUSTED, budget=budget, limit=limit)
+    log.record(events.BudgetExhausted(budget=budget, limit=limit))
     _finish(run, FAILED, f"budget exhausted: {budget} ({limit})")
 
 
 def _fail(run: Run, log: EventLog, error: str) -> None:
-    log.record(events.ERROR, error=error)
+    log.record(events.RunFailed(error=error))
     _finish(run, FAILED, error)
 
 

@@ -1,5 +1,7 @@
 """Each kind of event has one readable line, and no payload, however odd, breaks it."""
 
+import json
+
 import pytest
 
 from protege.harness import events
@@ -144,3 +146,19 @@ def test_no_rendering_lets_line_breaks_or_terminal_controls_through(kind):
 def test_controls_are_shown_escaped_not_dropped():
     line = events.render(events.TOOL_REFUSED, {"tool": "x\n9 ok", "reason": "\x1b[2J"})
     assert line == "  REFUSED x\\n9 ok: \\x1b[2J"
+
+
+@pytest.mark.parametrize("kind", events.KINDS)
+def test_every_kind_reads_back_what_was_written(kind):
+    cls = events.CLASSES[kind]
+    written = cls.from_payload(RECORDED[kind][0])
+    stored = json.loads(events.to_json(written.as_json()))
+    assert events.read(kind, stored) == written
+    payload, expected = RECORDED[kind]
+    assert render(kind, stored) == (expected or f"error: {payload['error']}")
+
+
+def test_an_unknown_kind_is_kept_as_it_is():
+    event = events.read("approval_requested", {"approver": "boss@thescoop.com"})
+    assert isinstance(event, events.UnknownEvent)
+    assert event.as_json() == {"approver": "boss@thescoop.com"}
