@@ -101,8 +101,11 @@ def pattern_matches(pattern: str, key: str | None) -> bool:
 class Rule(Protocol):
     """Anything with a kind and a pattern: a toolkit gate rule or an agent access rule."""
 
-    kind: str
-    pattern: str
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def pattern(self) -> str: ...
 
 
 @attrs.frozen

@@ -6,7 +6,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import attrs
 import cattrs
@@ -22,7 +22,7 @@ MODEL_BASE_URL_VARIABLE = "PROTEGE_MODEL_BASE_URL"
 MODEL_API_KEY_ENV_VARIABLE = "PROTEGE_MODEL_API_KEY_ENV"
 MAIL_TRANSPORT_VARIABLE = "PROTEGE_MAIL_TRANSPORT"
 DEFAULT_DATA_DIR = ".protege"
-_Section = TypeVar("_Section")
+_Section = TypeVar("_Section", bound=attrs.AttrsInstance)
 
 
 @attrs.frozen(kw_only=True)
@@ -160,7 +160,7 @@ def _structure_names(value: object, _type: object) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _describe(error: BaseException, type_: object) -> str:
+def _describe(error: BaseException, type_: Any) -> str:
     if type(error) is ValueError and str(error):
         return str(error)
     return cattrs.v.format_exception(error, type_)
@@ -235,7 +235,7 @@ def _overridden(section: _Section, environ: Mapping[str, str], **variables: str)
     when the variable is set and not empty."""
     changes = {field: environ[name] for field, name in variables.items() if environ.get(name)}
     try:
-        return attrs.evolve(section, **changes)
+        return attrs.evolve(section, **changes)  # type: ignore[misc]  # bound to attrs classes
     except ValueError as error:  # a validator refused a value; its first argument says why
         names = ", ".join(variables[field] for field in changes)
         reason = error.args[0] if error.args else error

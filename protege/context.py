@@ -5,9 +5,13 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
+
+if TYPE_CHECKING:
+    from protege.config import Config
+    from protege.models import Agent, Message, Responsibility
 
 # The tool call being run, for what must happen at most once per call (sending mail). Set
 # by the harness around each call; read by delivery.
@@ -33,10 +37,12 @@ class RunContext:
     cannot carry state from one tool call to the next.
     """
 
-    agent: Any
-    message: Any = None
-    responsibility: Any = attrs.field(default=None, validator=_exactly_one_subject)
+    agent: Agent
+    message: Message | None = None
+    responsibility: Responsibility | None = attrs.field(
+        default=None, validator=_exactly_one_subject
+    )
     deliver: Callable[..., Any]
-    config: Any
+    config: Config
     logger: logging.Logger | logging.LoggerAdapter
     correlation_id: str | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import peewee
@@ -48,7 +49,7 @@ def open_database(url: str) -> peewee.Database:
             raise DatabaseError(
                 "PostgreSQL needs the psycopg2 driver: pip install 'protege[postgres]'"
             ) from None
-        settings = {
+        settings: dict[str, Any] = {
             "user": unquote(parts.username) if parts.username else None,
             "password": unquote(parts.password) if parts.password else None,
             "host": parts.hostname,

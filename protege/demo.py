@@ -97,7 +97,8 @@ def _run(config: Config, model: ScriptedModel | None, story: ModuleType) -> None
             grant.add_rule(kind, pattern)
         gate = ", ".join(f"{kind} {pattern}" for kind, pattern in rules) or "open to everyone"
         click.echo(f"Sundae holds {name} ({', '.join(members)}): {gate}")
-    defaults = Toolkit.default_tools().member_tool_ids
+    default_tools = Toolkit.default_tools()
+    defaults = default_tools.member_tool_ids if default_tools is not None else []
     click.echo(f"and Default Tools ({', '.join(defaults)}): open to everyone.\n")
     gateway = start_gateway(config, "127.0.0.1", free_port())
     try:
@@ -154,8 +155,11 @@ def _show_email(number: int, message: EmailMessage) -> None:
 
 def _show_run(run: Run) -> None:
     timeline = run.timeline()
-    offered = next((e.payload["tools"] for e in timeline if e.kind == "model_request"), [])
-    click.echo(f"--- run {run.id} for {run.message.sender}: {run.status}")
+    offered: list[str] = next(
+        (e.payload["tools"] for e in timeline if e.kind == "model_request"), []
+    )
+    sender = run.message.sender if run.message is not None else "a responsibility"
+    click.echo(f"--- run {run.id} for {sender}: {run.status}")
     click.echo(f"    tools offered: {', '.join(offered) or 'none'}")
     results = {e.payload["call_id"]: e for e in timeline if e.kind == "tool_result"}
     refused = {e.payload["call_id"] for e in timeline if e.kind == "tool_refused"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 import peewee
 
@@ -90,7 +91,7 @@ def record_inbound(
     )
 
 
-def reply_headers(message: Message) -> dict[str, object]:
+def reply_headers(message: Message) -> dict[str, Any]:
     """The threading headers of a reply to ``message``, as RFC 5322 section 3.6.4 says.
 
     In-Reply-To is its Message-ID; References are its References, else its In-Reply-To,

@@ -26,10 +26,10 @@ class Migration:
 
     version: int
     name: str
-    apply: Callable[[peewee.Database], None]
+    apply: Callable[[peewee.Database | peewee.DatabaseProxy], None]
 
 
-def _dialect(db: peewee.Database) -> dict[str, str]:
+def _dialect(db: peewee.Database | peewee.DatabaseProxy) -> dict[str, str]:
     if isinstance(getattr(db, "obj", db), peewee.PostgresqlDatabase):
         return {"pk": "SERIAL PRIMARY KEY", "ts": "TIMESTAMP"}
     return {"pk": "INTEGER PRIMARY KEY AUTOINCREMENT", "ts": "TIMESTAMP"}
@@ -40,13 +40,13 @@ def _dialect(db: peewee.Database) -> dict[str, str]:
 _STATEMENT_END = re.compile(r";\s*\n(?=\s*(?:CREATE|ALTER|DROP|INSERT|UPDATE)\b)")
 
 
-def _run(db: peewee.Database, statements: str) -> None:
+def _run(db: peewee.Database | peewee.DatabaseProxy, statements: str) -> None:
     for statement in _STATEMENT_END.split(statements.format(**_dialect(db))):
         if statement.strip():
             db.execute_sql(statement)
 
 
-def _0001_agents_and_toolkits(db: peewee.Database) -> None:
+def _0001_agents_and_toolkits(db: peewee.Database | peewee.DatabaseProxy) -> None:
     _run(
         db,
         """
@@ -95,7 +95,7 @@ def _0001_agents_and_toolkits(db: peewee.Database) -> None:
     )
 
 
-def _0002_messages_and_runs(db: peewee.Database) -> None:
+def _0002_messages_and_runs(db: peewee.Database | peewee.DatabaseProxy) -> None:
     _run(
         db,
         """
@@ -156,7 +156,7 @@ def _0002_messages_and_runs(db: peewee.Database) -> None:
     )
 
 
-def _0003_mail(db: peewee.Database) -> None:
+def _0003_mail(db: peewee.Database | peewee.DatabaseProxy) -> None:
     _run(
         db,
         """
@@ -223,7 +223,7 @@ def _0003_mail(db: peewee.Database) -> None:
         )
 
 
-def _0004_reply_to_lists_and_refusals(db: peewee.Database) -> None:
+def _0004_reply_to_lists_and_refusals(db: peewee.Database | peewee.DatabaseProxy) -> None:
     _run(
         db,
         """
@@ -243,7 +243,7 @@ def _0004_reply_to_lists_and_refusals(db: peewee.Database) -> None:
 SEARCHED_BODY_CHARACTERS = 100_000
 
 
-def _0005_bounded_search_text(db: peewee.Database) -> None:
+def _0005_bounded_search_text(db: peewee.Database | peewee.DatabaseProxy) -> None:
     # PostgreSQL refuses a tsvector over 1 MB, and with it the whole message: index a
     # bounded prefix of each text instead. SQLite's FTS5 has no such limit.
     if not isinstance(getattr(db, "obj", db), peewee.PostgresqlDatabase):
@@ -274,27 +274,27 @@ MIGRATIONS: tuple[Migration, ...] = (
 )
 
 
-def _ensure_version_table(db: peewee.Database) -> None:
+def _ensure_version_table(db: peewee.Database | peewee.DatabaseProxy) -> None:
     db.execute_sql(
         f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} ("
         "version INTEGER PRIMARY KEY, name VARCHAR(200) NOT NULL, applied_at TIMESTAMP NOT NULL)"
     )
 
 
-def applied_versions(db: peewee.Database) -> set[int]:
+def applied_versions(db: peewee.Database | peewee.DatabaseProxy) -> set[int]:
     """The versions recorded as applied (empty for a database protege never touched)."""
     if VERSION_TABLE not in db.get_tables():
         return set()
     return {row[0] for row in db.execute_sql(f"SELECT version FROM {VERSION_TABLE}")}
 
 
-def pending(db: peewee.Database) -> list[Migration]:
+def pending(db: peewee.Database | peewee.DatabaseProxy) -> list[Migration]:
     """The migrations not yet applied, in order."""
     done = applied_versions(db)
     return [m for m in MIGRATIONS if m.version not in done]
 
 
-def apply_pending(db: peewee.Database) -> list[str]:
+def apply_pending(db: peewee.Database | peewee.DatabaseProxy) -> list[str]:
     """Apply each pending migration in its own transaction; returns their names.
 
     Safe to run from several processes at once: each migration is re-checked inside

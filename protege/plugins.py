@@ -8,7 +8,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -90,9 +90,9 @@ def _discover_installed() -> tuple[PluginSource, ...]:
     return _scan(importlib.metadata.distributions())
 
 
-def _scan(distributions: Iterator[importlib.metadata.Distribution]) -> tuple[PluginSource, ...]:
+def _scan(distributions: Iterable[importlib.metadata.Distribution]) -> tuple[PluginSource, ...]:
     seen_distributions: set[str] = set()
-    sources = []
+    sources: list[PluginSource] = []
     for dist in distributions:
         entry_points = [ep for ep in dist.entry_points if ep.group == ENTRY_POINT_GROUP]
         if not entry_points:

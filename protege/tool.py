@@ -5,11 +5,15 @@ from __future__ import annotations
 import inspect
 import math
 import re
-from typing import Any, ClassVar
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from protege.errors import InvalidTool
 from protege.result import Result, Trust, failure, success
 from protege.schema import schema_problem
+
+if TYPE_CHECKING:
+    from protege.context import RunContext
 
 TOOL_ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 DEFAULT_TIMEOUT = 30.0
@@ -78,9 +82,15 @@ class Tool:
                 first_sentence(cls.description) if isinstance(cls.description, str) else ""
             )
 
-    def use(self, context: Any, **input: Any) -> Result:
-        """Carry out the tool's action; subclasses replace this."""
-        raise NotImplementedError(f"{type(self).__name__} does not define use()")
+    if TYPE_CHECKING:
+        # Each tool declares its own keyword parameters (from its input schema), sync or
+        # async: to a type checker, any such signature is a valid ``use``.
+        use: Callable[..., Result | Awaitable[Result]]
+    else:
+
+        def use(self, context: RunContext, **input: Any) -> Result:
+            """Carry out the tool's action; subclasses replace this."""
+            raise NotImplementedError(f"{type(self).__name__} does not define use()")
 
     def success(self, **data: Any) -> Result:
         """A successful result, marked with this tool's trust."""

@@ -56,7 +56,7 @@ def explain(agent: str, sender: str | None, scheduled: bool, as_json: bool) -> N
         return
     if scheduled:
         click.echo(f"{found.name}, scheduled run")
-    else:
+    elif reach is not None:
         key = routing_key(sender) or "does not parse"
         click.echo(f"{found.name}, reply to {sender} (routing key: {key})")
         verdict = "may write to" if reach.admitted else "may NOT write to"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from protege.cli.database import open_database
@@ -71,7 +73,7 @@ def show(name: str, as_json: bool) -> None:
 
     open_database()
     agent = Agent.named(name)
-    data = {
+    data: dict[str, Any] = {
         "name": agent.name,
         "address": agent.address,
         "instructions": agent.instructions,

@@ -94,7 +94,7 @@ def show(name: str, as_json: bool) -> None:
     members = [
         {
             "id": tool_id,
-            "summary": tools.get(tool_id).summary if tool_id in tools else None,
+            "summary": entry.summary if (entry := tools.get(tool_id)) is not None else None,
             "in_manifest": tool_id in tools,
         }
         for tool_id in toolkit.member_tool_ids

@@ -10,8 +10,8 @@ from __future__ import annotations
 import email.utils
 import re
 from email import policy
-from email.headerregistry import HeaderRegistry
-from email.message import EmailMessage, Message
+from email.headerregistry import BaseHeader, HeaderRegistry
+from email.message import EmailMessage, MIMEPart
 from email.parser import BytesParser
 from html.parser import HTMLParser
 
@@ -160,7 +160,7 @@ class _BoundedHeaders(HeaderRegistry):
         super().__init__()
         self.replaced: list[str] = []
 
-    def __call__(self, name: str, value: str) -> object:
+    def __call__(self, name: str, value: str) -> BaseHeader:
         kind = self[name]
         if not issubclass(kind, self.default_class) and _intricate(value):
             self.replaced.append(name)
@@ -182,7 +182,8 @@ def parse(raw: bytes, limits: MailSettings, envelope_sender: str | None = None) 
     """
     registry = _BoundedHeaders()
     try:
-        message = BytesParser(policy=policy.default.clone(header_factory=registry)).parsebytes(raw)
+        bounded = policy.default.clone(header_factory=registry)
+        message = BytesParser(policy=bounded).parsebytes(raw)
         parsed = _read(message, limits, envelope_sender)
     except MailRejected:
         raise
@@ -353,8 +354,8 @@ def _ignore_reason(
     flags: list[str],
 ) -> str | None:
     # RFC 3834: no automatic answer to bounces, reports, auto-replies or bulk mail.
-    return_path = (headers.values("Return-Path") or [None])[0]
-    if envelope_sender in ("", "<>") or (return_path is not None and return_path.strip() == "<>"):
+    return_paths = headers.values("Return-Path")
+    if envelope_sender in ("", "<>") or (return_paths and return_paths[0].strip() == "<>"):
         flags.append("null return path")
         return "mail with a null return path (a bounce or report) starts no run"
     if message.get_content_type() in ("multipart/report", "message/delivery-status"):
@@ -397,17 +398,17 @@ def _unparsed(raw: bytes, flag: str) -> ParsedMail:
 
 
 def _defects(message: EmailMessage) -> set[str]:
-    found = set()
+    found: set[str] = set()
     for part in message.walk():
         found.update(type(defect).__name__ for defect in part.defects)
     return found
 
 
-def _body(message: Message, flags: list[str], depth: int = 0) -> str:
+def _body(message: MIMEPart, flags: list[str], depth: int = 0) -> str:
     """The text a person would read first, whatever the shape; line endings made ``\\n``."""
     if message.get_content_type() == "message/rfc822" and depth < MAX_NESTING:
         inner = message.get_payload()
-        if isinstance(inner, list) and inner:
+        if isinstance(inner, list) and inner and isinstance(inner[0], MIMEPart):
             flags.append("body taken from an enclosed message")
             return _body(inner[0], flags, depth + 1)
     try:
@@ -431,7 +432,7 @@ def _body(message: Message, flags: list[str], depth: int = 0) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _text_of(part: Message, flags: list[str]) -> str:
+def _text_of(part: MIMEPart, flags: list[str]) -> str:
     try:
         content = part.get_content()
         if isinstance(content, str):
@@ -445,12 +446,12 @@ def _text_of(part: Message, flags: list[str]) -> str:
     return raw if isinstance(raw, str) else ""
 
 
-def _attachments(message: Message, limits: MailSettings, flags: list[str]) -> list[Attachment]:
+def _attachments(message: EmailMessage, limits: MailSettings, flags: list[str]) -> list[Attachment]:
     if message.get_content_type() == "message/rfc822":
         inner = message.get_payload()
         if isinstance(inner, list) and inner and isinstance(inner[0], EmailMessage):
             message = inner[0]
-    found = []
+    found: list[Attachment] = []
     try:
         parts = list(message.iter_attachments())
     except Exception:
@@ -458,9 +459,9 @@ def _attachments(message: Message, limits: MailSettings, flags: list[str]) -> li
         return found
     for part in parts:
         try:
-            data = part.get_payload(decode=True)
-            if data is None:  # an attached message/rfc822: keep it as bytes
-                data = part.as_bytes()
+            decoded = part.get_payload(decode=True)
+            # An attached message/rfc822 decodes to nothing: keep it as bytes.
+            data = decoded if isinstance(decoded, bytes) else part.as_bytes()
         except Exception:
             flags.append("malformed: an attachment could not be decoded and was left out")
             continue

@@ -334,8 +334,17 @@ def schema_problems(tool_class: type[Tool], arguments: dict[str, Any]) -> list[s
     return problems
 
 
-@functools.cache
+_VALIDATORS: dict[type[Tool], Any] = {}
+
+
 def _validator(tool_class: type[Tool]) -> Any:
+    found = _VALIDATORS.get(tool_class)
+    if found is None:
+        found = _VALIDATORS[tool_class] = _new_validator(tool_class)
+    return found
+
+
+def _new_validator(tool_class: type[Tool]) -> Any:
     import jsonschema
 
     schema = tool_class.input_schema

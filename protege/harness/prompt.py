@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from protege.errors import ProtegeError
 from protege.harness import events
 from protege.harness.fence import Fence
 from protege.models import Event, Message, Run
@@ -48,17 +49,23 @@ def render_result(result: events.ToolResult, fence: Fence) -> str:
 def build_messages(run: Run, fence: Fence) -> list[dict[str, Any]]:
     """The full conversation for the first model call of ``run``."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt(run, fence)}]
-    if run.message_id is None:
-        messages.append({"role": "user", "content": run.responsibility.prompt})
+    message = run.message
+    if message is None:
+        responsibility = run.responsibility
+        if responsibility is None:
+            raise ProtegeError(f"run {run.id} has neither a message nor a responsibility")
+        messages.append({"role": "user", "content": responsibility.prompt})
         return messages
     messages += thread_history(run, fence)
-    messages.append({"role": "user", "content": render_email(run.message, fence)})
+    messages.append({"role": "user", "content": render_email(message, fence)})
     return messages
 
 
 def thread_history(run: Run, fence: Fence) -> list[dict[str, Any]]:
     """The earlier messages of the run's thread, each followed by what the agent did then."""
     current = run.message
+    if current is None:
+        return []
     earlier = current.earlier_in_thread(HISTORY_LIMIT)
     if not earlier:
         return []

@@ -28,8 +28,12 @@ logger = logging.getLogger("protege.run")
 
 
 class _CorrelatedLogger(logging.LoggerAdapter):
+    def __init__(self, logger: logging.Logger, correlation_id: str) -> None:
+        super().__init__(logger, {"correlation_id": correlation_id})
+        self.correlation_id = correlation_id
+
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
-        return f"[{self.extra['correlation_id']}] {msg}", kwargs
+        return f"[{self.correlation_id}] {msg}", kwargs
 
 
 def execute(run: Run, installation: Installation, *, model: ModelClient | None = None) -> Run:
@@ -103,7 +107,9 @@ async def _turns(run: Run, installation: Installation, model: ModelClient, log: 
         trail = [events.read(e.kind, e.payload) for e in timeline]
         first_turn = sum(1 for e in trail if isinstance(e, events.ModelResponse))
         failures = sum(1 for e in trail if isinstance(e, events.ToolResult) and e.failed)
-        turn_calls = next((m["tool_calls"] for m in reversed(replayed) if m.get("tool_calls")), [])
+        turn_calls: list[dict[str, Any]] = next(
+            (m["tool_calls"] for m in reversed(replayed) if m.get("tool_calls")), []
+        )
         failures = await _answer(dispatcher, pending, turn_calls, limits, failures, messages)
         last = replayed[-1] if replayed else {}
         if last.get("role") == "assistant" and not last.get("tool_calls"):
@@ -179,7 +185,7 @@ async def _answer(
 
 def _context(run: Run, installation: Installation, log: EventLog, live: LiveCalls) -> RunContext:
     agent: Agent = run.agent
-    run_logger = _CorrelatedLogger(logger, {"correlation_id": run.correlation_id})
+    run_logger = _CorrelatedLogger(logger, run.correlation_id)
 
     def deliver(mail: Any, attachments: Any = ()) -> dict[str, Any]:
         try:

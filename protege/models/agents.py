@@ -29,6 +29,14 @@ class Agent(Record):
     is granted *Default Tools*, if ``protege sync`` has created it.
     """
 
+    if TYPE_CHECKING:  # peewee adds these: the primary key, foreign key ids and backrefs
+        access_rules: Any
+        grants: Any
+        messages: Any
+        runs: Any
+        responsibilities: Any
+        blobs: Any
+
     name = peewee.CharField(max_length=200, unique=True)
     address = peewee.CharField(max_length=320, unique=True)
     instructions = peewee.TextField(default="")
@@ -43,7 +51,7 @@ class Agent(Record):
             raise ProtegeError(f"no agent named {name!r}")
         return agent
 
-    def save(self, *args: Any, force_insert: bool = False, **kwargs: Any) -> Any:
+    def save(self, force_insert: bool = False, only: Any = None) -> Any:
         self.name = (self.name or "").strip()
         if not self.name:
             raise ProtegeError("an agent needs a name")
@@ -55,7 +63,7 @@ class Agent(Record):
         creating = force_insert or self.id is None
         self.updated_at = utcnow()
         with database.atomic():
-            result = super().save(*args, force_insert=force_insert, **kwargs)
+            result = super().save(force_insert=force_insert, only=only)
             if creating:
                 self._grant_default_tools()
         return result
@@ -103,7 +111,7 @@ class Agent(Record):
 
     def resolve_for(self, context: RunContext, manifest: Manifest) -> Resolution:
         """The tools this run may use, with each grant's decision."""
-        if context.responsibility is not None:
+        if context.message is None:
             return resolve(self, manifest, scheduled=True)
         return resolve(self, manifest, sender=context.message.sender)
 

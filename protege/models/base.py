@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import peewee
 
@@ -28,6 +28,9 @@ class JSONListField(peewee.TextField):
 
 class Record(peewee.Model):
     """Base of protege's records."""
+
+    if TYPE_CHECKING:  # the primary key peewee adds
+        id: Any
 
     class Meta:
         database = database

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import peewee
 
@@ -17,6 +18,10 @@ class Blob(Record):
     ``agent`` is set for files an agent created itself (``create_file``).
     """
 
+    if TYPE_CHECKING:  # peewee adds these: the primary key, foreign key ids and backrefs
+        agent_id: Any
+        attached_to: Any
+
     sha256 = peewee.CharField(max_length=64)
     size = peewee.IntegerField()
     content_type = peewee.CharField(max_length=255)
@@ -27,6 +32,10 @@ class Blob(Record):
 
 class MessageAttachment(Record):
     """A blob attached to a message, in the order it was attached."""
+
+    if TYPE_CHECKING:  # peewee adds these: the primary key, foreign key ids and backrefs
+        message_id: Any
+        blob_id: Any
 
     message = peewee.ForeignKeyField(Message, backref="attachment_links", on_delete="CASCADE")
     blob = peewee.ForeignKeyField(Blob, backref="attached_to")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import peewee
 
 from protege.db import database
@@ -30,6 +32,14 @@ class Message(Record):
     ``{"address", "code", "reason"}``. ``flags`` may hold ``SYNTHETIC_ID``: the message came
     without a Message-ID and protege made one up, which never goes out in a reply.
     """
+
+    if TYPE_CHECKING:  # peewee adds these: the primary key, foreign key ids and backrefs
+        agent_id: Any
+        run_id: Any
+        raw_blob_id: Any
+        attachment_links: Any
+        runs: Any
+        sent: Any
 
     agent = peewee.ForeignKeyField(Agent, backref="messages", on_delete="CASCADE")
     direction = peewee.CharField(max_length=8)

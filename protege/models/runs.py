@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import peewee
 
@@ -31,6 +31,10 @@ REPLY, SCHEDULED = "reply", "scheduled"
 class Responsibility(Record):
     """A duty an agent carries out on its own: a prompt, run on a schedule."""
 
+    if TYPE_CHECKING:  # peewee adds these: the primary key, foreign key ids and backrefs
+        agent_id: Any
+        runs: Any
+
     agent = peewee.ForeignKeyField(Agent, backref="responsibilities", on_delete="CASCADE")
     name = peewee.CharField(max_length=200)
     prompt = peewee.TextField()
@@ -43,6 +47,13 @@ class Responsibility(Record):
 
 class Run(Record):
     """One run of an agent: answering an inbound message, or carrying out a responsibility."""
+
+    if TYPE_CHECKING:  # peewee adds these: the primary key, foreign key ids and backrefs
+        agent_id: Any
+        message_id: Any
+        responsibility_id: Any
+        events: Any
+        sent: Any
 
     agent = peewee.ForeignKeyField(Agent, backref="runs", on_delete="CASCADE")
     kind = peewee.CharField(max_length=9)
@@ -79,6 +90,9 @@ class Run(Record):
 
 class Event(Record):
     """One step of a run, appended and never changed: the run's audit trail."""
+
+    if TYPE_CHECKING:  # peewee adds these: the primary key, foreign key ids and backrefs
+        run_id: Any
 
     run = peewee.ForeignKeyField(Run, backref="events", on_delete="CASCADE")
     seq = peewee.IntegerField()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import peewee
 
@@ -25,6 +25,9 @@ class Toolkit(Record):
     when tools are resolved, never an error. ``system_key`` marks the two toolkits protege
     maintains (*All Tools*, *Default Tools*); those cannot be deleted.
     """
+
+    if TYPE_CHECKING:  # peewee adds these: the primary key, foreign key ids and backrefs
+        grants: Any
 
     name = peewee.CharField(max_length=200, unique=True)
     description = peewee.TextField(default="")
@@ -97,6 +100,11 @@ class AgentToolkit(Record):
     The sender gate (``rules``) decides which senders unlock the toolkit on reply runs;
     ``allow_proactive`` decides whether its tools are offered on scheduled runs.
     """
+
+    if TYPE_CHECKING:  # peewee adds these: the primary key, foreign key ids and backrefs
+        agent_id: Any
+        toolkit_id: Any
+        rules: Any
 
     # Deferred: the agent module imports this one, to grant toolkits to its agents.
     agent = peewee.DeferredForeignKey("Agent", backref="grants", on_delete="CASCADE")

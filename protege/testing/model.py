@@ -79,7 +79,8 @@ class ScriptedModel:
     def base_url(self) -> str:
         """The OpenAI-style base URL of this server."""
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        name = host.decode() if isinstance(host, bytes) else host
+        return f"http://{name}:{port}/v1"
 
     def start(self) -> ScriptedModel:
         """Start serving."""

@@ -4,13 +4,16 @@ Those tools have not landed yet; until they do this plugin registers no tool, so
 the manifest pretends to work.
 """
 
+from collections.abc import Callable
+from typing import Any
+
 from protege import Tool, hookimpl
 
 TOOLS: tuple[type[Tool], ...] = ()
 
 
 @hookimpl
-def register_tools(register):
+def register_tools(register: Callable[[type[Tool]], Any]) -> None:
     """Offer this plugin's tools to the manifest."""
     for tool_class in TOOLS:
         register(tool_class)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from protege import Tool, Trust
+from protege import Result, RunContext, Tool, Trust
 from protege.mail import MAX_SEARCH_RESULTS, attachments_of, search
 
 BODY_LIMIT = 4000
@@ -29,7 +29,7 @@ class SearchEmailsTool(Tool):
     }
     trust = Trust.UNTRUSTED  # other people's mail
 
-    def use(self, context, query, limit=10):
+    def use(self, context: RunContext, query: str, limit: int = 10) -> Result:
         matches = search(context.agent, query, limit)
         attachments = attachments_of(matches)
         return self.success(

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
-from protege import Tool, Trust
+from protege import Result, RunContext, Tool, Trust
 from protege.mail import clean_address, reply_headers, routing_key, visible_blob
 from protege.models import Message
 
@@ -20,7 +21,11 @@ def reply_subject(subject: str) -> str:
 
 
 def reply_recipients(
-    inbound: Message, agent_address: str, to=(), cc=(), bcc=()
+    inbound: Message,
+    agent_address: str,
+    to: Sequence[str] = (),
+    cc: Sequence[str] = (),
+    bcc: Sequence[str] = (),
 ) -> tuple[list[str], list[str], list[str]]:
     """Reply-all: the sender (or every Reply-To address) and the other To recipients in To,
     the Cc kept in Cc, plus what the agent adds; the agent itself dropped; each person once.
@@ -73,7 +78,17 @@ class SendEmailTool(Tool):
     }
     trust = Trust.UNTRUSTED  # the result carries the inbound subject, addresses, relay answers
 
-    def use(self, context, mode, body, to=(), cc=(), bcc=(), subject=None, attachments=()):
+    def use(
+        self,
+        context: RunContext,
+        mode: str,
+        body: str,
+        to: Sequence[str] = (),
+        cc: Sequence[str] = (),
+        bcc: Sequence[str] = (),
+        subject: str | None = None,
+        attachments: Sequence[int] = (),
+    ) -> Result:
         agent = context.agent
         files = []
         for blob_id in attachments:
@@ -103,7 +118,9 @@ class SendEmailTool(Tool):
             return self.failure(f"the mail was not sent: {outcome.get('error')}", **outcome)
         return self.success(**outcome)
 
-    def _reply(self, context, to, cc, bcc) -> dict[str, Any] | str:
+    def _reply(
+        self, context: RunContext, to: Sequence[str], cc: Sequence[str], bcc: Sequence[str]
+    ) -> dict[str, Any] | str:
         inbound = context.message
         if inbound is None:
             return 'a scheduled run has no message to reply to: use mode "new" with to and subject'
