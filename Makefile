@@ -28,14 +28,16 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-# The whole suite on SQLite, then again on PostgreSQL (found or started by the script).
+# The whole suite on SQLite, then the tests that use the database again on PostgreSQL (found
+# or started by the script).
 test: lint test-sqlite test-postgres
 
+# -n auto: one pytest-xdist worker per CPU, each with its own migrated test database.
 test-sqlite: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto
 
 test-postgres: $(STAMP)
-	url="$$(scripts/postgres-for-tests)" && PROTEGE_TEST_DATABASE_URL="$$url" $(BIN)/python -m pytest
+	url="$$(scripts/postgres-for-tests)" && PROTEGE_TEST_DATABASE_URL="$$url" $(BIN)/python -m pytest -n auto -m protege_db
 
 bench: $(STAMP)
 	$(BIN)/python bench/registry.py

@@ -17,7 +17,6 @@ COMMANDS = {
     "access": ("protege.cli.access", "access", "Explain which tools a run would get, and why."),
     "access-rules": ("protege.cli.rules", "access_rules", "Who may reach an agent at all."),
     "agents": ("protege.cli.agents", "agents", "Create, list, show and delete agents."),
-    "demo": ("protege.cli.demo", "demo", "Play The Scoop's email thread, end to end."),
     "doctor": ("protege.cli.doctor", "doctor", "Report every problem with tools and plugins."),
     "grants": ("protege.cli.grants", "grants", "Attach toolkits to agents, set their terms."),
     "migrate": ("protege.cli.sync", "migrate", "Apply pending database migrations."),

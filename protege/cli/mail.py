@@ -27,7 +27,12 @@ def serve(host: str | None, port: int | None, workers: int | None) -> None:
     try:
         gateway = start_gateway(config, host, port)
     except OSError as error:
-        raise ProtegeError(f"cannot listen for mail: {error.strerror or error}") from None
+        where = (
+            f"{host or config.mail.listen_host}:{config.mail.listen_port if port is None else port}"
+        )
+        raise ProtegeError(
+            f"cannot listen for mail on {where}: {error.strerror or error}"
+        ) from None
     pool = Workers(installation, count, on_finished=_report).start()
     stopped = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):  # before the announcement: it invites them

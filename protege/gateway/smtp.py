@@ -84,8 +84,22 @@ def start_gateway(config: Config, host: str | None = None, port: int | None = No
         decode_data=False,
         enable_SMTPUTF8=True,
     )
+    _bind_or_fail(controller.hostname, controller.port)
     controller.start()
     return controller
+
+
+def _bind_or_fail(host: str, port: int) -> None:
+    # aiosmtpd's Controller.start reports a port in use only after its ready_timeout (5 s);
+    # binding first (with SO_REUSEADDR, as asyncio's server does) raises the OSError at once.
+    import socket
+
+    for family, kind, proto, _, address in socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    ):
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -21,22 +21,75 @@ from protege.config import (
     MODEL_BASE_URL_VARIABLE,
     MODEL_VARIABLE,
 )
-from protege.testing.database import TEST_DATABASE_VARIABLE, TestDatabase, fresh_database
+from protege.testing.database import (
+    TEST_DATABASE_VARIABLE,
+    SessionDatabase,
+    TestDatabase,
+    fresh_database,
+)
 from protege.testing.model import ScriptedModel
 
 SCRIPTED_KEY_VARIABLE = "PROTEGE_SCRIPTED_MODEL_KEY"
+DATABASE_MARKER = "protege_db"
+FRESH_DATABASE_MARKER = "protege_fresh_db"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Declare the plugin's markers (so ``--strict-markers`` accepts them)."""
+    config.addinivalue_line(
+        "markers",
+        f"{DATABASE_MARKER}: the test uses protege's database; added by itself to every test "
+        f"that requests the protege_db fixture, so `-m {DATABASE_MARKER}` selects them",
+    )
+    config.addinivalue_line(
+        "markers",
+        f"{FRESH_DATABASE_MARKER}: the test changes the schema (DDL, migrations), so its "
+        "protege_db is a database of its own, migrated for it and thrown away after",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that uses ``protege_db``, to run them alone on another database."""
+    for item in items:
+        if DATABASE_MARKER in getattr(item, "fixturenames", ()):
+            item.add_marker(DATABASE_MARKER)
+
+
+@pytest.fixture(scope="session")
+def _protege_session_database(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[SessionDatabase]:
+    """The database migrated once for this session (or xdist worker), shared by its tests."""
+    shared = SessionDatabase(
+        tmp_path_factory.mktemp("protege-db"), os.environ.get(TEST_DATABASE_VARIABLE)
+    )
+    yield shared
+    shared.close()
 
 
 @pytest.fixture
-def protege_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestDatabase]:
-    """A fresh, migrated protege database for this test, bound to protege's records.
+def protege_db(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[TestDatabase]:
+    """A fresh, migrated, empty protege database for this test, bound to protege's records.
+
+    SQLite in the test's temporary folder, or on the PostgreSQL server named by
+    ``PROTEGE_TEST_DATABASE_URL``; ``PROTEGE_DATABASE_URL`` points at it for the test. The
+    schema is migrated once per session and emptied for each test; mark a test that changes
+    the schema ``@pytest.mark.protege_fresh_db`` to have it migrate a database of its own.
 
     Also gives the test its own data directory (``protege-data`` in its temporary folder)
     and writes its outgoing mail to the outbox there, never through the app's SMTP relay.
     """
     monkeypatch.setenv(DATA_DIR_VARIABLE, str(tmp_path / "protege-data"))
     monkeypatch.setenv(MAIL_TRANSPORT_VARIABLE, "outbox")
-    with fresh_database(tmp_path, os.environ.get(TEST_DATABASE_VARIABLE)) as database:
+    if request.node.get_closest_marker(FRESH_DATABASE_MARKER):
+        made = fresh_database(tmp_path, os.environ.get(TEST_DATABASE_VARIABLE))
+    else:
+        shared: SessionDatabase = request.getfixturevalue("_protege_session_database")
+        made = shared.checkout(tmp_path)
+    with made as database:
         monkeypatch.setenv(DATABASE_URL_VARIABLE, database.url)
         yield database
 

@@ -111,7 +111,9 @@ def test_serve_on_a_busy_port_is_a_clear_error(run_protege, env):
         port = busy.getsockname()[1]
         result = run_protege("serve", "--port", str(port), env=env)
     assert result.returncode == 1
-    assert result.stderr.startswith("Error: cannot listen for mail")
+    assert result.stderr == (
+        f"Error: cannot listen for mail on 127.0.0.1:{port}: Address already in use\n"
+    )
 
 
 def test_receive_to_names_the_recipient_over_the_headers(run_protege, env, tmp_path):

@@ -185,6 +185,7 @@ def _fail_message_inserts(database) -> None:
         )
 
 
+@pytest.mark.protege_fresh_db  # adds a trigger to the schema
 def test_a_storage_failure_leaves_no_file_behind(sundae, config, mail, protege_db):
     kept = ingest(mail(body="kept"), config=config, recipients=[sundae.address])
     _fail_message_inserts(protege_db.database)

@@ -1,6 +1,8 @@
 """A real smtplib client against the gateway on loopback."""
 
+import errno
 import smtplib
+import socket
 
 import attrs
 import pytest
@@ -15,6 +17,15 @@ def gateway(config):
     controller = start_gateway(tight, "127.0.0.1", free_port())
     yield controller
     controller.stop()
+
+
+def test_a_port_in_use_is_refused_with_the_systems_error(config):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        with pytest.raises(OSError, match="in use") as raised:
+            start_gateway(config, "127.0.0.1", busy.getsockname()[1])
+    assert raised.value.errno == errno.EADDRINUSE
 
 
 def send(gateway, raw, to=("sundae@thescoop.example",), sender="jane@acme.com"):

@@ -1,10 +1,13 @@
 """Migration 4 keeps what migration 3 stored: a message's single Reply-To becomes its list."""
 
+import pytest
+
 from protege import db
 from protege.migrations import VERSION_TABLE
 from protege.models import Agent, Message
 
 
+@pytest.mark.protege_fresh_db  # takes the schema back to migration 3
 def test_a_stored_reply_to_becomes_the_first_of_the_list(protege_db):
     agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
     database = db.database

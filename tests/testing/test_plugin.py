@@ -1,6 +1,8 @@
 """The fixtures isolate a test from the host app it runs in, whatever its protege.toml says."""
 
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -87,3 +89,43 @@ def test_the_tests_data_dir_and_transport_apply_without_a_config_file(protege_db
     config = load_config(tmp_path)
     assert config.data_dir == tmp_path / "protege-data"
     assert config.mail.transport == "outbox"
+
+
+SUITE = """
+import pytest
+
+from protege import db
+from protege.models import Agent, AgentAccessRule
+
+
+def test_uses_the_database(protege_db):
+    assert Agent.select().count() == 0
+
+
+def test_needs_no_database():
+    pass
+
+
+@pytest.mark.protege_fresh_db
+def test_changes_the_schema(protege_db):
+    db.database.execute_sql("DROP TABLE agent_access_rule")
+
+
+def test_after_the_change(protege_db):
+    assert Agent.create(name="Sundae", address="sundae@thescoop.example").id == 1
+    assert AgentAccessRule.select().count() == 0
+"""
+
+
+@pytest.mark.protege_db
+def test_database_tests_are_marked_and_a_schema_change_stays_in_its_test(tmp_path):
+    (tmp_path / "test_app.py").write_text(SUITE)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "protege_db"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout
+    assert "3 passed, 1 deselected" in result.stdout

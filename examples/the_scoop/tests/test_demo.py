@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+from the_scoop.demo import demo_config
+
 
 def test_demo_shows_the_seed_outcome(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PROTEGE_", "OPENAI_"))}
@@ -32,15 +34,29 @@ def test_demo_shows_the_seed_outcome(tmp_path):
 
 
 def test_demo_with_a_configured_model_says_which(tmp_path):
-    from protege.demo import _config
-
     (tmp_path / "protege.toml").write_text('[model]\nmodel = "llama3"\n')
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:
-        config, scripted = _config(tmp_path / "scoop")
+        config, scripted = demo_config(tmp_path / "scoop")
     finally:
         os.chdir(cwd)
     assert not scripted
     assert config.model.model == "llama3"
     assert config.tool_modules == ("the_scoop.tools",)
+
+
+def test_without_the_scoop_protege_has_no_demo_command(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PROTEGE_", "OPENAI_"))}
+    env["PROTEGE_DISABLE_PLUGINS"] = "the-scoop"
+    result = subprocess.run(
+        [sys.executable, "-m", "protege", "demo"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.rstrip().endswith("Error: No such command 'demo'.")
+    assert not (tmp_path / "protege.db").exists()

@@ -2,7 +2,8 @@
 
 Three emails go through the real SMTP gateway on loopback; the runs they queue use the real
 harness and model client; the replies land in the outbox. Everything lives in a fresh folder
-(SQLite, local files). The story itself is ``the_scoop.scenario``, in protege's examples.
+(SQLite, local files). The story itself is ``the_scoop.scenario``; ``protege demo`` (see
+``the_scoop.commands``) plays it.
 """
 
 from __future__ import annotations
@@ -14,42 +15,28 @@ import tempfile
 from email import policy
 from email.message import EmailMessage
 from pathlib import Path
-from types import ModuleType
 
 import attrs
 import click
 
 from protege import db
 from protege.config import Config, load_config
-from protege.errors import ProtegeError
 from protege.gateway.smtp import free_port, start_gateway
 from protege.installation import open_installation
 from protege.models import Agent, Message, Run, Toolkit
 from protege.testing.model import ScriptedModel
 from protege.toolkits import sync
 from protege.worker import drain
+from the_scoop import scenario as story
 
 DEFAULT_REAL_MODEL = "gpt-4.1-mini"
 
 
-def scenario() -> ModuleType:
-    """The Scoop's scenario module; a clear error when the example app is not installed."""
-    try:
-        from the_scoop import scenario as story
-    except ImportError:
-        raise ProtegeError(
-            "the demo plays The Scoop, protege's example app: install it with "
-            "pip install -e examples/the_scoop (make demo does)"
-        ) from None
-    return story
-
-
 def run_demo(folder: Path | None = None) -> Path:
     """Play the scenario in ``folder`` (default: a new temporary folder) and print it."""
-    story = scenario()
     folder = Path(folder or tempfile.mkdtemp(prefix="the-scoop-"))
     folder.mkdir(parents=True, exist_ok=True)
-    config, scripted = _config(folder)
+    config, scripted = demo_config(folder)
     model = ScriptedModel().start() if scripted else None
     if model is not None:
         config = attrs.evolve(config, model=attrs.evolve(config.model, base_url=model.base_url))
@@ -61,14 +48,16 @@ def run_demo(folder: Path | None = None) -> Path:
         click.echo(f"The Scoop demo, with the model {config.model.model} at {where}.")
     click.echo(f"Everything is kept in {folder}\n")
     try:
-        _run(config, model, story)
+        _run(config, model)
     finally:
         if model is not None:
             model.stop()
     return folder
 
 
-def _config(folder: Path) -> tuple[Config, bool]:
+def demo_config(folder: Path) -> tuple[Config, bool]:
+    """The demo's configuration in ``folder``, and whether it plays with the scripted model
+    (when neither protege.toml's [model] nor the API key variable names a real one)."""
     settings = load_config().model
     key = os.environ.get(settings.api_key_env)
     scripted = not settings.model and not key
@@ -84,7 +73,7 @@ def _config(folder: Path) -> tuple[Config, bool]:
     return config, scripted
 
 
-def _run(config: Config, model: ScriptedModel | None, story: ModuleType) -> None:
+def _run(config: Config, model: ScriptedModel | None) -> None:
     installation = open_installation(config)
     db.migrate()
     sync(installation.manifest)

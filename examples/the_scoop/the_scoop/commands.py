@@ -1,4 +1,4 @@
-"""``protege demo``: The Scoop's email thread, end to end, on the embedded defaults."""
+"""``protege demo``: The Scoop's email thread, end to end, added to protege's command line."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ def demo(folder: Path | None) -> None:
     Uses the configured model ([model] in protege.toml, or OPENAI_API_KEY); without one,
     a scripted model, and says so.
     """
-    from protege.demo import run_demo
+    # The demo brings the gateway, the workers and the scripted model: loaded only to run it.
+    from the_scoop.demo import run_demo
 
     run_demo(folder)

@@ -1,0 +1,34 @@
+"""The engine stands alone: it imports neither the example apps nor its own test support."""
+
+import ast
+from pathlib import Path
+
+import protege
+
+ENGINE = Path(protege.__file__).parent
+# The example apps, and the pytest plugin that only tests (and the demo) should load.
+FORBIDDEN = ("the_scoop", "protege_weather", "protege.testing")
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module a source file imports, wherever the import statement stands."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_no_engine_module_imports_an_example_app_or_the_test_support():
+    offending = {
+        str(path.relative_to(ENGINE)): sorted(
+            name
+            for name in imported_modules(path)
+            if any(name == f or name.startswith(f"{f}.") for f in FORBIDDEN)
+        )
+        for path in ENGINE.rglob("*.py")
+        if ENGINE / "testing" not in path.parents
+    }
+    assert {path: names for path, names in offending.items() if names} == {}
