@@ -20,7 +20,9 @@ from protege.config import (
     MODEL_API_KEY_ENV_VARIABLE,
     MODEL_BASE_URL_VARIABLE,
     MODEL_VARIABLE,
+    load_config,
 )
+from protege.installation import Installation, open_installation
 from protege.testing.database import (
     TEST_DATABASE_VARIABLE,
     SessionDatabase,
@@ -112,3 +114,14 @@ def scripted_model(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedModel]:
     monkeypatch.setenv("OPENAI_API_KEY", "scripted-test-key")
     yield model
     model.stop()
+
+
+@pytest.fixture
+def protege_app(protege_db: TestDatabase, scripted_model: ScriptedModel) -> Installation:
+    """The installation a test runs with: ``protege.toml`` as the fixtures isolate it (this
+    test's database, data directory, outbox and scripted model), and the tools the host
+    app's modules and the installed plugins offer. Hand it to ``run_reply`` and
+    ``run_scheduled`` (``installation=protege_app``), ``run_tool``
+    (``manifest=protege_app.manifest``) and ``make_context`` (``config=protege_app.config``).
+    """
+    return open_installation(load_config(), connect=False)

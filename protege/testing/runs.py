@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from protege.config import Config, load_config
+from protege.config import Config
 from protege.context import RunContext
 from protege.harness import execute
 from protege.harness.dispatch import Dispatcher
@@ -17,7 +17,6 @@ from protege.mail import record_inbound, reply_headers
 from protege.models import Agent, Message, Responsibility, Run
 from protege.queue import queue_reply, queue_scheduled
 from protege.registry import Manifest
-from protege.registry import manifest as process_manifest
 from protege.result import Result
 
 
@@ -28,33 +27,48 @@ def run_reply(
     body: str,
     subject: str = "",
     reply_to: Message | None = None,
+    installation: Installation | None = None,
     config: Config | None = None,
     manifest: Manifest | None = None,
 ) -> Run:
     """Deliver an email from ``sender`` to ``agent`` and run the agent on it to the end.
 
-    ``reply_to`` threads the email as a reply to an earlier message. ``config`` and
-    ``manifest`` default, as the command line's do, to this folder's ``protege.toml`` (which
-    the fixtures isolate) and the tools it offers.
+    ``reply_to`` threads the email as a reply to an earlier message. The run uses
+    ``installation`` (the ``protege_app`` fixture), or one made of ``config`` and
+    ``manifest``; nothing is read from the working directory.
     """
+    app = _installation(installation, config, manifest, "run_reply")
     headers = reply_headers(reply_to) if reply_to is not None else {}
     message = record_inbound(agent, sender=sender, body=body, subject=subject, **headers)
-    return execute(queue_reply(message), _installation(config, manifest))
+    return execute(queue_reply(message), app)
 
 
 def run_scheduled(
     responsibility: Responsibility,
     *,
+    installation: Installation | None = None,
     config: Config | None = None,
     manifest: Manifest | None = None,
 ) -> Run:
-    """Run ``responsibility`` once, to the end (defaults as for ``run_reply``)."""
-    return execute(queue_scheduled(responsibility), _installation(config, manifest))
+    """Run ``responsibility`` once, to the end (with an installation as ``run_reply``)."""
+    app = _installation(installation, config, manifest, "run_scheduled")
+    return execute(queue_scheduled(responsibility), app)
 
 
-def _installation(config: Config | None, manifest: Manifest | None) -> Installation:
-    # The database is the fixture's, already connected: only the rest is built here.
-    return open_installation(config or load_config(), manifest=manifest, connect=False)
+def _installation(
+    installation: Installation | None,
+    config: Config | None,
+    manifest: Manifest | None,
+    caller: str,
+) -> Installation:
+    if installation is not None:
+        return installation
+    if config is None or manifest is None:
+        raise TypeError(
+            f"{caller} needs installation= (the protege_app fixture), or config= and manifest="
+        )
+    # The database is the fixture's, already connected: only the rest is made here.
+    return open_installation(config, manifest=manifest, connect=False)
 
 
 def make_context(
@@ -65,14 +79,15 @@ def make_context(
     body: str = "",
     message: Message | None = None,
     responsibility: Responsibility | None = None,
-    config: Config | None = None,
+    config: Config,
     deliver: Callable[..., Any] | None = None,
     deliveries: list[dict[str, Any]] | None = None,
 ) -> RunContext:
     """A run context for calling a tool directly: a reply run from ``sender`` (or to
     ``message``) by default, a scheduled run when ``responsibility`` is given. Records need
     no database: an agent and message that are not saved do. Deliveries go to
-    ``deliveries`` unless ``deliver`` is given."""
+    ``deliveries`` unless ``deliver`` is given. ``config`` is what the tool sees as
+    ``context.config`` (``protege_app.config`` in a test)."""
     agent = agent or Agent(name="Test Agent", address="agent@example.test")
     if responsibility is None and message is None:
         message = Message(
@@ -96,19 +111,15 @@ def make_context(
         message=message,
         responsibility=responsibility,
         deliver=deliver or record,
-        config=config or load_config(),
+        config=config,
         logger=logging.getLogger("protege.testing"),
         correlation_id="test",
     )
 
 
-def run_tool(
-    tool_id: str, *, context: RunContext, manifest: Manifest | None = None, **input: Any
-) -> Result:
+def run_tool(tool_id: str, *, context: RunContext, manifest: Manifest, **input: Any) -> Result:
     """Call one tool as dispatch would: schema checked, timeout applied, errors turned into
-    failures. The tool is looked up in ``manifest`` (by default the tools this folder's
-    ``protege.toml`` and the installed plugins offer, as the command line finds them)."""
-    manifest = process_manifest() if manifest is None else manifest
+    failures. The tool is looked up in ``manifest`` (``protege_app.manifest`` in a test)."""
     entry = manifest.get(tool_id)
     if entry is None:
         raise LookupError(f"no tool {tool_id!r} in the manifest (see `protege tools`)")

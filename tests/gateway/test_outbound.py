@@ -424,11 +424,13 @@ def real_delivery_context(agent, config, inbound):
     return make_context(agent, message=inbound, config=config, deliver=deliver_for_real)
 
 
-def test_send_email_tells_the_model_who_the_relay_refused(sundae, config, smtp_server):
+def test_send_email_tells_the_model_who_the_relay_refused(sundae, config, smtp_server, protege_app):
     capture, relay = smtp_server(refuse={"bob@acme.com": "550 5.1.1 no such user"})
     inbound = record_inbound(sundae, sender="jane@acme.com", cc=["bob@acme.com"], body="?")
     context = real_delivery_context(sundae, smtp_config(config, relay), inbound)
-    result = run_tool("send_email", context=context, mode="reply", body="Noted.")
+    result = run_tool(
+        "send_email", context=context, mode="reply", body="Noted.", manifest=protege_app.manifest
+    )
     assert result.ok
     assert result.data["refused"] == [
         {"address": "bob@acme.com", "code": 550, "reason": "5.1.1 no such user"}
@@ -437,11 +439,13 @@ def test_send_email_tells_the_model_who_the_relay_refused(sundae, config, smtp_s
     assert envelope.rcpt_tos == ["jane@acme.com"]
 
 
-def test_send_email_fails_when_nobody_got_the_mail(sundae, config, smtp_server):
+def test_send_email_fails_when_nobody_got_the_mail(sundae, config, smtp_server, protege_app):
     _, relay = smtp_server(refuse={"jane@acme.com": "550 5.1.1 no such user"})
     inbound = record_inbound(sundae, sender="jane@acme.com", body="?")
     context = real_delivery_context(sundae, smtp_config(config, relay), inbound)
-    result = run_tool("send_email", context=context, mode="reply", body="Noted.")
+    result = run_tool(
+        "send_email", context=context, mode="reply", body="Noted.", manifest=protege_app.manifest
+    )
     assert result.reason == (
         "the mail was not sent: the relay refused every recipient: "
         "jane@acme.com (550 5.1.1 no such user)"

@@ -64,7 +64,7 @@ def assert_no_injected_header(raw, parsed):
     assert not any(line.lower().startswith(b"reply-to") for line in header_block.splitlines())
 
 
-def test_reply_to_injected_subject_adds_no_header(sundae, config):
+def test_reply_to_injected_subject_adds_no_header(sundae, config, protege_app):
     inbound = record_inbound(
         sundae,
         sender="Jane <jane@acme.com>",
@@ -73,7 +73,11 @@ def test_reply_to_injected_subject_adds_no_header(sundae, config):
         message_id="<j1@acme.com>",
     )
     result = run_tool(
-        "send_email", context=tool_context(sundae, config, inbound), mode="reply", body="Thanks."
+        "send_email",
+        context=tool_context(sundae, config, inbound),
+        mode="reply",
+        body="Thanks.",
+        manifest=protege_app.manifest,
     )
     assert result.ok, result.reason
     raw, sent = sent_mail(config)
@@ -85,7 +89,7 @@ def test_reply_to_injected_subject_adds_no_header(sundae, config):
     assert Message.get(Message.message_id == sent["Message-ID"]).subject == f"Re: {FLATTENED}"
 
 
-def test_new_mail_with_injected_subject_adds_no_header(sundae, config):
+def test_new_mail_with_injected_subject_adds_no_header(sundae, config, protege_app):
     result = run_tool(
         "send_email",
         context=tool_context(sundae, config),
@@ -93,6 +97,7 @@ def test_new_mail_with_injected_subject_adds_no_header(sundae, config):
         to=["jane@acme.com"],
         subject=f"Report {INJECTED}\r\nBcc: thief@evil.example",
         body="Numbers.\n",
+        manifest=protege_app.manifest,
     )
     assert result.ok, result.reason
     raw, sent = sent_mail(config)
@@ -133,7 +138,9 @@ def test_an_address_with_line_breaks_or_encoded_words_is_refused(sundae, config,
     assert Message.select().count() == 0
 
 
-def test_hostile_carried_over_addresses_and_ids_are_left_out_of_a_reply(sundae, config):
+def test_hostile_carried_over_addresses_and_ids_are_left_out_of_a_reply(
+    sundae, config, protege_app
+):
     inbound = record_inbound(
         sundae,
         sender="jane@acme.com",
@@ -143,7 +150,11 @@ def test_hostile_carried_over_addresses_and_ids_are_left_out_of_a_reply(sundae, 
         references=["<root@acme.com>", "<bad\x01@acme.com>"],
     )
     result = run_tool(
-        "send_email", context=tool_context(sundae, config, inbound), mode="reply", body="Hi"
+        "send_email",
+        context=tool_context(sundae, config, inbound),
+        mode="reply",
+        body="Hi",
+        manifest=protege_app.manifest,
     )
     assert result.ok, result.reason
     raw, sent = sent_mail(config)
@@ -235,7 +246,7 @@ def test_mail_that_would_not_come_out_as_meant_is_refused():
     )
 
 
-def test_a_synthetic_message_id_is_never_replied_to(sundae, config):
+def test_a_synthetic_message_id_is_never_replied_to(sundae, config, protege_app):
     inbound = record_inbound(
         sundae,
         sender="jane@acme.com",
@@ -244,14 +255,20 @@ def test_a_synthetic_message_id_is_never_replied_to(sundae, config):
         references=["<root@acme.com>"],
         flags=[SYNTHETIC_ID],
     )
-    run_tool("send_email", context=tool_context(sundae, config, inbound), mode="reply", body="x")
+    run_tool(
+        "send_email",
+        context=tool_context(sundae, config, inbound),
+        mode="reply",
+        body="x",
+        manifest=protege_app.manifest,
+    )
     raw, sent = sent_mail(config)
     assert b"made-up" not in raw
     assert "In-Reply-To" not in sent
     assert sent["References"] == "<root@acme.com>"
 
 
-def test_a_new_mail_from_a_reply_run_carries_the_loop_count(sundae, config):
+def test_a_new_mail_from_a_reply_run_carries_the_loop_count(sundae, config, protege_app):
     inbound = record_inbound(sundae, sender="bot@other.example", body="?", flags=["loop: 2"])
     result = run_tool(
         "send_email",
@@ -260,6 +277,7 @@ def test_a_new_mail_from_a_reply_run_carries_the_loop_count(sundae, config):
         to=["bot@other.example"],
         subject="Fresh start",
         body="Hello again.",
+        manifest=protege_app.manifest,
     )
     assert result.ok, result.reason
     _, sent = sent_mail(config)

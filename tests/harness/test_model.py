@@ -15,29 +15,36 @@ def agent(protege_db):
     return Agent.create(name="Tester", address="tester@thescoop.example")
 
 
-def test_429_then_success(agent, config, scripted_model):
+def test_429_then_success(agent, config, scripted_model, scoop_tools):
     scripted_model.script(http_error(429), say("Hello."))
-    run = run_reply(agent, sender="jane@acme.com", body="Hi", config=config)
+    run = run_reply(agent, sender="jane@acme.com", body="Hi", config=config, manifest=scoop_tools)
     assert run.status == "done"
     assert len(scripted_model.requests) == 2
 
 
-def test_5xx_is_retried_too(agent, config, scripted_model):
+def test_5xx_is_retried_too(agent, config, scripted_model, scoop_tools):
     scripted_model.script(http_error(503), http_error(500), say("Hello."))
-    assert run_reply(agent, sender="jane@acme.com", body="Hi", config=config).status == "done"
+    assert (
+        run_reply(
+            agent, sender="jane@acme.com", body="Hi", config=config, manifest=scoop_tools
+        ).status
+        == "done"
+    )
 
 
-def test_rate_limit_that_outlasts_the_retries_fails_the_run(agent, config, scripted_model):
+def test_rate_limit_that_outlasts_the_retries_fails_the_run(
+    agent, config, scripted_model, scoop_tools
+):
     scripted_model.script(*[http_error(429, "slow down")] * 4)
-    run = run_reply(agent, sender="jane@acme.com", body="Hi", config=config)
+    run = run_reply(agent, sender="jane@acme.com", body="Hi", config=config, manifest=scoop_tools)
     assert run.status == "failed"
     assert run.error == "the model endpoint is still rate limiting after 3 retries: slow down"
     assert len(scripted_model.requests) == 4
 
 
-def test_401_fails_the_run_saying_what_to_fix(agent, config, scripted_model):
+def test_401_fails_the_run_saying_what_to_fix(agent, config, scripted_model, scoop_tools):
     scripted_model.script(http_error(401, "Incorrect API key provided"))
-    run = run_reply(agent, sender="jane@acme.com", body="Hi", config=config)
+    run = run_reply(agent, sender="jane@acme.com", body="Hi", config=config, manifest=scoop_tools)
     assert run.status == "failed"
     assert run.error.startswith(
         f"the model endpoint refused the API key (401): set {config.model.api_key_env} "
@@ -47,18 +54,22 @@ def test_401_fails_the_run_saying_what_to_fix(agent, config, scripted_model):
     assert error == {"error": run.error}
 
 
-def test_unknown_model_fails_the_run_naming_the_model(agent, config, scripted_model):
+def test_unknown_model_fails_the_run_naming_the_model(agent, config, scripted_model, scoop_tools):
     scripted_model.script(http_error(404, "The model `scripted` does not exist"))
-    run = run_reply(agent, sender="jane@acme.com", body="Hi", config=config)
+    run = run_reply(agent, sender="jane@acme.com", body="Hi", config=config, manifest=scoop_tools)
     assert run.error.startswith("the model endpoint has no model 'scripted' (404)")
 
 
-def test_unreachable_endpoint(agent, config):
+def test_unreachable_endpoint(agent, config, scoop_tools):
     unreachable = attrs.evolve(
         config.model, base_url="http://127.0.0.1:9/v1", max_retries=0, timeout=5
     )
     run = run_reply(
-        agent, sender="j@acme.com", body="Hi", config=attrs.evolve(config, model=unreachable)
+        agent,
+        sender="j@acme.com",
+        body="Hi",
+        config=attrs.evolve(config, model=unreachable),
+        manifest=scoop_tools,
     )
     assert run.status == "failed"
     assert run.error.startswith("cannot reach the model endpoint at http://127.0.0.1:9/v1")
@@ -69,20 +80,24 @@ def test_no_model_configured_is_a_clear_error():
         ModelClient(ModelSettings())
 
 
-def test_token_limit_uses_the_configured_parameter(agent, config, scripted_model):
+def test_token_limit_uses_the_configured_parameter(agent, config, scripted_model, scoop_tools):
     for parameter in ("max_completion_tokens", "max_tokens"):
         settings = attrs.evolve(config.model, max_output_tokens=300, token_parameter=parameter)
         scripted_model.script(say("ok"))
         run_reply(
-            agent, sender="j@acme.com", body="Hi", config=attrs.evolve(config, model=settings)
+            agent,
+            sender="j@acme.com",
+            body="Hi",
+            config=attrs.evolve(config, model=settings),
+            manifest=scoop_tools,
         )
         assert scripted_model.requests[-1][parameter] == 300
     assert "max_tokens" not in scripted_model.requests[0]
 
 
-def test_usage_and_model_are_recorded(agent, config, scripted_model):
+def test_usage_and_model_are_recorded(agent, config, scripted_model, scoop_tools):
     scripted_model.script(say("ok"))
-    run = run_reply(agent, sender="j@acme.com", body="Hi", config=config)
+    run = run_reply(agent, sender="j@acme.com", body="Hi", config=config, manifest=scoop_tools)
     (response,) = [e.payload for e in run.timeline() if e.kind == "model_response"]
     assert response["model"] == "scripted"
     assert response["usage"]["completion_tokens"] == 10

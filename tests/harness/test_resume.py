@@ -40,24 +40,28 @@ def test_a_retried_run_does_not_send_its_mail_twice(agent, config, scripted_mode
     assert [e.kind for e in run.timeline()].count("tool_call") == 1
 
 
-def test_done_runs_are_not_retried(agent, config, scripted_model):
+def test_done_runs_are_not_retried(agent, config, scripted_model, scoop_tools):
     scripted_model.script(say("Hi."))
-    run = run_reply(agent, sender="jane@acme.com", body="Hi", config=config)
+    run = run_reply(agent, sender="jane@acme.com", body="Hi", config=config, manifest=scoop_tools)
     with pytest.raises(ProtegeError, match="only failed or stuck runs are retried"):
         requeue(run)
 
 
-def test_a_retry_does_not_count_the_failed_turn_against_the_budget(agent, config, scripted_model):
+def test_a_retry_does_not_count_the_failed_turn_against_the_budget(
+    agent, config, scripted_model, scoop_tools
+):
     import attrs
 
     config = attrs.evolve(config, runs=attrs.evolve(config.runs, max_model_turns=2))
     scripted_model.script(tool_call("lookup_order", order_number="SCP-1"), http_error(401))
-    run = run_reply(agent, sender="jane@acme.com", body="Where is it?", config=config)
+    run = run_reply(
+        agent, sender="jane@acme.com", body="Where is it?", config=config, manifest=scoop_tools
+    )
     assert run.status == "failed"
     assert "401" in run.error
 
     scripted_model.script(say("Found it."))
-    run = execute(requeue(run), open_installation(config, connect=False))
+    run = execute(requeue(run), open_installation(config, manifest=scoop_tools, connect=False))
 
     assert (run.status, run.error) == ("done", None)
     assert len(scripted_model.requests) == 3

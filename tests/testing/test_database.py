@@ -7,6 +7,7 @@ from protege import db
 from protege.config import Config
 from protege.migrations import MIGRATIONS, VERSION_TABLE
 from protege.models import Agent, Message, Toolkit
+from protege.registry import Manifest
 from protege.testing import fresh_database, run_reply
 from protege.testing.database import TEST_DATABASE_VARIABLE, SessionDatabase
 
@@ -62,6 +63,9 @@ def test_every_test_starts_with_no_rows_and_ids_from_one(protege_db, turn):
     agent.grant(toolkit).add_rule("allow", "*@thescoop.com")
 
 
+NO_TOOLS = Manifest(tools=())
+
+
 @pytest.mark.protege_db
 def test_a_session_database_is_handed_out_as_a_fresh_one_would_be(tmp_path):
     server = os.environ.get(TEST_DATABASE_VARIABLE)
@@ -73,7 +77,8 @@ def test_a_session_database_is_handed_out_as_a_fresh_one_would_be(tmp_path):
         with shared.checkout(tmp_path / "one") as first:
             agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
             agent.grant(Toolkit.create(name="Support")).add_rule("deny", "*@spam.example")
-            run_reply(agent, sender="jane@acme.com", body="Hi", config=Config.defaults(tmp_path))
+            config = Config.defaults(tmp_path)
+            run_reply(agent, sender="jane@acme.com", body="Hi", config=config, manifest=NO_TOOLS)
             assert Message.select().count() == 1
             assert _rows(first.database) != expected
         with shared.checkout(tmp_path / "two") as second:

@@ -3,6 +3,7 @@
 import pytest
 
 from protege import Tool
+from protege.config import Config
 from protege.models import Responsibility
 from protege.registry import Manifest, Origin, ToolEntry
 from protege.testing import make_context, run_tool
@@ -39,31 +40,43 @@ MANIFEST = Manifest(
 
 def test_make_context_needs_no_database_and_records_deliveries(tmp_path):
     deliveries = []
-    context = make_context(sender="jane@acme.com", deliveries=deliveries)
+    context = make_context(
+        sender="jane@acme.com", deliveries=deliveries, config=Config.defaults(tmp_path)
+    )
     result = run_tool("greet", context=context, manifest=MANIFEST, greeting="Hello!")
     assert result.data == {"to": "jane@acme.com", "agent": "Test Agent"}
     assert deliveries == [{"mail": {"to": ["jane@acme.com"], "body": "Hello!"}, "attachments": []}]
 
 
-def test_run_tool_checks_the_schema_like_dispatch():
-    result = run_tool("greet", context=make_context(), manifest=MANIFEST, greeting=3)
+def test_run_tool_checks_the_schema_like_dispatch(tmp_path):
+    result = run_tool(
+        "greet",
+        context=make_context(config=Config.defaults(tmp_path)),
+        manifest=MANIFEST,
+        greeting=3,
+    )
     assert not result.ok
     assert result.reason == (
         "the arguments do not fit the input schema: greeting: 3 is not of type 'string'"
     )
 
 
-def test_run_tool_turns_exceptions_into_failures():
-    result = run_tool("explode", context=make_context(), manifest=MANIFEST)
+def test_run_tool_turns_exceptions_into_failures(tmp_path):
+    result = run_tool(
+        "explode", context=make_context(config=Config.defaults(tmp_path)), manifest=MANIFEST
+    )
     assert result.reason == "RuntimeError: kaboom"
 
 
-def test_run_tool_names_a_missing_tool():
+def test_run_tool_names_a_missing_tool(tmp_path):
     with pytest.raises(LookupError, match="no tool 'nope' in the manifest"):
-        run_tool("nope", context=make_context(), manifest=MANIFEST)
+        run_tool("nope", context=make_context(config=Config.defaults(tmp_path)), manifest=MANIFEST)
 
 
-def test_make_context_for_a_scheduled_run():
-    context = make_context(responsibility=Responsibility(name="report", prompt="Report."))
+def test_make_context_for_a_scheduled_run(tmp_path):
+    context = make_context(
+        responsibility=Responsibility(name="report", prompt="Report."),
+        config=Config.defaults(tmp_path),
+    )
     assert context.message is None
     assert context.responsibility.name == "report"

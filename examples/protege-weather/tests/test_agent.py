@@ -45,7 +45,7 @@ def forecast_service(monkeypatch):
     server.server_close()
 
 
-def test_an_agent_answers_with_the_forecast(protege_db, scripted_model, forecast_service):
+def test_an_agent_answers_with_the_forecast(protege_app, scripted_model, forecast_service):
     agent = Agent.create(name="Breeze", address="breeze@example.test")
     agent.grant(Toolkit.create(name="Weather", member_tool_ids=["get_forecast"]))
     scripted_model.script(
@@ -53,7 +53,12 @@ def test_an_agent_answers_with_the_forecast(protege_db, scripted_model, forecast
         say("Mild, a little rain."),
     )
 
-    run = run_reply(agent, sender="sam@example.org", body="Weather in Berlin tomorrow?")
+    run = run_reply(
+        agent,
+        sender="sam@example.org",
+        body="Weather in Berlin tomorrow?",
+        installation=protege_app,
+    )
 
     assert run.status == "done"
     assert scripted_model.offered_tools(0) == ["get_forecast"]

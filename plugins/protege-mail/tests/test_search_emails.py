@@ -7,8 +7,10 @@ from protege.testing import make_context, run_tool
 
 
 @pytest.fixture
-def sundae(protege_db):
-    return Agent.create(name="Sundae", address="sundae@thescoop.example")
+def sundae(protege_app):
+    agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    agent.app = protege_app  # what the helpers below run the tool with
+    return agent
 
 
 @pytest.fixture
@@ -33,7 +35,12 @@ def archive(sundae, tmp_path):
 
 
 def search(sundae, **arguments):
-    result = run_tool("search_emails", context=make_context(sundae), **arguments)
+    result = run_tool(
+        "search_emails",
+        context=make_context(sundae, config=sundae.app.config),
+        **arguments,
+        manifest=sundae.app.manifest,
+    )
     assert result.ok, result.reason
     assert result.trust is Trust.UNTRUSTED
     return result.data["matches"]
@@ -72,7 +79,13 @@ def test_matches_carry_body_and_attachments(sundae, archive):
 
 def test_limit(sundae, archive):
     assert len(search(sundae, query="jane", limit=1)) == 1
-    result = run_tool("search_emails", context=make_context(sundae), query="x", limit=51)
+    result = run_tool(
+        "search_emails",
+        context=make_context(sundae, config=sundae.app.config),
+        query="x",
+        limit=51,
+        manifest=sundae.app.manifest,
+    )
     assert "51 is greater than the maximum of 50" in result.reason
 
 

@@ -11,8 +11,10 @@ AGENT = "sundae@thescoop.example"
 
 
 @pytest.fixture
-def sundae(protege_db):
-    return Agent.create(name="Sundae", address=AGENT)
+def sundae(protege_app):
+    agent = Agent.create(name="Sundae", address=AGENT)
+    agent.app = protege_app  # what the helpers below run the tool with
+    return agent
 
 
 def inbound_message(sundae, **fields):
@@ -35,8 +37,14 @@ class Recorder:
 
 def send(sundae, inbound=None, responsibility=None, **arguments):
     recorder = Recorder()
-    context = make_context(sundae, message=inbound, responsibility=responsibility, deliver=recorder)
-    result = run_tool("send_email", context=context, **arguments)
+    context = make_context(
+        sundae,
+        message=inbound,
+        responsibility=responsibility,
+        deliver=recorder,
+        config=sundae.app.config,
+    )
+    result = run_tool("send_email", context=context, manifest=sundae.app.manifest, **arguments)
     return result, recorder.sent
 
 
@@ -198,8 +206,12 @@ def test_a_gateway_failure_becomes_a_failure(sundae):
     def failing(mail, attachments=()):
         return {"status": "failed", "error": "SMTP 554: rejected"}
 
-    context = make_context(sundae, message=inbound_message(sundae), deliver=failing)
-    result = run_tool("send_email", context=context, mode="reply", body="x")
+    context = make_context(
+        sundae, message=inbound_message(sundae), deliver=failing, config=sundae.app.config
+    )
+    result = run_tool(
+        "send_email", context=context, mode="reply", body="x", manifest=sundae.app.manifest
+    )
     assert result.reason == "the mail was not sent: SMTP 554: rejected"
 
 
@@ -215,7 +227,7 @@ def test_reply_all_over_the_recipient_limit_fails_with_what_to_do(sundae):
 
 def test_the_recipient_limit_comes_from_the_configuration(sundae):
     recorder = Recorder()
-    context = make_context(sundae, deliver=recorder)
+    context = make_context(sundae, deliver=recorder, config=sundae.app.config)
     tight = attrs.evolve(context.config.mail, max_recipients=2)
     context = attrs.evolve(context, config=attrs.evolve(context.config, mail=tight))
     result = run_tool(
@@ -226,6 +238,7 @@ def test_the_recipient_limit_comes_from_the_configuration(sundae):
         cc=["c@acme.com"],
         subject="s",
         body="x",
+        manifest=sundae.app.manifest,
     )
     assert result.reason == (
         "this mail would go to 3 people; one mail may go to at most 2 (to, cc and bcc "
@@ -255,8 +268,12 @@ def test_recipients_the_relay_refused_are_listed_in_a_success(sundae):
     def partly(mail, attachments=()):
         return {"status": "sent", "message_id": "<o@x>", **mail, "refused": refused}
 
-    context = make_context(sundae, message=inbound_message(sundae), deliver=partly)
-    result = run_tool("send_email", context=context, mode="reply", body="x")
+    context = make_context(
+        sundae, message=inbound_message(sundae), deliver=partly, config=sundae.app.config
+    )
+    result = run_tool(
+        "send_email", context=context, mode="reply", body="x", manifest=sundae.app.manifest
+    )
     assert result.ok
     assert result.data["refused"] == refused
 
