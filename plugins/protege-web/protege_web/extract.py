@@ -15,6 +15,8 @@ DROPPED = (
     "embed", "nav", "aside", "form", "button", "select", "input", "textarea", "dialog", "map",
 )  # fmt: skip
 DROPPED_ROLES = ("navigation", "banner", "contentinfo", "search", "complementary", "dialog")
+# Links that are page furniture: the pilcrow after a heading, "skip to content".
+DROPPED_CLASSES = {"headerlink", "skip-link"}
 BLOCKS = {
     "p", "div", "section", "article", "main", "header", "footer", "blockquote", "figure",
     "figcaption", "table", "address", "dl", "details", "summary", "center", "body", "html",
@@ -55,6 +57,7 @@ def _unread(tag: Tag) -> bool:
     style = str(tag.get("style", "")).replace(" ", "").lower()
     return (
         tag.get("role") in DROPPED_ROLES
+        or not DROPPED_CLASSES.isdisjoint(tag.get_attribute_list("class"))
         or tag.has_attr("hidden")
         or str(tag.get("aria-hidden", "")).lower() == "true"
         or "display:none" in style
@@ -75,6 +78,11 @@ def _main(soup: BeautifulSoup) -> Tag:
     return body if isinstance(body, Tag) else soup
 
 
+def _start(tag: Tag) -> int:
+    start = str(tag.get("start", "1")).strip()
+    return int(start) if start.isdigit() and len(start) < 7 else 1
+
+
 class _Writer:
     """Walks a tree without recursion (a hostile page may nest ten thousand levels deep)."""
 
@@ -82,6 +90,8 @@ class _Writer:
         self.base_url = base_url
         self.pieces: list[str] = []
         self.lists: list[list[int]] = []  # one [counter] per open list; -1 when unordered
+        self.rows: list[list[int]] = []  # one [cells so far] per open table row
+        self.item_open = False  # a list item's marker is written, its text not yet
         self.links: list[tuple[int, str | None]] = []
         self.preformatted = 0
 
@@ -117,8 +127,10 @@ class _Writer:
             self.newline() if name == "tr" or nested_list else self.block()
             if name == "pre":
                 self.preformatted += 1
+            elif name == "tr":
+                self.rows.append([0])
             elif name in ("ul", "ol"):
-                self.lists.append([0 if name == "ol" else -1])
+                self.lists.append([_start(tag) - 1 if name == "ol" else -1])
             elif name == "hr":
                 self.pieces.append("---")
         elif name == "li":
@@ -130,9 +142,13 @@ class _Writer:
                 self.pieces.append(f"{indent}{counter[0]}. ")
             else:
                 self.pieces.append(f"{indent}- ")
+            self.item_open = True
         elif name in ("td", "th"):
-            if tag.find_previous_sibling(["td", "th"]) is not None:
+            # Counted, not looked up: html.parser nests cells whose end tags are left out.
+            if self.rows and self.rows[-1][0] > 0:
                 self.pieces.append(" | ")
+            if self.rows:
+                self.rows[-1][0] += 1
         elif name in ("br", "dt", "dd"):
             self.newline()
         elif name == "a":
@@ -152,6 +168,8 @@ class _Writer:
                     return
             self.block()
         elif name in ("li", "tr", "dt", "dd"):
+            if name == "tr" and self.rows:
+                self.rows.pop()
             self.newline()
         elif name == "a" and self.links:
             start, url = self.links.pop()
@@ -169,6 +187,8 @@ class _Writer:
         collapsed = _SPACES.sub(" ", value)
         if collapsed.startswith(" ") and self._tail().endswith((" ", "\n", "[")):
             collapsed = collapsed[1:]
+        if collapsed.strip():
+            self.item_open = False
         if collapsed:
             self.pieces.append(collapsed)
 
@@ -179,7 +199,10 @@ class _Writer:
             self.pieces.append("\n")
 
     def block(self) -> None:
-        """Leave a blank line before what follows, unless there is one already."""
+        """Leave a blank line before what follows, unless there is one already (or a list
+        item has just begun: its paragraph stays on the marker's line)."""
+        if self.item_open:
+            return
         tail = self._tail()
         if tail and not tail.endswith("\n\n"):
             self.pieces.append("\n" if tail.endswith("\n") else "\n\n")
