@@ -11,7 +11,6 @@ import attrs
 import pytest
 
 from protege import Trust
-from protege.config import WebSettings
 from protege.testing import make_context, run_tool
 from protege_web.fetch import fetch
 from protege_web.http import FetchFailed, Limits
@@ -182,8 +181,3 @@ def test_the_tool_reads_its_limits_from_the_config(serve, protege_app):
         url=f"{server.url}/",
     )
     assert (result.data["text"], result.data["truncated"]) == ("y" * 1000, True)
-
-
-def test_web_settings_refuse_what_is_not_a_network():
-    with pytest.raises(ValueError, match="not a network"):
-        WebSettings(allow_networks=("10.0.0.1/8",))
