@@ -4,10 +4,13 @@ environment; and the tool itself, called through dispatch."""
 
 import asyncio
 import gzip
+import ssl
 import tracemalloc
 import zlib
+from pathlib import Path
 
 import attrs
+import httpx
 import pytest
 
 from protege import Trust
@@ -181,3 +184,43 @@ def test_the_tool_reads_its_limits_from_the_config(serve, protege_app):
         url=f"{server.url}/",
     )
     assert (result.data["text"], result.data["truncated"]) == ("y" * 1000, True)
+
+
+TLS = Path(__file__).parent / "fixtures" / "tls"  # a self-signed certificate for tls.test
+
+
+@pytest.fixture
+def tls_server(serve):
+    server = serve(lambda handler: handler.answer(b"<p>over TLS</p>"))
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(TLS / "tls.test.pem", TLS / "tls.test.key")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    return server
+
+
+def trusting_the_test_certificate():
+    return httpx.AsyncHTTPTransport(verify=ssl.create_default_context(cafile=TLS / "tls.test.pem"))
+
+
+def test_https_goes_to_the_checked_address_and_checks_the_certificate_against_the_name(
+    tls_server,
+):
+    page = run(
+        f"https://tls.test:{tls_server.port}/",
+        Limits(allow_networks=LOOPBACK),
+        resolver=lambda host: ["127.0.0.1"],
+        transport=trusting_the_test_certificate(),
+    )
+    assert page.text == "over TLS"
+    assert tls_server.requests == [{"path": "/", "host": f"tls.test:{tls_server.port}"}]
+
+
+def test_https_to_a_name_the_certificate_does_not_name_fails(tls_server):
+    with pytest.raises(FetchFailed, match="certificate"):
+        run(
+            f"https://impostor.test:{tls_server.port}/",
+            Limits(allow_networks=LOOPBACK),
+            resolver=lambda host: ["127.0.0.1"],
+            transport=trusting_the_test_certificate(),
+        )
+    assert tls_server.requests == []
