@@ -64,7 +64,7 @@ async def fetch(
             body = await _follow(url, limits, resolver, transport)
     except (TimeoutError, httpx.TimeoutException):
         raise FetchFailed(f"no complete answer within {limits.timeout:g} s") from None
-    except httpx.HTTPError as error:
+    except (httpx.HTTPError, httpx.InvalidURL) as error:
         raise FetchFailed(f"could not fetch {url}: {type(error).__name__}: {error}") from None
     # Outside the deadline: it bounds the network, and parsing is bounded by the size cap.
     return await asyncio.to_thread(_readable, body, limits)

@@ -275,7 +275,7 @@ def _host(url: str, text: str) -> tuple[str, IPAddress | None]:
         raise BlockedURL(url, "percent-escapes in the host are refused")
     try:
         ascii_host = text.lower() if text.isascii() else idna.encode(text, uts46=True).decode()
-    except idna.IDNAError as error:
+    except UnicodeError as error:  # idna.IDNAError among them
         raise BlockedURL(url, f"the host is not a valid international name ({error})") from None
     name = ascii_host[:-1] if ascii_host.endswith(".") else ascii_host
     labels = name.split(".")
