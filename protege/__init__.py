@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 
 # Names load on first use, so `import protege` (and so `protege --help`) stays cheap.
 _EXPORTS = {
+    "ProtegeError": "protege.errors",
     "Result": "protege.result",
     "RunContext": "protege.context",
     "Tool": "protege.tool",
@@ -23,10 +24,20 @@ _EXPORTS = {
     "success": "protege.result",
 }
 
-__all__ = ["Result", "RunContext", "Tool", "Trust", "failure", "hookimpl", "success"]
+__all__ = [
+    "ProtegeError",
+    "Result",
+    "RunContext",
+    "Tool",
+    "Trust",
+    "failure",
+    "hookimpl",
+    "success",
+]
 
 if TYPE_CHECKING:
     from protege.context import RunContext
+    from protege.errors import ProtegeError
     from protege.hookspecs import hookimpl
     from protege.result import Result, Trust, failure, success
     from protege.tool import Tool

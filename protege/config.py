@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from collections.abc import Mapping
@@ -115,6 +116,47 @@ class MailSettings:
     smtp_backoff_seconds: float = attrs.field(default=1.0, validator=attrs.validators.ge(0))
 
 
+DEFAULT_SEARCH_URL = "https://html.duckduckgo.com/html/"
+
+
+def _check_networks(instance: object, attribute: attrs.Attribute, value: tuple[str, ...]) -> None:
+    for item in value:
+        try:
+            ipaddress.ip_network(item, strict=True)
+        except ValueError:
+            raise ValueError(
+                f"allow_networks: {item!r} is not a network in CIDR form (such as 10.1.0.0/16)"
+            ) from None
+
+
+def _check_http_url(instance: object, attribute: attrs.Attribute, value: str) -> None:
+    if not value.startswith(("http://", "https://")):
+        raise ValueError(f"{attribute.name} must be an http or https URL, not {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class WebSettings:
+    """``[web]``: the limits of the ``web_fetch`` and ``web_search`` tools.
+
+    One fetch (every redirect included) or one search has ``timeout_seconds`` in all; a body
+    is read up to ``max_bytes`` (after decompression) and the text handed to the model up to
+    ``max_chars``. ``allow_networks`` lists address ranges (CIDR) the SSRF guard lets
+    ``web_fetch`` reach although they are private or reserved: the operator's exception, for
+    an intranet (and for tests on loopback). ``search_url`` is DuckDuckGo's HTML endpoint.
+    """
+
+    timeout_seconds: float = attrs.field(
+        default=15.0, validator=[attrs.validators.gt(0), attrs.validators.le(120)]
+    )
+    max_bytes: int = attrs.field(default=2 * MIB, validator=attrs.validators.ge(1024))
+    max_chars: int = attrs.field(default=20_000, validator=attrs.validators.ge(100))
+    max_redirects: int = attrs.field(
+        default=5, validator=[attrs.validators.ge(0), attrs.validators.le(20)]
+    )
+    allow_networks: tuple[str, ...] = attrs.field(default=(), validator=_check_networks)
+    search_url: str = attrs.field(default=DEFAULT_SEARCH_URL, validator=_check_http_url)
+
+
 @attrs.frozen(kw_only=True)
 class FileSettings:
     """The keys ``protege.toml`` may hold; any other key is an error, not a silent no-op."""
@@ -125,6 +167,7 @@ class FileSettings:
     model: ModelSettings = ModelSettings()
     runs: RunSettings = RunSettings()
     mail: MailSettings = MailSettings()
+    web: WebSettings = WebSettings()
 
 
 @attrs.frozen(kw_only=True)
@@ -149,6 +192,7 @@ class Config:
     model: ModelSettings = ModelSettings()
     runs: RunSettings = RunSettings()
     mail: MailSettings = MailSettings()
+    web: WebSettings = WebSettings()
 
     @classmethod
     def defaults(cls, root: Path) -> Config:
@@ -238,6 +282,7 @@ def _build(
         mail=_with_mail_secrets(
             _overridden(settings.mail, environ, transport=MAIL_TRANSPORT_VARIABLE), environ
         ),
+        web=settings.web,
     )
 
 

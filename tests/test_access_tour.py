@@ -20,7 +20,10 @@ def test_access_tour_shows_each_correspondent_their_own_tools():
     assert (
         jane.split("\n$ ")[0]
         .rstrip()
-        .endswith("tools: check_flavor_stock, lookup_order, search_emails, send_email")
+        .endswith(
+            "tools: check_flavor_stock, lookup_order, search_emails, send_email, web_fetch, "
+            "web_search"
+        )
     )
     mara = out.split("$ protege access explain Sundae --sender Mara")[1]
     assert "routing key: mara@thescoop.com" in mara

@@ -78,7 +78,7 @@ def test_explain_shows_each_toolkit_decision_and_the_tools(scoop):
         "  admitted  Default Tools: no rules: open to every sender",
         "  refused   Finance: no allow rule matches (allow-list)",
         "  admitted  Support: no rules: open to every sender",
-        "tools: check_flavor_stock, lookup_order, search_emails, send_email",
+        "tools: check_flavor_stock, lookup_order, search_emails, send_email, web_fetch, web_search",
     ]
 
 
@@ -100,6 +100,8 @@ def test_explain_json_for_mara_with_a_tag(scoop):
         "process_refund",
         "search_emails",
         "send_email",
+        "web_fetch",
+        "web_search",
     ]
 
 
@@ -137,10 +139,13 @@ def test_agents_show_prints_grants_rules_and_catalogue(scoop):
         "process_refund",
         "search_emails",
         "send_email",
+        "web_fetch",
+        "web_search",
     ]
     text = scoop("agents", "show", "Sundae").stdout
     assert "    gate: allow *@thescoop.com" in text
-    assert "    tools: search_emails, send_email" in text  # Default Tools: the built-ins
+    # Default Tools: the built-ins
+    assert "    tools: search_emails, send_email, web_fetch, web_search" in text
 
 
 def test_agents_list_and_delete(scoop):
@@ -209,8 +214,15 @@ def test_toolkits_list(scoop):
         "process_refund",
         "search_emails",
         "send_email",
+        "web_fetch",
+        "web_search",
     ]
-    assert rows["Default Tools"]["tools"] == ["search_emails", "send_email"]
+    assert rows["Default Tools"]["tools"] == [
+        "search_emails",
+        "send_email",
+        "web_fetch",
+        "web_search",
+    ]
     assert rows["All Tools"]["system"] == "all_tools"
     assert rows["Finance"]["agents"] == ["Sundae"]
 
@@ -255,6 +267,8 @@ def test_sync_reports_changes_then_nothing(operator):
         "process_refund",
         "search_emails",
         "send_email",
+        "web_fetch",
+        "web_search",
     ]
     assert operator("sync").stdout == (
         "Nothing to change: the system toolkits match the manifest.\n"

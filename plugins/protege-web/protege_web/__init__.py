@@ -1,19 +1,18 @@
-"""protege-web: the built-in plugin that will carry web_search and web_fetch.
-
-Those tools have not landed yet; until they do this plugin registers no tool, so nothing in
-the manifest pretends to work.
-"""
+"""protege-web: the built-in web tools, ``web_fetch`` (behind the SSRF guard in
+``protege_web.guard``) and ``web_search`` (keyless, through DuckDuckGo)."""
 
 from collections.abc import Callable
 from typing import Any
 
 from protege import Tool, hookimpl
+from protege_web.fetch import WebFetchTool
+from protege_web.search import WebSearchTool
 
-TOOLS: tuple[type[Tool], ...] = ()
+TOOLS: tuple[type[Tool], ...] = (WebFetchTool, WebSearchTool)
 
 
 @hookimpl
 def register_tools(register: Callable[[type[Tool]], Any]) -> None:
-    """Offer this plugin's tools to the manifest."""
+    """Offer the web tools to the manifest."""
     for tool_class in TOOLS:
         register(tool_class)
