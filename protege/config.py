@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import attrs
 import cattrs
 
+from protege.addresses import canonical_address
 from protege.errors import ConfigError
 
 CONFIG_FILENAME = "protege.toml"
@@ -109,6 +110,28 @@ class MailSettings:
     smtp_backoff_seconds: float = attrs.field(default=1.0, validator=attrs.validators.ge(0))
 
 
+def _notify_address(instance: object, attribute: attrs.Attribute, value: str | None) -> None:
+    if value is not None and canonical_address(value) is None:
+        raise ValueError(f"notify: {value!r} is not an email address")
+
+
+@attrs.frozen(kw_only=True)
+class ResponsibilitySettings:
+    """``[responsibilities]``: the scheduler, and what happens when a scheduled run fails.
+
+    The scheduler looks for due responsibilities every ``poll_seconds``. A scheduled run that
+    fails is queued again up to ``retries`` times (none by default), ``retry_delay_seconds``
+    after it failed; it resumes from its own trail. When it has failed for good, the failure
+    stays recorded on the run and, if ``notify`` names an address, is mailed there once, as
+    the run's agent.
+    """
+
+    poll_seconds: float = attrs.field(default=15.0, validator=attrs.validators.gt(0))
+    retries: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    retry_delay_seconds: float = attrs.field(default=300.0, validator=attrs.validators.ge(0))
+    notify: str | None = attrs.field(default=None, validator=_notify_address)
+
+
 @attrs.frozen(kw_only=True)
 class FileSettings:
     """The keys ``protege.toml`` may hold; any other key is an error, not a silent no-op."""
@@ -119,6 +142,7 @@ class FileSettings:
     model: ModelSettings = ModelSettings()
     runs: RunSettings = RunSettings()
     mail: MailSettings = MailSettings()
+    responsibilities: ResponsibilitySettings = ResponsibilitySettings()
 
 
 @attrs.frozen(kw_only=True)
@@ -143,6 +167,7 @@ class Config:
     model: ModelSettings = ModelSettings()
     runs: RunSettings = RunSettings()
     mail: MailSettings = MailSettings()
+    responsibilities: ResponsibilitySettings = ResponsibilitySettings()
 
     @classmethod
     def defaults(cls, root: Path) -> Config:
@@ -227,6 +252,7 @@ def _build(
         ),
         runs=settings.runs,
         mail=_overridden(settings.mail, environ, transport=MAIL_TRANSPORT_VARIABLE),
+        responsibilities=settings.responsibilities,
     )
 
 
