@@ -80,6 +80,7 @@ class Responsibility(Record):
         return None if self.schedule is None else Schedule(self.schedule, self.timezone)
 
     def save(self, force_insert: bool = False, only: Any = None) -> Any:
+        changed = {field.name for field in self.dirty_fields}  # before the clean-up below
         self.name = " ".join((self.name or "").split())
         if not self.name or not self.name.isprintable():
             raise ProtegeError("a responsibility needs a name (one line of text)")
@@ -98,7 +99,6 @@ class Responsibility(Record):
             raise ProtegeError(
                 f"{self.agent.name} already has a responsibility named {self.name!r}"
             )
-        changed = {field.name for field in self.dirty_fields}
         creating = force_insert or self.id is None
         timing = {"schedule", "timezone", "enabled"}
         if "scheduled_from" not in changed and (creating or changed & timing):
