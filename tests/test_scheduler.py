@@ -313,3 +313,15 @@ def _outbox(installation):
         email.message_from_bytes(path.read_bytes(), policy=policy.default)
         for path in sorted(folder.glob("*.eml"))
     ]
+
+
+def test_the_readme_policy_example_is_settings_protege_accepts(tmp_path):
+    import re
+
+    from protege.config import load_config
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    (block,) = re.findall(r"```toml\n(\[responsibilities\].*?)```", readme, re.DOTALL)
+    (tmp_path / "protege.toml").write_text(block)
+    settings = load_config(tmp_path, environ={}).responsibilities
+    assert (settings.retries, settings.notify) == (0, "ops@thescoop.com")
