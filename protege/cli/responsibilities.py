@@ -327,9 +327,9 @@ def scheduler(once: bool) -> None:
     stopped = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopped.set())
-    running.start()
     every = installation.config.responsibilities.poll_seconds
     _say(f"protege: scheduler looking for due responsibilities every {every:g}s; Ctrl-C stops")
+    running.start()  # after the announcement, so that it comes first
     stopped.wait()
     running.stop()
 

@@ -238,3 +238,31 @@ def _next_new_year():
     # 07:00 in Berlin on 1 January is 06:00 UTC
     this_year = datetime.datetime(now.year, 1, 1, 6, tzinfo=UTC)
     return now.year if now < this_year else now.year + 1
+
+
+def test_the_scheduler_alone_queues_until_stopped(run_protege, env):
+    Responsibility.create(
+        agent=Agent.named("Scout"),
+        name="every minute",
+        prompt="Look around.",
+        schedule="* * * * *",
+        scheduled_from=datetime.datetime.now(UTC).replace(tzinfo=None)
+        - datetime.timedelta(minutes=5),
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "protege", "scheduler"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **env},
+        cwd=run_protege.project,
+    )
+    try:
+        assert _line(process) == (
+            "protege: scheduler looking for due responsibilities every 15s; Ctrl-C stops"
+        )
+        assert _line(process).startswith("run 1 queued: Scout's 'every minute', due ")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert Run.get_by_id(1).status == "queued"  # the scheduler alone runs nothing
