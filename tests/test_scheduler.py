@@ -108,6 +108,26 @@ def test_after_downtime_the_missed_due_times_run_once(protege_app, scout):
     assert len(runs_of(report)) == 2
 
 
+@pytest.mark.parametrize(
+    ("day", "expected"),
+    [
+        ((2026, 3, 28, 22), [datetime.datetime(2026, 3, 29, 1, 0)]),  # 02:30 skipped: at 03:00
+        ((2026, 10, 24, 22), [datetime.datetime(2026, 10, 25, 0, 30)]),  # 02:30 twice: first
+    ],
+)
+def test_across_a_dst_change_the_scheduler_runs_a_fixed_time_once(
+    protege_app, scout, day, expected
+):
+    report = duty(scout, schedule="30 2 * * *", timezone="Europe/Berlin", since=utc(*day))
+    clock = Clock(utc(*day))
+    scheduler = Scheduler(protege_app, clock=clock)
+    for _ in range(8 * 12):  # every five minutes for eight hours around the change
+        clock.now += datetime.timedelta(minutes=5)
+        scheduler.tick()
+        Run.update(status=DONE).execute()
+    assert [run.due_at for run in runs_of(report)] == expected
+
+
 def test_a_run_still_going_holds_back_the_next_until_it_ends(protege_app, scout):
     report = duty(scout, schedule="*/5 * * * *")
     clock = Clock(utc(2026, 3, 2, 7, 0))

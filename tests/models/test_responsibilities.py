@@ -40,6 +40,7 @@ def test_a_schedule_is_kept_normalized_with_its_time_zone(scout):
         ({"timezone": "Nowhere/City"}, "unknown time zone"),
         ({"prompt": "   "}, "needs instructions"),
         ({"name": "\n"}, "needs a name"),
+        ({"name": "stock\x1b[2J"}, "needs a name"),
     ],
 )
 def test_bad_fields_are_refused_and_nothing_is_stored(scout, fields, error):
