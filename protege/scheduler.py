@@ -14,7 +14,6 @@ import datetime
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
 import attrs
 import peewee
@@ -22,12 +21,10 @@ import peewee
 from protege.cron import ScheduleError
 from protege.db import database
 from protege.dblock import exclusive_on
+from protege.harness.runner import RunResources
 from protege.models import Agent, Responsibility, Run
 from protege.models.runs import FAILED, QUEUED, RUNNING, SCHEDULED
 from protege.queue import AlreadyQueued, queue_scheduled, retry_failed
-
-if TYPE_CHECKING:
-    from protege.installation import Installation
 
 logger = logging.getLogger(__name__)
 UTC = datetime.UTC
@@ -61,7 +58,7 @@ class Scheduler:
 
     def __init__(
         self,
-        installation: Installation,
+        installation: RunResources,
         *,
         clock: Clock = system_clock,
         on_line: Callable[[str], None] | None = None,

@@ -123,6 +123,22 @@ def test_bad_sections_are_clear_errors(tmp_path, content, message):
     assert message in str(raised.value)
 
 
+def test_secrets_are_read_from_the_environment_when_loaded_and_never_shown(tmp_path):
+    (tmp_path / "protege.toml").write_text(
+        '[model]\napi_key_env = "SCOOP_KEY"\n[mail]\nsmtp_password_env = "SCOOP_SMTP"\n'
+    )
+    environ = {
+        "SCOOP_KEY": "sk-xyzzy",
+        "SCOOP_SMTP": "pw-xyzzy",
+        "OPENAI_BASE_URL": "http://m/v1",
+    }
+    config = load_config(tmp_path, environ=environ)
+    assert config.model.api_key == "sk-xyzzy"
+    assert config.model.base_url == "http://m/v1"
+    assert config.mail.smtp_password == "pw-xyzzy"
+    assert "xyzzy" not in repr(config)
+
+
 def test_responsibilities_default_to_no_retry_and_no_notify(tmp_path):
     settings = load_config(tmp_path, environ={}).responsibilities
     assert (settings.retries, settings.notify, settings.poll_seconds) == (0, None, 15.0)

@@ -115,7 +115,7 @@ def replay(timeline: list[Event], fence: Fence) -> tuple[list[dict[str, Any]], l
                 message["tool_calls"] = event.tool_calls
                 calls += event.tool_calls
             replayed.append(message)
-        elif isinstance(event, events.ToolResult):
+        elif isinstance(event, events.ToolResult) and event.call_id is not None:
             answered.add(event.call_id)
             replayed.append(
                 {

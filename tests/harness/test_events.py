@@ -2,6 +2,7 @@
 
 import json
 
+import attrs
 import pytest
 
 from protege.harness import events
@@ -162,3 +163,15 @@ def test_an_unknown_kind_is_kept_as_it_is():
     event = events.read("approval_requested", {"approver": "boss@thescoop.com"})
     assert isinstance(event, events.UnknownEvent)
     assert event.as_json() == {"approver": "boss@thescoop.com"}
+
+
+def test_a_real_delivery_outcome_fits_the_delivery_event(protege_app):
+    from protege.models import Agent
+
+    agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    outcome = protege_app.deliver(
+        agent=agent, run=None, mail={"to": ["jane@acme.com"], "subject": "s", "body": "b"}
+    )
+    fields = {field.name for field in attrs.fields(events.Delivery)}
+    assert set(outcome) <= fields  # nothing the gateway reports is lost from the trail
+    assert events.Delivery.from_payload(outcome).status == "sent"
