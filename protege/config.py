@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import attrs
 import cattrs
 
+from protege.addresses import canonical_address
 from protege.errors import ConfigError
 
 CONFIG_FILENAME = "protege.toml"
@@ -157,6 +158,28 @@ class WebSettings:
     search_url: str = attrs.field(default=DEFAULT_SEARCH_URL, validator=_check_http_url)
 
 
+def _notify_address(instance: object, attribute: attrs.Attribute, value: str | None) -> None:
+    if value is not None and canonical_address(value) is None:
+        raise ValueError(f"notify: {value!r} is not an email address")
+
+
+@attrs.frozen(kw_only=True)
+class ResponsibilitySettings:
+    """``[responsibilities]``: the scheduler, and what happens when a scheduled run fails.
+
+    The scheduler looks for due responsibilities every ``poll_seconds``. A scheduled run that
+    fails is queued again up to ``retries`` times (none by default), ``retry_delay_seconds``
+    after it failed; it resumes from its own trail. When it has failed for good, the failure
+    stays recorded on the run and, if ``notify`` names an address, is mailed there once, as
+    the run's agent.
+    """
+
+    poll_seconds: float = attrs.field(default=15.0, validator=attrs.validators.gt(0))
+    retries: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    retry_delay_seconds: float = attrs.field(default=300.0, validator=attrs.validators.ge(0))
+    notify: str | None = attrs.field(default=None, validator=_notify_address)
+
+
 @attrs.frozen(kw_only=True)
 class FileSettings:
     """The keys ``protege.toml`` may hold; any other key is an error, not a silent no-op."""
@@ -168,6 +191,7 @@ class FileSettings:
     runs: RunSettings = RunSettings()
     mail: MailSettings = MailSettings()
     web: WebSettings = WebSettings()
+    responsibilities: ResponsibilitySettings = ResponsibilitySettings()
 
 
 @attrs.frozen(kw_only=True)
@@ -193,6 +217,7 @@ class Config:
     runs: RunSettings = RunSettings()
     mail: MailSettings = MailSettings()
     web: WebSettings = WebSettings()
+    responsibilities: ResponsibilitySettings = ResponsibilitySettings()
 
     @classmethod
     def defaults(cls, root: Path) -> Config:
@@ -283,6 +308,7 @@ def _build(
             _overridden(settings.mail, environ, transport=MAIL_TRANSPORT_VARIABLE), environ
         ),
         web=settings.web,
+        responsibilities=settings.responsibilities,
     )
 
 

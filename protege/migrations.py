@@ -265,12 +265,36 @@ def _0005_bounded_search_text(db: peewee.Database | peewee.DatabaseProxy) -> Non
     )
 
 
+def _0006_responsibilities_on_a_schedule(db: peewee.Database | peewee.DatabaseProxy) -> None:
+    # A run queued for a due time records it; the unique key lets only one run stand for
+    # each due time, however many schedulers race for it.
+    _run(
+        db,
+        """
+        ALTER TABLE responsibility ADD COLUMN timezone VARCHAR(64) NOT NULL DEFAULT 'UTC';
+        ALTER TABLE responsibility ADD COLUMN enabled BOOLEAN NOT NULL DEFAULT TRUE;
+        ALTER TABLE responsibility ADD COLUMN scheduled_from {ts};
+        ALTER TABLE responsibility ADD COLUMN updated_at {ts};
+        ALTER TABLE run ADD COLUMN due_at {ts};
+        ALTER TABLE run ADD COLUMN settled_at {ts};
+        CREATE UNIQUE INDEX run_responsibility_due ON run (responsibility_id, due_at)
+        """,
+    )
+    # Responsibilities written before schedules were read start counting from now: nothing
+    # runs for due times that passed while no scheduler existed.
+    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+    db.execute_sql(
+        f"UPDATE responsibility SET scheduled_from = {db.param}, updated_at = created_at", (now,)
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "agents and toolkits", _0001_agents_and_toolkits),
     Migration(2, "messages and runs", _0002_messages_and_runs),
     Migration(3, "mail: blobs, attachments, search", _0003_mail),
     Migration(4, "mail: reply-to lists, refused recipients", _0004_reply_to_lists_and_refusals),
     Migration(5, "search indexes a bounded prefix of long mail", _0005_bounded_search_text),
+    Migration(6, "responsibilities on a schedule", _0006_responsibilities_on_a_schedule),
 )
 
 

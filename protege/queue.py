@@ -6,16 +6,26 @@ out for the harness. Several workers, in one process or many, may share it.
 
 from __future__ import annotations
 
+import datetime
 import uuid
 
+import peewee
 from peewee import JOIN
 
+from protege.db import database
 from protege.errors import ProtegeError
 from protege.models import Agent, Message, Responsibility, Run
 from protege.models.base import utcnow
-from protege.models.runs import DONE, QUEUED, REPLY, SCHEDULED
+from protege.models.runs import DONE, FAILED, QUEUED, REPLY, SCHEDULED
 
-__all__ = ["claim_next", "queue_reply", "queue_scheduled", "requeue"]
+__all__ = [
+    "AlreadyQueued",
+    "claim_next",
+    "queue_reply",
+    "queue_scheduled",
+    "requeue",
+    "retry_failed",
+]
 
 
 def queue_reply(message: Message) -> Run:
@@ -28,14 +38,38 @@ def queue_reply(message: Message) -> Run:
     )
 
 
-def queue_scheduled(responsibility: Responsibility) -> Run:
-    """Queue a run carrying out ``responsibility``."""
-    return Run.create(
-        agent=responsibility.agent,
-        kind=SCHEDULED,
-        responsibility=responsibility,
-        correlation_id=uuid.uuid4().hex,
-    )
+class AlreadyQueued(ProtegeError):
+    """A run for this responsibility and due time exists already (another scheduler, or an
+    earlier pass of this one, queued it)."""
+
+
+def queue_scheduled(responsibility: Responsibility, due_at: datetime.datetime | None = None) -> Run:
+    """Queue a run carrying out ``responsibility``: for the due time ``due_at`` (an aware
+    datetime) when the scheduler queues it, or for no due time when asked to run now.
+
+    At most one run stands for each due time, even with several schedulers on one
+    database: the second to try gets ``AlreadyQueued``.
+    """
+    stored = None if due_at is None else due_at.astimezone(datetime.UTC).replace(tzinfo=None)
+    try:
+        with database.atomic():  # a savepoint: the unique violation spoils no transaction
+            return Run.create(
+                agent=responsibility.agent,
+                kind=SCHEDULED,
+                responsibility=responsibility,
+                correlation_id=uuid.uuid4().hex,
+                due_at=stored,
+            )
+    except peewee.IntegrityError:
+        if due_at is not None and (
+            Run.select()
+            .where((Run.responsibility == responsibility.id) & (Run.due_at == stored))
+            .exists()
+        ):
+            raise AlreadyQueued(
+                f"a run of {responsibility.name!r} for {due_at.isoformat()} is queued already"
+            ) from None
+        raise
 
 
 def requeue(run: Run) -> Run:
@@ -49,6 +83,19 @@ def requeue(run: Run) -> Run:
     Run.update(status=QUEUED, error=None, finished_at=None).where(Run.id == run.id).execute()
     run.status, run.error, run.finished_at = QUEUED, None, None
     return run
+
+
+def retry_failed(run: Run) -> bool:
+    """Queue the failed run ``run`` again if it is still failed as read, attempts and all;
+    whether this call did (safe when several schedulers apply the retry policy at once)."""
+    updated = (
+        Run.update(status=QUEUED, error=None, finished_at=None)
+        .where((Run.id == run.id) & (Run.status == FAILED) & (Run.attempts == run.attempts))
+        .execute()
+    )
+    if updated == 1:
+        run.status, run.error, run.finished_at = QUEUED, None, None
+    return updated == 1
 
 
 def claim_next() -> Run | None:

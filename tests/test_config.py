@@ -137,3 +137,26 @@ def test_secrets_are_read_from_the_environment_when_loaded_and_never_shown(tmp_p
     assert config.model.base_url == "http://m/v1"
     assert config.mail.smtp_password == "pw-xyzzy"
     assert "xyzzy" not in repr(config)
+
+
+def test_responsibilities_default_to_no_retry_and_no_notify(tmp_path):
+    settings = load_config(tmp_path, environ={}).responsibilities
+    assert (settings.retries, settings.notify, settings.poll_seconds) == (0, None, 15.0)
+
+
+def test_responsibilities_settings_are_read_and_checked(tmp_path):
+    (tmp_path / "protege.toml").write_text(
+        '[responsibilities]\nretries = 2\nretry_delay_seconds = 60\nnotify = "ops@thescoop.com"\n'
+    )
+    settings = load_config(tmp_path, environ={}).responsibilities
+    assert (settings.retries, settings.retry_delay_seconds, settings.notify) == (
+        2,
+        60.0,
+        "ops@thescoop.com",
+    )
+    (tmp_path / "protege.toml").write_text('[responsibilities]\nnotify = "ops\\r\\nBcc: x@y.z"\n')
+    with pytest.raises(ConfigError, match="is not an email address"):
+        load_config(tmp_path, environ={})
+    (tmp_path / "protege.toml").write_text("[responsibilities]\npoll_seconds = 0\n")
+    with pytest.raises(ConfigError, match="poll_seconds"):
+        load_config(tmp_path, environ={})

@@ -16,13 +16,16 @@ PACKAGE = Path(__file__).parent.parent / "protege"
 # From the top down: a module may import its own layer and the ones below, never above.
 LAYERS = [
     ("entry points", {"cli", "testing", "worker", "installation", "__main__"}),
-    ("gateway", {"gateway"}),
+    ("gateway", {"gateway", "scheduler"}),
     ("run queue", {"queue"}),
     ("harness", {"harness"}),
     ("tools on offer", {"toolkits", "registry", "plugins"}),
     ("records", {"models", "mail", "blobs"}),
     ("tool contract", {"tool", "result", "context", "schema", "hookspecs"}),
-    ("foundation", {"errors", "config", "addresses", "access", "db", "dblock", "migrations"}),
+    (
+        "foundation",
+        {"errors", "config", "addresses", "access", "db", "dblock", "migrations", "cron"},
+    ),
 ]
 # Only the command line imports inside functions: so that `protege --help` loads no
 # database driver, model client or plugin. The package root loads its public names lazily.

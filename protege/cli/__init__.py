@@ -22,8 +22,18 @@ COMMANDS = {
     "migrate": ("protege.cli.sync", "migrate", "Apply pending database migrations."),
     "plugins": ("protege.cli.plugins", "plugins", "List installed plugins and their status."),
     "receive": ("protege.cli.mail", "receive", "Take one email from a file or standard input."),
+    "responsibilities": (
+        "protege.cli.responsibilities",
+        "responsibilities",
+        "Duties agents carry out on a schedule.",
+    ),
     "rules": ("protege.cli.rules", "rules", "The sender gate of a grant."),
     "runs": ("protege.cli.runs", "runs", "Start, list and inspect agent runs."),
+    "scheduler": (
+        "protege.cli.responsibilities",
+        "scheduler",
+        "Queue due responsibilities alone (serve also does).",
+    ),
     "serve": ("protege.cli.mail", "serve", "Receive mail by SMTP and carry out the runs."),
     "sync": ("protege.cli.sync", "sync", "Migrate and rebuild the system toolkits (each deploy)."),
     "toolkits": ("protege.cli.toolkits", "toolkits", "Create and edit toolkits of tools."),

@@ -16,9 +16,16 @@ from protege.errors import ProtegeError
 @click.option("--host", help="Address to listen on (default: [mail] listen_host).")
 @click.option("--port", type=int, help="Port to listen on (default: [mail] listen_port).")
 @click.option("--workers", type=int, help="Worker threads running queued runs.")
-def serve(host: str | None, port: int | None, workers: int | None) -> None:
-    """Receive mail by SMTP and carry out the runs it queues, until interrupted."""
+@click.option(
+    "--no-scheduler",
+    is_flag=True,
+    help="Leave responsibilities to a `protege scheduler` running elsewhere.",
+)
+def serve(host: str | None, port: int | None, workers: int | None, no_scheduler: bool) -> None:
+    """Receive mail by SMTP, queue due responsibilities, and carry out the runs, until
+    interrupted."""
     from protege.gateway.smtp import start_gateway
+    from protege.scheduler import Scheduler
     from protege.worker import Workers
 
     installation = open_installation()
@@ -34,15 +41,21 @@ def serve(host: str | None, port: int | None, workers: int | None) -> None:
             f"cannot listen for mail on {where}: {error.strerror or error}"
         ) from None
     pool = Workers(installation, count, on_finished=_report).start()
+    scheduler = None if no_scheduler else Scheduler(installation, on_line=_say)
     stopped = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):  # before the announcement: it invites them
         signal.signal(signum, lambda *_: stopped.set())
+    scheduling = "no scheduler" if scheduler is None else "the scheduler"
     _say(
         f"protege: listening for mail on {gateway.hostname}:{gateway.port}, "
-        f"{count} worker(s); Ctrl-C stops"
+        f"{count} worker(s), {scheduling}; Ctrl-C stops"
     )
+    if scheduler is not None:  # after the announcement, so that it comes first
+        scheduler.start()
     stopped.wait()
     _say("protege: stopping (finishing current runs)")
+    if scheduler is not None:
+        scheduler.stop()
     gateway.stop()
     pool.stop()
 

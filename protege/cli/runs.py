@@ -33,7 +33,7 @@ def start(agent: str, sender: str, body: str, subject: str, as_json: bool) -> No
     if not reach.admitted:
         raise ProtegeError(f"{sender} may not write to {found.name}: {reach.reason}")
     message = record_inbound(found, sender=sender, body=body, subject=subject)
-    _show_outcome(execute(queue_reply(message), installation), as_json)
+    show_outcome(execute(queue_reply(message), installation), as_json)
 
 
 @runs.command("retry")
@@ -45,21 +45,25 @@ def retry(run_id: int, as_json: bool) -> None:
     from protege.queue import requeue
 
     installation = open_installation()
-    _show_outcome(execute(requeue(_run_numbered(run_id)), installation), as_json)
+    show_outcome(execute(requeue(_run_numbered(run_id)), installation), as_json)
 
 
 @runs.command("list")
 @click.option("--agent", help="Only this agent's runs.")
+@click.option("--responsibility", help="Only the runs of this responsibility.")
 @click.option("--limit", default=20, show_default=True, help="How many runs, newest first.")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
-def list_runs(agent: str | None, limit: int, as_json: bool) -> None:
+def list_runs(agent: str | None, responsibility: str | None, limit: int, as_json: bool) -> None:
     """List recent runs, newest first."""
-    from protege.models import Agent, Run
+    from protege.models import Agent, Responsibility, Run
 
     open_database()
     query = Run.select(Run, Agent).join(Agent).order_by(Run.id.desc()).limit(limit)
-    if agent:
-        query = query.where(Run.agent == Agent.named(agent))
+    whose = Agent.named(agent) if agent else None
+    if whose is not None:
+        query = query.where(Run.agent == whose)
+    if responsibility:
+        query = query.where(Run.responsibility == Responsibility.named(responsibility, whose))
     rows = [_summary(run) for run in query]
     if as_json:
         echo_json(rows)
@@ -67,7 +71,7 @@ def list_runs(agent: str | None, limit: int, as_json: bool) -> None:
         click.echo("No runs yet.")
     else:
         echo_table(
-            ["RUN", "AGENT", "KIND", "STATUS", "ATTEMPTS", "CREATED", "ERROR"],
+            ["RUN", "AGENT", "KIND", "STATUS", "ATTEMPTS", "CREATED", "DUE", "ERROR"],
             [
                 (
                     r["id"],
@@ -76,6 +80,7 @@ def list_runs(agent: str | None, limit: int, as_json: bool) -> None:
                     r["status"],
                     r["attempts"],
                     r["created_at"],
+                    r["due_at"] or "",
                     r["error"] or "",
                 )
                 for r in rows
@@ -101,7 +106,8 @@ def _run_numbered(run_id: int):
     return run
 
 
-def _show_outcome(run, as_json: bool) -> None:
+def show_outcome(run, as_json: bool) -> None:
+    """Show ``run``; exit with status 1 unless it is done."""
     _show(run, as_json)
     if run.status != "done":
         raise click.exceptions.Exit(1)
@@ -116,6 +122,7 @@ def _summary(run) -> dict[str, object]:
         "attempts": run.attempts,
         "correlation_id": run.correlation_id,
         "created_at": run.created_at.isoformat(timespec="seconds"),
+        "due_at": run.due_at.isoformat(timespec="seconds") if run.due_at else None,
         "error": run.error,
     }
 

@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import peewee
 
+from protege.cron import Schedule, check_timezone, normalize_expression
 from protege.db import database
+from protege.errors import ProtegeError
 from protege.models.agents import Agent
 from protege.models.base import Record, utcnow
 from protege.models.messages import Message
@@ -29,7 +31,14 @@ REPLY, SCHEDULED = "reply", "scheduled"
 
 
 class Responsibility(Record):
-    """A duty an agent carries out on its own: a prompt, run on a schedule."""
+    """A duty an agent carries out on its own: instructions (the prompt), run on a schedule.
+
+    ``schedule`` is a five-field cron expression read in ``timezone`` (see
+    ``protege.cron``); without one, the duty runs only when asked (``protege
+    responsibilities run``). Due times count from ``scheduled_from``: it is set on create,
+    and again when the schedule, time zone or enabled state changes, so a change never
+    makes up runs for due times before it. Everything is checked on save.
+    """
 
     if TYPE_CHECKING:  # peewee adds these: the primary key, foreign key ids and backrefs
         agent_id: Any
@@ -39,10 +48,63 @@ class Responsibility(Record):
     name = peewee.CharField(max_length=200)
     prompt = peewee.TextField()
     schedule = peewee.CharField(max_length=200, null=True)
+    timezone = peewee.CharField(max_length=64, default="UTC")
+    enabled = peewee.BooleanField(default=True)
+    scheduled_from = peewee.DateTimeField(null=True)
     created_at = peewee.DateTimeField(default=utcnow)
+    updated_at = peewee.DateTimeField(null=True)
 
     class Meta:
         indexes = ((("agent", "name"), True),)
+
+    @classmethod
+    def named(cls, name: str, agent: Agent | None = None) -> Responsibility:
+        """The responsibility called ``name`` (of ``agent``, when several agents have one by
+        that name); ``ProtegeError`` if there is none or the name is ambiguous."""
+        query = cls.select(cls, Agent).join(Agent).where(cls.name == name)
+        if agent is not None:
+            query = query.where(cls.agent == agent)
+        found = list(query.limit(2))
+        if not found:
+            whose = f" for {agent.name}" if agent is not None else ""
+            raise ProtegeError(f"no responsibility named {name!r}{whose}")
+        if len(found) > 1:
+            raise ProtegeError(
+                f"several agents have a responsibility named {name!r}: say whose with --agent"
+            )
+        return found[0]
+
+    @property
+    def cron(self) -> Schedule | None:
+        """The parsed schedule, or None when the duty runs only when asked."""
+        return None if self.schedule is None else Schedule(self.schedule, self.timezone)
+
+    def save(self, force_insert: bool = False, only: Any = None) -> Any:
+        changed = {field.name for field in self.dirty_fields}  # before the clean-up below
+        self.name = " ".join((self.name or "").split())
+        if not self.name or not self.name.isprintable():
+            raise ProtegeError("a responsibility needs a name (one line of text)")
+        if not (self.prompt or "").strip():
+            raise ProtegeError(f"responsibility {self.name!r} needs instructions")
+        self.timezone = self.timezone or "UTC"
+        check_timezone(self.timezone)
+        if self.schedule is not None:
+            self.schedule = normalize_expression(self.schedule)
+        clash = Responsibility.get_or_none(
+            (Responsibility.agent == self.agent_id)
+            & (Responsibility.name == self.name)
+            & (Responsibility.id != self.id)
+        )
+        if clash is not None:
+            raise ProtegeError(
+                f"{self.agent.name} already has a responsibility named {self.name!r}"
+            )
+        creating = force_insert or self.id is None
+        timing = {"schedule", "timezone", "enabled"}
+        if "scheduled_from" not in changed and (creating or changed & timing):
+            self.scheduled_from = utcnow()
+        self.updated_at = utcnow()
+        return super().save(force_insert=force_insert, only=only)
 
 
 class Run(Record):
@@ -68,6 +130,11 @@ class Run(Record):
     created_at = peewee.DateTimeField(default=utcnow)
     started_at = peewee.DateTimeField(null=True)
     finished_at = peewee.DateTimeField(null=True)
+    due_at = peewee.DateTimeField(null=True)  # the due time a scheduled run stands for (UTC)
+    settled_at = peewee.DateTimeField(null=True)  # when its failure was retried out, reported
+
+    class Meta:
+        indexes = ((("responsibility", "due_at"), True),)
 
     def timeline(self) -> list[Event]:
         """This run's events, in the order they happened."""

@@ -88,7 +88,8 @@ def test_serve_takes_mail_by_smtp_and_runs_it(run_protege, env, scripted_model):
     )
     try:
         assert read_line(process) == (
-            f"protege: listening for mail on 127.0.0.1:{port}, 1 worker(s); Ctrl-C stops"
+            f"protege: listening for mail on 127.0.0.1:{port}, 1 worker(s), the scheduler; "
+            "Ctrl-C stops"
         )
         with smtplib.SMTP("127.0.0.1", port, timeout=10) as client:
             client.sendmail("jane@acme.com", ["sundae@thescoop.example"], EML)

@@ -30,7 +30,12 @@ def test_demo_shows_the_seed_outcome(tmp_path):
     outbox = out.split("=== The outbox: 3 replies")[1]
     assert outbox.count("--- Sundae <sundae@thescoop.example> -> ") == 3
     assert "Done: SCP-1042 is refunded in full ($24.50)." in outbox
-    assert len(list((tmp_path / "scoop" / "data" / "outbox").glob("*.eml"))) == 3
+    scout = out.split("=== A responsibility: Scout's 'morning stock report'")[1]
+    assert "the scheduler, at Mon 02 Mar 07:00 CET, queued run 4" in scout
+    assert "tools offered: check_flavor_stock, send_email\n" in scout  # not process_refund
+    assert "--- Scout <scout@thescoop.example> -> mara@thescoop.com" in scout
+    assert "Pistachio: OUT (0 pints)" in scout
+    assert len(list((tmp_path / "scoop" / "data" / "outbox").glob("*.eml"))) == 4
 
 
 def test_demo_with_a_configured_model_says_which(tmp_path):

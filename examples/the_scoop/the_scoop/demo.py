@@ -8,10 +8,12 @@ harness and model client; the replies land in the outbox. Everything lives in a 
 
 from __future__ import annotations
 
+import datetime
 import email
 import os
 import smtplib
 import tempfile
+import zoneinfo
 from email import policy
 from email.message import EmailMessage
 from pathlib import Path
@@ -22,8 +24,9 @@ import click
 from protege import db
 from protege.config import Config, load_config
 from protege.gateway.smtp import free_port, start_gateway
-from protege.installation import open_installation
-from protege.models import Agent, Message, Run, Toolkit
+from protege.installation import Installation, open_installation
+from protege.models import Agent, Message, Responsibility, Run, Toolkit
+from protege.scheduler import Scheduler
 from protege.testing.model import ScriptedModel
 from protege.toolkits import sync
 from protege.worker import drain
@@ -110,6 +113,7 @@ def _run(config: Config, model: ScriptedModel | None) -> None:
     finally:
         gateway.stop()
     _show_outbox(config)
+    _scouts_morning(installation, model)
 
 
 def _compose(
@@ -176,4 +180,51 @@ def _show_outbox(config: Config) -> None:
         click.echo(f"--- {sent['From']} -> {sent['To']}{copied}")
         click.echo(f"    Subject: {sent['Subject']}")
         for line in sent.get_content().strip().splitlines():
+            click.echo(f"    {line}")
+
+
+def _scouts_morning(installation: Installation, model: ScriptedModel | None) -> None:
+    """Scout's morning stock report: one responsibility, queued by the scheduler at its due
+    time (a Monday, 07:00 in Berlin, on the scheduler's clock) and run by a worker."""
+    scout = Agent.create(name="Scout", address=story.SCOUT, instructions=story.SCOUT_INSTRUCTIONS)
+    for kind, pattern in story.SCOUT_ACCESS:
+        scout.add_access_rule(kind, pattern)
+    for name, description, members, proactive in story.SCOUT_TOOLKITS:
+        toolkit = Toolkit.get_or_none(Toolkit.name == name) or Toolkit.create(
+            name=name, description=description, member_tool_ids=members
+        )
+        scout.grant(toolkit, allow_proactive=proactive)
+    due = datetime.datetime(2026, 3, 2, 7, tzinfo=zoneinfo.ZoneInfo(story.STOCK_REPORT_TIMEZONE))
+    report = Responsibility.create(
+        agent=scout,
+        name=story.STOCK_REPORT,
+        prompt=story.STOCK_REPORT_INSTRUCTIONS,
+        schedule=story.STOCK_REPORT_SCHEDULE,
+        timezone=story.STOCK_REPORT_TIMEZONE,
+        scheduled_from=(due - datetime.timedelta(hours=1))
+        .astimezone(datetime.UTC)
+        .replace(tzinfo=None),
+    )
+    click.echo(
+        f"\n=== A responsibility: Scout's {report.name!r}, {report.schedule} ({report.timezone})"
+    )
+    click.echo("    Operations (check_flavor_stock, send_email) allows scheduled runs;")
+    click.echo("    Finance (process_refund) does not.")
+    if model is not None:
+        model.script(*story.SCOUT_SCRIPT)
+    clock = due + datetime.timedelta(seconds=30)
+    for queued in Scheduler(installation, clock=lambda: clock).tick().queued:
+        click.echo(f"    the scheduler, at {clock:%a %d %b %H:%M %Z}, queued run {queued.id}")
+    for run in drain(installation):
+        _show_run(run)
+    report_mail = (
+        Message.select()
+        .where((Message.direction == "outbound") & (Message.agent == scout))
+        .order_by(Message.id.desc())
+        .first()
+    )
+    if report_mail is not None:
+        click.echo(f"--- {report_mail.sender} -> {', '.join(report_mail.to_addresses)}")
+        click.echo(f"    Subject: {report_mail.subject}")
+        for line in report_mail.body_text.strip().splitlines():
             click.echo(f"    {line}")

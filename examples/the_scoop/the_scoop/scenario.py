@@ -65,3 +65,41 @@ TOOLKITS = [
     ("Support", "Answer customers.", ["lookup_order", "check_flavor_stock"], []),
     ("Finance", "Money matters.", ["process_refund"], [("allow", "*@thescoop.com")]),
 ]
+
+# Scout, the shop's internal operations colleague, and her morning stock report: a
+# responsibility run by the scheduler with no sender in sight. Only her Operations toolkit
+# allows scheduled runs, so that is all the report may use.
+SCOUT = "scout@thescoop.example"
+SCOUT_INSTRUCTIONS = (
+    "You are Scout, the operations colleague of The Scoop. You work for the shop's staff, "
+    "never for customers. Be short and factual."
+)
+SCOUT_ACCESS = [("allow", "*@thescoop.com")]
+SCOUT_TOOLKITS = [
+    # name, description, members, allow_proactive
+    ("Operations", "Run the shop.", ["check_flavor_stock", "send_email"], True),
+    ("Finance", "Money matters.", ["process_refund"], False),
+]
+STOCK_REPORT = "morning stock report"
+STOCK_REPORT_SCHEDULE = "0 7 * * 1-5"
+STOCK_REPORT_TIMEZONE = "Europe/Berlin"
+STOCK_REPORT_INSTRUCTIONS = (
+    "Check the stock of Mango Sorbet, Pistachio and Vanilla Bean, then email the morning "
+    "stock report to mara@thescoop.com as a new message. Call out any flavor that is out."
+)
+SCOUT_SCRIPT = [
+    tool_call("check_flavor_stock", flavor="Mango Sorbet"),
+    tool_call("check_flavor_stock", flavor="Pistachio"),
+    tool_call("check_flavor_stock", flavor="Vanilla Bean"),
+    tool_call(
+        "send_email",
+        mode="new",
+        to=["mara@thescoop.com"],
+        subject="Morning stock report",
+        body=(
+            "Good morning Mara,\n\nMango Sorbet: 14 pints\nPistachio: OUT (0 pints)\n"
+            "Vanilla Bean: 32 pints\n\nPistachio needs restocking today.\n\nScout"
+        ),
+    ),
+    say("Sent Mara the morning stock report."),
+]

@@ -1,0 +1,248 @@
+"""The scheduler: one run queued per due time of each responsibility, and the retry and
+notify policy for the scheduled runs that fail.
+
+It only queues; workers (``protege serve``) carry the runs out. Several schedulers may share
+one database: a run's due time is part of a unique key, so only one run can stand for it, and
+each responsibility is looked at under a row lock, so two schedulers never start two runs of
+it at once. Every decision takes the time from an injected clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import threading
+from collections.abc import Callable, Iterator
+
+import attrs
+import peewee
+
+from protege.cron import ScheduleError
+from protege.db import database
+from protege.dblock import exclusive_on
+from protege.harness.runner import RunResources
+from protege.models import Agent, Responsibility, Run
+from protege.models.runs import FAILED, QUEUED, RUNNING, SCHEDULED
+from protege.queue import AlreadyQueued, queue_scheduled, retry_failed
+
+logger = logging.getLogger(__name__)
+UTC = datetime.UTC
+
+Clock = Callable[[], datetime.datetime]
+"""A clock: returns the current time as an aware datetime."""
+
+
+def system_clock() -> datetime.datetime:
+    """The machine's clock, in UTC."""
+    return datetime.datetime.now(UTC)
+
+
+@attrs.define
+class Pass:
+    """What one pass of the scheduler did."""
+
+    queued: list[Run] = attrs.Factory(list)
+    busy: list[Responsibility] = attrs.Factory(list)  # due, but its previous run still goes
+    retried: list[Run] = attrs.Factory(list)
+    failed: list[Run] = attrs.Factory(list)  # failed for good, settled (and mailed) now
+
+
+class Scheduler:
+    """Queues the due runs of every enabled responsibility, in passes.
+
+    ``tick()`` makes one pass at the clock's time; ``start()`` makes one every
+    ``[responsibilities] poll_seconds`` in a thread until ``stop()``. ``on_line`` hears a
+    line for each run it queues, retries or reports.
+    """
+
+    def __init__(
+        self,
+        installation: RunResources,
+        *,
+        clock: Clock = system_clock,
+        on_line: Callable[[str], None] | None = None,
+    ) -> None:
+        self.installation = installation
+        self.settings = installation.config.responsibilities
+        self.clock = clock
+        self.on_line = on_line
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="protege-scheduler", daemon=True)
+
+    def tick(self) -> Pass:
+        """Queue what is due now and apply the failure policy; returns what was done."""
+        now = self.clock()
+        if now.tzinfo is None or now.utcoffset() is None:
+            raise ValueError("the scheduler's clock must return an aware datetime")
+        done = Pass()
+        due = Responsibility.select(Responsibility.id).where(
+            Responsibility.enabled & Responsibility.schedule.is_null(False)
+        )
+        for responsibility_id in [row.id for row in due]:
+            self._queue_due(responsibility_id, now, done)
+        self._settle_failures(now, done)
+        return done
+
+    def start(self) -> Scheduler:
+        """Make a pass now and then every ``poll_seconds``, in a thread."""
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop after the current pass (at once, when it is waiting)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        """Whether the thread is still going."""
+        return self._thread.is_alive()
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.is_set():
+                try:
+                    self.tick()
+                except Exception:  # the database may be away for a while: try again later
+                    logger.exception("scheduler pass failed; trying again")
+                self._stop.wait(self.settings.poll_seconds)
+        finally:
+            database.close()
+
+    def _queue_due(self, responsibility_id: int, now: datetime.datetime, done: Pass) -> None:
+        with _locked(responsibility_id):
+            responsibility = (
+                Responsibility.select(Responsibility, Agent)
+                .join(Agent)
+                .where(Responsibility.id == responsibility_id)
+                .first()
+            )
+            if responsibility is None or not responsibility.enabled:
+                return  # deleted or disabled since the pass began
+            try:
+                cron = responsibility.cron
+            except ScheduleError as error:
+                logger.warning("responsibility %s is skipped: %s", responsibility.name, error)
+                return
+            if cron is None:
+                return
+            last = (
+                Run.select(Run.due_at)
+                .where((Run.responsibility == responsibility.id) & Run.due_at.is_null(False))
+                .order_by(Run.due_at.desc())
+                .first()
+            )
+            since = _aware(responsibility.scheduled_from or responsibility.created_at)
+            if last is not None:
+                since = max(since, _aware(last.due_at))
+            due_at = cron.latest_due(now, since)
+            if due_at is None:
+                return
+            if (
+                Run.select()
+                .where(
+                    (Run.responsibility == responsibility.id) & Run.status.in_([QUEUED, RUNNING])
+                )
+                .exists()
+            ):
+                done.busy.append(responsibility)
+                return
+            try:
+                run = queue_scheduled(responsibility, due_at)
+            except AlreadyQueued:
+                return
+        done.queued.append(run)
+        local = cron.local(due_at).isoformat(sep=" ", timespec="minutes")
+        self._say(
+            f"run {run.id} queued: {responsibility.agent.name}'s {responsibility.name!r}, "
+            f"due {local}"
+        )
+
+    def _settle_failures(self, now: datetime.datetime, done: Pass) -> None:
+        retries, delay = self.settings.retries, self.settings.retry_delay_seconds
+        stored_now = now.astimezone(UTC).replace(tzinfo=None)
+        failed = (
+            Run.select(Run, Agent, Responsibility)
+            .join(Agent)
+            .switch(Run)
+            .join(Responsibility)
+            .where(
+                (Run.kind == SCHEDULED)
+                & (Run.status == FAILED)
+                & Run.due_at.is_null(False)
+                & Run.settled_at.is_null()
+            )
+            .order_by(Run.id)
+        )
+        for run in failed:
+            if run.attempts <= retries:
+                finished = run.finished_at or stored_now
+                if finished + datetime.timedelta(seconds=delay) <= stored_now and retry_failed(run):
+                    done.retried.append(run)
+                    self._say(f"run {run.id} failed ({run.error}); queued again")
+                continue
+            settled = (
+                Run.update(settled_at=stored_now)
+                .where((Run.id == run.id) & (Run.status == FAILED) & Run.settled_at.is_null())
+                .execute()
+            )
+            if settled == 1:
+                done.failed.append(run)
+                self._say(f"run {run.id} failed for good: {run.error}")
+                self._notify(run)
+
+    def _notify(self, run: Run) -> None:
+        address = self.settings.notify
+        responsibility, agent = run.responsibility, run.agent
+        if address is None or responsibility is None or run.due_at is None:
+            return
+        due = _aware(run.due_at).astimezone(_zone(responsibility))
+        mail = {
+            "to": [address],
+            "subject": f"Scheduled run failed: {responsibility.name} ({agent.name})",
+            "body": (
+                f"{agent.name}'s responsibility {responsibility.name!r}, due "
+                f"{due.isoformat(sep=' ', timespec='minutes')}, failed after "
+                f"{run.attempts} attempt(s):\n\n{run.error}\n\n"
+                f"It is run {run.id}: `protege runs show {run.id}` has its whole trail and "
+                f"`protege runs retry {run.id}` runs it again.\n"
+            ),
+        }
+        try:
+            self.installation.deliver(agent=agent, run=run, mail=mail, attachments=())
+        except Exception:  # the failure stays recorded on the run; the mail is best effort
+            logger.exception("could not mail the failure of run %s to %s", run.id, address)
+
+    def _say(self, line: str) -> None:
+        logger.info("%s", line)
+        if self.on_line is not None:
+            self.on_line(line)
+
+
+@contextlib.contextmanager
+def _locked(responsibility_id: int) -> Iterator[None]:
+    """A transaction in which no other scheduler looks at the same responsibility."""
+    target = getattr(database, "obj", None) or database
+    if isinstance(target, peewee.PostgresqlDatabase):
+        with database.atomic():
+            database.execute_sql(
+                "SELECT id FROM responsibility WHERE id = %s FOR UPDATE", (responsibility_id,)
+            )
+            yield
+    else:
+        with exclusive_on(database):  # SQLite: the write lock, taken before reading
+            yield
+
+
+def _aware(stored: datetime.datetime) -> datetime.datetime:
+    return stored.replace(tzinfo=UTC)
+
+
+def _zone(responsibility: Responsibility) -> datetime.tzinfo:
+    try:
+        cron = responsibility.cron
+    except ScheduleError:
+        return UTC
+    return UTC if cron is None else cron.zone
