@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 
 # Names load on first use, so `import protege` (and so `protege --help`) stays cheap.
 _EXPORTS = {
+    "Part": "protege.result",
     "Result": "protege.result",
     "RunContext": "protege.context",
     "Tool": "protege.tool",
@@ -23,12 +24,12 @@ _EXPORTS = {
     "success": "protege.result",
 }
 
-__all__ = ["Result", "RunContext", "Tool", "Trust", "failure", "hookimpl", "success"]
+__all__ = ["Part", "Result", "RunContext", "Tool", "Trust", "failure", "hookimpl", "success"]
 
 if TYPE_CHECKING:
     from protege.context import RunContext
     from protege.hookspecs import hookimpl
-    from protege.result import Result, Trust, failure, success
+    from protege.result import Part, Result, Trust, failure, success
     from protege.tool import Tool
 
 

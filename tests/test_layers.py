@@ -22,7 +22,10 @@ LAYERS = [
     ("tools on offer", {"toolkits", "registry", "plugins"}),
     ("records", {"models", "mail", "blobs"}),
     ("tool contract", {"tool", "result", "context", "schema", "hookspecs"}),
-    ("foundation", {"errors", "config", "addresses", "access", "db", "dblock", "migrations"}),
+    (
+        "foundation",
+        {"errors", "config", "addresses", "access", "db", "dblock", "migrations", "filetypes"},
+    ),
 ]
 # Only the command line imports inside functions: so that `protege --help` loads no
 # database driver, model client or plugin. The package root loads its public names lazily.

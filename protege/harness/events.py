@@ -119,7 +119,8 @@ class ToolRefused(RunEvent):
 @attrs.frozen(kw_only=True)
 class ToolResult(RunEvent):
     """What a call gave back, as the model was shown it (``declined``: not run, not a
-    failure of the tool)."""
+    failure of the tool; ``parts``: the files it gave back to be shown as themselves, by
+    name, type and size, never their bytes)."""
 
     kind: ClassVar[str] = TOOL_RESULT
     call_id: Any = None
@@ -129,6 +130,7 @@ class ToolResult(RunEvent):
     content: Any = None
     details: Any = attrs.Factory(dict)
     declined: Any = False
+    parts: Any = attrs.Factory(list)  # the files it showed as themselves, described
 
     @property
     def failed(self) -> bool:
