@@ -140,7 +140,13 @@ class ToolResult(RunEvent):
     def line(self) -> str:
         state = "ok" if self.ok is True else "failed" if self.ok is False else "unknown outcome"
         fenced = " (untrusted)" if self.trust == "untrusted" else ""
-        return f"  {state}{fenced}: {excerpt(self.content)}"
+        files = ""
+        if isinstance(self.parts, list) and self.parts:
+            names = [
+                str(p.get("filename") or p.get("kind")) for p in self.parts if isinstance(p, dict)
+            ]
+            files = f" [files: {', '.join(names)}]"
+        return f"  {state}{fenced}{files}: {excerpt(self.content)}"
 
 
 @attrs.frozen(kw_only=True)

@@ -21,6 +21,11 @@ from protege.result import IMAGE, PDF, Part, Trust
 logger = logging.getLogger(__name__)
 
 HISTORY_LIMIT = 20  # earlier inbound messages of the thread shown to the model, newest kept
+FILES_NOT_SHOWN_AGAIN = {
+    "role": "user",
+    "content": "(protege: the files these tool calls gave back were shown to you as "
+    "themselves then; they are not shown again here.)",
+}
 
 
 def system_prompt(run: Run, fence: Fence) -> str:
@@ -158,19 +163,27 @@ def _replay(timeline: list[Event], fence: Fence) -> list[dict[str, Any]]:
 
 def replay(timeline: list[Event], fence: Fence) -> tuple[list[dict[str, Any]], list[dict]]:
     """A run's recorded turns as conversation messages, and the tool calls of its last
-    turn that have no recorded result."""
+    turn that have no recorded result.
+
+    Files that results showed as themselves are not kept, only described; a note after the
+    turn's tool messages says they are not shown again."""
     replayed: list[dict[str, Any]] = []
     answered: set[str] = set()
     calls: list[dict[str, Any]] = []
+    files_shown = False
     for row in timeline:
         event = events.read(row.kind, row.payload)
         if isinstance(event, events.ModelResponse):
+            if files_shown:
+                replayed.append(FILES_NOT_SHOWN_AGAIN)
+                files_shown = False
             message: dict[str, Any] = {"role": "assistant", "content": event.content}
             if event.tool_calls:
                 message["tool_calls"] = event.tool_calls
                 calls += event.tool_calls
             replayed.append(message)
         elif isinstance(event, events.ToolResult):
+            files_shown = files_shown or bool(event.parts)
             answered.add(event.call_id)
             replayed.append(
                 {
@@ -179,4 +192,7 @@ def replay(timeline: list[Event], fence: Fence) -> tuple[list[dict[str, Any]], l
                     "content": render_result(event, fence),
                 }
             )
-    return replayed, [call for call in calls if call["id"] not in answered]
+    unanswered = [call for call in calls if call["id"] not in answered]
+    if files_shown and not unanswered:  # the note may not come between a turn's answers
+        replayed.append(FILES_NOT_SHOWN_AGAIN)
+    return replayed, unanswered

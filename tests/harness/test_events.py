@@ -162,3 +162,16 @@ def test_an_unknown_kind_is_kept_as_it_is():
     event = events.read("approval_requested", {"approver": "boss@thescoop.com"})
     assert isinstance(event, events.UnknownEvent)
     assert event.as_json() == {"approver": "boss@thescoop.com"}
+
+
+def test_a_tool_result_that_showed_files_names_them():
+    line = events.render(
+        "tool_result",
+        {
+            "ok": True,
+            "trust": "untrusted",
+            "content": '{"ok": true}',
+            "parts": [{"kind": "image", "filename": "photo.png"}, {"kind": "pdf"}],
+        },
+    )
+    assert line == '  ok (untrusted) [files: photo.png, pdf]: {"ok": true}'

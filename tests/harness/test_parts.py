@@ -202,3 +202,38 @@ def test_parts_must_be_what_they_say():
     with pytest.raises(TypeError, match="Part objects"):
         SnapshotTool().success(parts=[{"type": "image_url"}])
     assert Part.image(PNG).media_type == "image/png"
+
+
+def test_a_later_run_in_the_thread_is_told_earlier_files_are_not_shown_again(
+    config, scripted_model
+):
+    agent = agent_granted([SnapshotTool])
+    multimodal = with_input(config, "image")
+    manifest = manifest_of([SnapshotTool])
+    scripted_model.script(tool_call("snapshot"), say("Looks cold."), say("Still cold."))
+    first = run_reply(
+        agent, sender="mara@thescoop.com", body="Freezer B?", config=multimodal, manifest=manifest
+    )
+    run_reply(
+        agent,
+        sender="mara@thescoop.com",
+        body="And now?",
+        reply_to=first.message,
+        config=multimodal,
+        manifest=manifest,
+    )
+    roles = [(m["role"], m["content"]) for m in scripted_model.requests[2]["messages"]]
+    assert [role for role, _ in roles] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "user",
+        "assistant",
+        "user",
+    ]
+    assert roles[4][1] == (
+        "(protege: the files these tool calls gave back were shown to you as themselves then; "
+        "they are not shown again here.)"
+    )
+    assert "image_url" not in json.dumps(scripted_model.requests[2])
