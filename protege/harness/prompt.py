@@ -100,8 +100,11 @@ def build_messages(
 
 
 def _viewable(attached: Sequence[Blob], config: Config) -> list[tuple[str, Part]]:
-    """The attachments that are images or PDFs by their bytes, as labelled parts."""
+    """The attachments that are images or PDFs by their bytes, as labelled parts (none for
+    a model that reads neither: it is not told about what it could never be shown)."""
     found: list[tuple[str, Part]] = []
+    if not (config.model.accepts(IMAGE) or config.model.accepts(PDF)):
+        return found
     for blob in attached:
         if blob.size > config.files.max_read_bytes:
             continue

@@ -74,12 +74,14 @@ class ReadAttachmentTool(Tool):
         self, context: RunContext, text: str, content_type: str, about: dict[str, object]
     ) -> Result:
         limit = context.config.files.max_text_chars
+        cut = {"max_text_chars": limit} if len(text) > limit else {}
         return self.success(
             **about,
             content_type=content_type,
             text=text[:limit],
-            truncated=len(text) > limit,
+            truncated=bool(cut),
             total_chars=len(text),
+            **cut,
         )
 
     def _image(
@@ -110,13 +112,17 @@ class ReadAttachmentTool(Tool):
         except Exception as error:  # pypdf raises many kinds on a broken or hostile PDF
             return self.failure(f"the PDF's text cannot be extracted: {error}", **about)
         limit = limits.max_text_chars
+        cut = {"max_text_chars": limit} if len(text) > limit else {}
+        if read_pages < pages:
+            cut["max_pdf_pages"] = limits.max_pdf_pages
         return self.success(
             **about,
             content_type=PDF_TYPE,
             pages=pages,
             pages_read=read_pages,
             text=text[:limit],
-            truncated=len(text) > limit or read_pages < pages,
+            truncated=bool(cut),
+            **cut,
         )
 
 

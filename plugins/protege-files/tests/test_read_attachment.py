@@ -211,6 +211,7 @@ def test_long_text_is_cut_to_the_limit_and_says_so(sundae, mail_with, read, conf
     result = read(sundae, blob.id, config=configured(max_text_chars=100))
     assert result.data["text"] == "a" * 100
     assert (result.data["truncated"], result.data["total_chars"]) == (True, 250)
+    assert result.data["max_text_chars"] == 100  # which limit cut it, and its value
 
 
 def test_the_default_text_limit_is_twenty_thousand_characters(sundae, mail_with, read):
@@ -237,3 +238,17 @@ def test_missing_bytes_are_a_failure_not_a_crash(sundae, mail_with, read, proteg
     _, (blob,) = mail_with(sundae, ("orders.csv", "text/csv", CSV))
     blob_path(protege_app.data_dir, blob.sha256).unlink()
     assert read(sundae, blob.id).reason == "the file's content is missing from storage"
+
+
+def test_a_pdf_past_the_page_limit_says_which_limit_cut_it(sundae, mail_with, read, configured):
+    two_pages = (FIXTURES / "two-pages.pdf").read_bytes()
+    _, (blob,) = mail_with(sundae, ("two.pdf", "application/pdf", two_pages))
+    whole = read(sundae, blob.id)
+    assert whole.data["text"] == "first page\n\nsecond page"
+    result = read(sundae, blob.id, config=configured(max_pdf_pages=1))
+    assert (result.data["text"], result.data["pages"], result.data["pages_read"]) == (
+        "first page",
+        2,
+        1,
+    )
+    assert (result.data["truncated"], result.data["max_pdf_pages"]) == (True, 1)
