@@ -18,11 +18,13 @@ import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 
-from protege.filetypes import as_text, sniff
+from protege.filetypes import IMAGE_TYPES, PDF_TYPE, as_text, sniff
 from protege.models import Agent, Blob
 
 __all__ = [
+    "IMAGE_TYPES",
     "MAX_FILENAME",
+    "PDF_TYPE",
     "as_text",
     "blob_path",
     "read",

@@ -11,7 +11,8 @@ import pytest
 from protege import Part, Tool
 from protege.mail import attachments_of
 from protege.testing import run_reply, say, tool_call
-from tests.harness.conftest import agent_granted, manifest_of
+
+from .conftest import agent_granted, manifest_of
 
 FIXTURES = Path(__file__).parents[2] / "plugins" / "protege-files" / "tests" / "fixtures"
 PNG = (FIXTURES / "photo.png").read_bytes()

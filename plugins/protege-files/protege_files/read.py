@@ -6,11 +6,8 @@ import io
 import logging
 
 from protege import Part, Result, RunContext, Tool, Trust
-from protege.blobs import as_text, read, sniff
+from protege.blobs import IMAGE_TYPES, PDF_TYPE, as_text, read, sniff
 from protege.mail import visible_blob
-
-IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
-PDF_TYPE = "application/pdf"
 
 # pypdf warns on every quirk of a broken PDF; those are the sender's, not ours to log.
 logging.getLogger("pypdf").setLevel(logging.ERROR)
