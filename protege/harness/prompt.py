@@ -51,7 +51,7 @@ def render_email(message: Message, fence: Fence, attachments: Sequence[Blob] = (
         lines.append(f"Cc: {', '.join(message.cc_addresses)}")
     lines += [f"Subject: {message.subject}", "", message.body_text]
     if attachments:
-        lines += ["", "Attachments (read one with read_attachment and its blob id):"]
+        lines += ["", "Attachments (read_attachment reads one by its blob id, if you have it):"]
         lines += [
             f"- {blob.filename} ({blob.content_type}, {blob.size} bytes, blob id {blob.id})"
             for blob in attachments

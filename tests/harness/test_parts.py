@@ -126,6 +126,7 @@ def test_the_answered_messages_images_and_pdfs_are_shown_within_the_run_cap(conf
     email = content[0]["text"]
     assert email.startswith(f"<<<UNTRUSTED {fence} source='email'>>>")
     assert (
+        "Attachments (read_attachment reads one by its blob id, if you have it):\n"
         f"- photo.png (image/png, {len(PNG)} bytes, blob id {blobs[0].id})\n"
         f"- receipt.pdf (application/pdf, {len(PDF)} bytes, blob id {blobs[1].id})\n"
         f"<<<END UNTRUSTED {fence}>>>\n"
