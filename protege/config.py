@@ -18,6 +18,7 @@ CONFIG_VARIABLE = "PROTEGE_CONFIG"
 DATA_DIR_VARIABLE = "PROTEGE_DATA_DIR"
 DATABASE_URL_VARIABLE = "PROTEGE_DATABASE_URL"
 MODEL_VARIABLE = "PROTEGE_MODEL"
+OPENAI_BASE_URL_VARIABLE = "OPENAI_BASE_URL"
 MODEL_BASE_URL_VARIABLE = "PROTEGE_MODEL_BASE_URL"
 MODEL_API_KEY_ENV_VARIABLE = "PROTEGE_MODEL_API_KEY_ENV"
 MAIL_TRANSPORT_VARIABLE = "PROTEGE_MAIL_TRANSPORT"
@@ -47,6 +48,9 @@ class ModelSettings:
     model: str | None = None
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
+    # Read from the environment (api_key_env) when the configuration is loaded; kept out of
+    # repr so that it never reaches a log.
+    api_key: str | None = attrs.field(default=None, repr=False)
     timeout: float = 60.0
     max_retries: int = attrs.field(default=3, validator=attrs.validators.ge(0))
     max_output_tokens: int | None = None
@@ -108,6 +112,8 @@ class MailSettings:
     smtp_starttls: bool = True
     smtp_username: str | None = None
     smtp_password_env: str = "PROTEGE_SMTP_PASSWORD"
+    # Read from the environment (smtp_password_env) when the configuration is loaded.
+    smtp_password: str | None = attrs.field(default=None, repr=False)
     smtp_timeout: float = 30.0
     smtp_retries: int = attrs.field(default=3, validator=attrs.validators.ge(0))
     max_message_bytes: int = 25 * MIB
@@ -254,16 +260,36 @@ def _build(
         tool_modules=settings.tool_modules,
         data_dir=data_dir,
         database_url=database_url or f"sqlite:///{data_dir / 'protege.db'}",
-        model=_overridden(
-            settings.model,
+        model=_with_model_secrets(
+            _overridden(
+                settings.model,
+                environ,
+                model=MODEL_VARIABLE,
+                base_url=MODEL_BASE_URL_VARIABLE,
+                api_key_env=MODEL_API_KEY_ENV_VARIABLE,
+            ),
             environ,
-            model=MODEL_VARIABLE,
-            base_url=MODEL_BASE_URL_VARIABLE,
-            api_key_env=MODEL_API_KEY_ENV_VARIABLE,
         ),
         runs=settings.runs,
-        mail=_overridden(settings.mail, environ, transport=MAIL_TRANSPORT_VARIABLE),
+        mail=_with_mail_secrets(
+            _overridden(settings.mail, environ, transport=MAIL_TRANSPORT_VARIABLE), environ
+        ),
         files=settings.files,
+    )
+
+
+def _with_model_secrets(model: ModelSettings, environ: Mapping[str, str]) -> ModelSettings:
+    # The environment is read here, once, so that nothing below configuration reads it.
+    return attrs.evolve(
+        model,
+        base_url=model.base_url or environ.get(OPENAI_BASE_URL_VARIABLE) or None,
+        api_key=model.api_key or environ.get(model.api_key_env) or None,
+    )
+
+
+def _with_mail_secrets(mail: MailSettings, environ: Mapping[str, str]) -> MailSettings:
+    return attrs.evolve(
+        mail, smtp_password=mail.smtp_password or environ.get(mail.smtp_password_env) or None
     )
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
@@ -18,6 +18,15 @@ if TYPE_CHECKING:
 current_tool_call: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "protege_tool_call", default=None
 )
+
+
+class Deliver(Protocol):
+    """Sends mail as the run's agent: ``deliver(mail, attachments=())`` returns what became
+    of it (``status``, ``message_id``, recipients, refusals)."""
+
+    def __call__(
+        self, mail: Mapping[str, Any], attachments: Sequence[Any] = ()
+    ) -> dict[str, Any]: ...
 
 
 def _exactly_one_subject(instance: RunContext, attribute: attrs.Attribute, value: Any) -> None:
@@ -42,7 +51,7 @@ class RunContext:
     responsibility: Responsibility | None = attrs.field(
         default=None, validator=_exactly_one_subject
     )
-    deliver: Callable[..., Any]
+    deliver: Deliver
     config: Config
     logger: logging.Logger | logging.LoggerAdapter
     correlation_id: str | None = None

@@ -35,7 +35,8 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 def register_tools(register: Callable[[type[Tool]], Any]) -> None:
     """Offer tool classes to the manifest by calling ``register(ToolClass)`` for each.
 
-    Called once per process, when the manifest is first built. A class that breaks the tool
+    Called each time a manifest is built (once per command, once when the server starts),
+    so it should only register, with no side effects. A class that breaks the tool
     contract is reported and left out; the plugin's other tools still register. If this hook
     raises, none of the plugin's tools are registered and the plugin is reported as broken.
     A tool whose id a host tool, a built-in tool, or an earlier plugin (by distribution name)

@@ -8,21 +8,17 @@ below this module reads configuration or builds a manifest on its own.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import attrs
+import peewee
 
 from protege import db
 from protege.config import Config
 from protege.gateway.outbound import deliver as deliver_by_transport
+from protege.harness.runner import SendMail
 from protege.plugins import PluginHost, plugin_host
 from protege.registry import Manifest, build_manifest
-
-Deliver = Callable[..., dict[str, Any]]
-"""Sends mail as an agent: ``deliver(agent=, run=, mail=, attachments=)`` returns what
-happened (see ``protege.gateway.outbound.deliver``)."""
 
 
 @attrs.frozen
@@ -33,7 +29,10 @@ class Installation:
 
     config: Config
     manifest: Manifest
-    deliver: Deliver
+    deliver: SendMail
+    # The database protege's records are bound to (through the proxy ``protege.db.database``,
+    # which peewee models need); blobs and the outbox live under ``data_dir``.
+    database: peewee.Database
 
     @property
     def data_dir(self) -> Path:
@@ -59,4 +58,5 @@ def open_installation(
         config=config,
         manifest=manifest,
         deliver=functools.partial(deliver_by_transport, config=config),
+        database=db.database.obj,
     )

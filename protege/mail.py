@@ -7,10 +7,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-import peewee
-
 from protege.addresses import InvalidAddress, parse_mailbox, routing_key
-from protege.db import database
 from protege.models import Agent, Blob, Message, MessageAttachment
 from protege.models.blobs import attachments_of
 from protege.models.messages import INBOUND, REFUSED, SYNTHETIC_ID
@@ -117,25 +114,7 @@ def search(agent: Agent, query: str, limit: int = 10) -> list[Message]:
     words = _WORD.findall(query or "")
     if not words:
         return []
-    p = database.param
-    if isinstance(database.obj, peewee.PostgresqlDatabase):
-        sql = (
-            f"SELECT * FROM message WHERE agent_id = {p} AND status <> 'refused' "
-            f"AND search_vector @@ plainto_tsquery('english', {p}) "
-            f"ORDER BY created_at DESC, id DESC LIMIT {p}"
-        )
-        params: tuple = (agent.id, " ".join(words), limit)
-    else:
-        phrase = " ".join('"' + word.replace('"', '""') + '"' for word in words)
-        sql = (
-            "SELECT message.* FROM message JOIN message_search "
-            "ON message_search.rowid = message.id "
-            f"WHERE message_search MATCH {p} AND message.agent_id = {p} "
-            "AND message.status <> 'refused' "
-            f"ORDER BY message.created_at DESC, message.id DESC LIMIT {p}"
-        )
-        params = (phrase, agent.id, limit)
-    return list(Message.raw(sql, *params))
+    return Message.matching(agent.id, words, limit)
 
 
 def visible_blob(agent: Agent, blob_id: int) -> Blob | None:

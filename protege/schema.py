@@ -17,6 +17,7 @@ import functools
 import math
 import re
 from typing import Any
+from urllib.parse import urljoin
 
 DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 _DEFS = "#/$defs/"
@@ -124,7 +125,7 @@ def schema_problem(schema: dict[str, Any]) -> str | None:
     """Why ``schema`` is not a valid JSON Schema of its declared draft (2020-12 if none)."""
     if "$schema" not in schema and is_plainly_valid(schema):
         return None
-    import jsonschema
+    import jsonschema  # heavy (~50 ms): loaded only for schemas the fast check cannot pass
 
     declared = schema.get("$schema")
     if declared is None or declared.rstrip("#") == DRAFT_2020_12:
@@ -146,7 +147,7 @@ def _metaschema_validator(cls: Any) -> Any:
 
 @functools.cache
 def _flat_2020_12_validator() -> Any:
-    import jsonschema
+    import jsonschema  # heavy: see schema_problem
 
     cls = jsonschema.Draft202012Validator
     return cls(flat_2020_12_metaschema(), format_checker=cls.FORMAT_CHECKER)
@@ -154,9 +155,7 @@ def _flat_2020_12_validator() -> Any:
 
 def flat_2020_12_metaschema() -> dict[str, Any]:
     """The Draft 2020-12 metaschema with its vocabularies inlined and no dynamic references."""
-    from urllib.parse import urljoin
-
-    import jsonschema
+    import jsonschema  # heavy: see schema_problem
     from jsonschema_specifications import REGISTRY
 
     root = jsonschema.Draft202012Validator.META_SCHEMA

@@ -142,3 +142,19 @@ def test_files_limits_have_defaults_and_can_be_set(tmp_path):
     (tmp_path / "protege.toml").write_text("[files]\nmax_parts_per_run = 2\n")
     files = load_config(tmp_path, environ={}).files
     assert (files.max_parts_per_run, files.max_text_chars) == (2, 20_000)
+
+
+def test_secrets_are_read_from_the_environment_when_loaded_and_never_shown(tmp_path):
+    (tmp_path / "protege.toml").write_text(
+        '[model]\napi_key_env = "SCOOP_KEY"\n[mail]\nsmtp_password_env = "SCOOP_SMTP"\n'
+    )
+    environ = {
+        "SCOOP_KEY": "sk-xyzzy",
+        "SCOOP_SMTP": "pw-xyzzy",
+        "OPENAI_BASE_URL": "http://m/v1",
+    }
+    config = load_config(tmp_path, environ=environ)
+    assert config.model.api_key == "sk-xyzzy"
+    assert config.model.base_url == "http://m/v1"
+    assert config.mail.smtp_password == "pw-xyzzy"
+    assert "xyzzy" not in repr(config)

@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).parent.parent / "protege"
 
 # From the top down: a module may import its own layer and the ones below, never above.
 LAYERS = [
-    ("entry points", {"cli", "demo", "testing", "worker", "installation", "__main__"}),
+    ("entry points", {"cli", "testing", "worker", "installation", "__main__"}),
     ("gateway", {"gateway"}),
     ("run queue", {"queue"}),
     ("harness", {"harness"}),
@@ -42,14 +42,18 @@ def _modules() -> dict[str, Path]:
     return found
 
 
+_MODULE_NAMES = {f"protege.{name}" if name else "protege" for name in _modules()}
+
+
 def _unit(module: str) -> str:
     return module.split(".", 1)[0]
 
 
-def _imports(module: str, path: Path) -> list[tuple[str, bool]]:
-    """The protege modules ``module`` imports, each with whether it is inside a function."""
+def _imports(module: str, path: Path, typing_only: bool = False) -> list[tuple[str, bool]]:
+    """The protege modules ``module`` imports, each with whether it is inside a function
+    (or, with ``typing_only``, those it imports under ``if TYPE_CHECKING:`` alone)."""
     tree = ast.parse(path.read_text())
-    typing_only = {
+    typing_nodes = {
         id(node)
         for block in ast.walk(tree)
         if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
@@ -59,7 +63,9 @@ def _imports(module: str, path: Path) -> list[tuple[str, bool]]:
     top_level = {id(node) for node in tree.body}
     found = []
     for node in ast.walk(tree):
-        if id(node) in typing_only or not isinstance(node, ast.Import | ast.ImportFrom):
+        if not isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        if (id(node) in typing_nodes) != typing_only:
             continue
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
@@ -69,6 +75,14 @@ def _imports(module: str, path: Path) -> list[tuple[str, bool]]:
             names = [".".join([*base, *([node.module] if node.module else [])])]
         else:
             names = [node.module or ""]
+        if isinstance(node, ast.ImportFrom):
+            # `from protege import gateway` imports protege.gateway, not just the root.
+            names = [
+                f"{names[0]}.{alias.name}"
+                if f"{names[0]}.{alias.name}" in _MODULE_NAMES
+                else names[0]
+                for alias in node.names
+            ]
         for name in names:
             if name == "protege" or name.startswith("protege."):
                 inner = id(node) not in top_level
@@ -120,3 +134,64 @@ def test_imports_inside_functions_are_only_for_a_fast_command_line():
         if is_inner and _unit(module) not in LAZY_IMPORTERS
     ]
     assert inner == []
+
+
+def test_no_module_is_part_of_an_import_cycle():
+    """Any cycle, of any length, also within one layer or one package (type hints aside)."""
+    graph = {
+        module: {target for target, _ in targets if target in MODULES and target != module}
+        for module, targets in EDGES.items()
+        if module  # the package root re-exports lazily, on attribute access
+    }
+    cycle = _find_cycle(graph)
+    assert cycle is None, " -> ".join(f"protege.{m}" for m in cycle or [])
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    visiting: list[str] = []
+    done: set[str] = set()
+
+    def visit(module: str) -> list[str] | None:
+        if module in visiting:
+            return [*visiting[visiting.index(module) :], module]
+        if module in done:
+            return None
+        visiting.append(module)
+        for target in sorted(graph.get(module, ())):
+            found = visit(target)
+            if found:
+                return found
+        visiting.pop()
+        done.add(module)
+        return None
+
+    for module in sorted(graph):
+        found = visit(module)
+        if found:
+            return found
+    return None
+
+
+# Names used only in annotations may come from above, where the type lives with its layer;
+# each such pair is listed here, with why.
+TYPE_HINTS_FROM_ABOVE = {
+    # Records take the manifest they resolve against; they never build one.
+    ("models.agents", "registry"),
+    ("models.resolution", "registry"),
+    # RunContext names the records it carries.
+    ("context", "models"),
+}
+
+
+def test_type_hints_from_above_are_only_the_listed_ones():
+    found = set()
+    for module, path in MODULES.items():
+        if not module:
+            continue
+        here = _layer(_unit(module))
+        for target, _ in _imports(module, path, typing_only=True):
+            if target and target != module and _layer(_unit(target)) < here:
+                found.add(
+                    (module.rsplit(".", 1)[0] if module.count(".") > 1 else module, _unit(target))
+                )
+    assert found == TYPE_HINTS_FROM_ABOVE

@@ -28,14 +28,13 @@ def open_installation() -> Installation:
     to import)."""
     from protege.config import load_config
     from protege.installation import open_installation as build
-    from protege.registry import manifest
 
     config = load_config()
     db.connect(config.database_url)
     db.require_current()
-    tools = manifest()
-    warn_missing_host_tools(tools)
-    return build(config, manifest=tools, connect=False)
+    installation = build(config, connect=False)
+    warn_missing_host_tools(installation.manifest)
+    return installation
 
 
 def agent_and_toolkit(agent_name: str, toolkit_name: str):

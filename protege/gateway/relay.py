@@ -9,7 +9,6 @@ good) ends the attempt for everyone still waiting.
 from __future__ import annotations
 
 import logging
-import os
 import smtplib
 import ssl
 import time
@@ -133,7 +132,7 @@ def _attempt(
                 ) from None
         if settings.smtp_username:
             try:
-                smtp.login(settings.smtp_username, os.environ.get(settings.smtp_password_env, ""))
+                smtp.login(settings.smtp_username, settings.smtp_password or "")
             except smtplib.SMTPAuthenticationError as error:
                 raise _Final(
                     f"SMTP refused the login of {settings.smtp_username}: {_text(error.smtp_error)}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from typing import Any
 
 from protege.config import Config
@@ -63,6 +64,7 @@ def start_gateway(config: Config, host: str | None = None, port: int | None = No
     SMTPUTF8 is on, so internationalised addresses arrive as they are; lines may be as
     long as the message may be, as Postfix accepts them.
     """
+    # aiosmtpd (and asyncio's server) are loaded only by the commands that listen.
     from aiosmtpd.controller import Controller
     from aiosmtpd.smtp import SMTP
 
@@ -92,8 +94,6 @@ def start_gateway(config: Config, host: str | None = None, port: int | None = No
 def _bind_or_fail(host: str, port: int) -> None:
     # aiosmtpd's Controller.start reports a port in use only after its ready_timeout (5 s);
     # binding first (with SO_REUSEADDR, as asyncio's server does) raises the OSError at once.
-    import socket
-
     for family, kind, proto, _, address in socket.getaddrinfo(
         host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
     ):
@@ -104,8 +104,6 @@ def _bind_or_fail(host: str, port: int) -> None:
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nothing listens on right now (for demos and tests)."""
-    import socket
-
     with socket.socket() as probe:
         probe.bind((host, 0))
         return probe.getsockname()[1]

@@ -352,7 +352,7 @@ def _validator(tool_class: type[Tool]) -> Any:
 
 
 def _new_validator(tool_class: type[Tool]) -> Any:
-    import jsonschema
+    import jsonschema  # heavy: loaded at a tool's first call, not when protege starts
 
     schema = tool_class.input_schema
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)

@@ -32,7 +32,11 @@ EXCERPT = 160  # characters of free text (model output, arguments, results) show
 
 @attrs.frozen(kw_only=True)
 class RunEvent:
-    """One step of a run. Subclasses name their ``kind`` and declare their payload."""
+    """One step of a run. Subclasses name their ``kind`` and declare their payload.
+
+    The declared types are what the harness writes. Rows read back are taken as they are
+    (no conversion, no validation), so every ``line()`` reads its fields defensively.
+    """
 
     kind: ClassVar[str] = ""
 
@@ -57,10 +61,10 @@ class ModelRequest(RunEvent):
     """A call to the model: which turn, how many messages, which tools were offered."""
 
     kind: ClassVar[str] = MODEL_REQUEST
-    turn: Any = None
-    model: Any = None
-    messages: Any = None
-    tools: Any = attrs.Factory(list)
+    turn: int | None = None
+    model: str | None = None
+    messages: int | None = None
+    tools: list[str] = attrs.Factory(list)
 
     def line(self) -> str:
         tools = ", ".join(_listed(self.tools)) or "none"
@@ -73,12 +77,12 @@ class ModelResponse(RunEvent):
     """The model's answer: its text (never sent to anyone) and the tool calls it asks for."""
 
     kind: ClassVar[str] = MODEL_RESPONSE
-    turn: Any = None
-    content: Any = None
-    tool_calls: Any = attrs.Factory(list)
-    usage: Any = attrs.Factory(dict)
-    latency_ms: Any = None
-    model: Any = None
+    turn: int | None = None
+    content: str | None = None
+    tool_calls: list[dict[str, Any]] = attrs.Factory(list)
+    usage: dict[str, Any] = attrs.Factory(dict)
+    latency_ms: float | None = None
+    model: str | None = None
 
     def line(self) -> str:
         tokens = self.usage.get("total_tokens") if isinstance(self.usage, Mapping) else None
@@ -95,9 +99,9 @@ class ToolCall(RunEvent):
     """A tool call the model made, with its arguments as the model wrote them."""
 
     kind: ClassVar[str] = TOOL_CALL
-    call_id: Any = None
-    tool: Any = None
-    arguments: Any = None
+    call_id: str | None = None
+    tool: str | None = None
+    arguments: str | None = None
 
     def line(self) -> str:
         return f"  call {_shown(self.tool)} {excerpt(self.arguments)}"
@@ -108,9 +112,9 @@ class ToolRefused(RunEvent):
     """A call dispatch refused: a tool the run was not granted, or past a per-turn cap."""
 
     kind: ClassVar[str] = TOOL_REFUSED
-    call_id: Any = None
-    tool: Any = None
-    reason: Any = None
+    call_id: str | None = None
+    tool: str | None = None
+    reason: str | None = None
 
     def line(self) -> str:
         return f"  REFUSED {_shown(self.tool)}: {_shown(self.reason, 'no reason recorded')}"
@@ -123,14 +127,14 @@ class ToolResult(RunEvent):
     name, type and size, never their bytes)."""
 
     kind: ClassVar[str] = TOOL_RESULT
-    call_id: Any = None
-    tool: Any = None
-    ok: Any = None
-    trust: Any = None
-    content: Any = None
-    details: Any = attrs.Factory(dict)
-    declined: Any = False
-    parts: Any = attrs.Factory(list)  # the files it showed as themselves, described
+    call_id: str | None = None
+    tool: str | None = None
+    ok: bool | None = None
+    trust: str | None = None
+    content: str | None = None
+    details: dict[str, Any] = attrs.Factory(dict)
+    declined: bool = False
+    parts: list[dict[str, Any]] = attrs.Factory(list)  # the files it showed, described
 
     @property
     def failed(self) -> bool:
@@ -154,8 +158,8 @@ class BudgetExhausted(RunEvent):
     """The run stopped at one of its budgets."""
 
     kind: ClassVar[str] = BUDGET_EXHAUSTED
-    budget: Any = None
-    limit: Any = None
+    budget: str | None = None
+    limit: int | None = None
 
     def line(self) -> str:
         return f"budget exhausted: {_shown(self.budget)} ({_shown(self.limit)})"
@@ -166,15 +170,15 @@ class Delivery(RunEvent):
     """Mail a tool sent through the run's ``deliver``, and what the transport made of it."""
 
     kind: ClassVar[str] = DELIVERY
-    status: Any = None
-    message_id: Any = None
-    to: Any = attrs.Factory(list)
-    cc: Any = attrs.Factory(list)
-    bcc: Any = attrs.Factory(list)
-    subject: Any = None
-    error: Any = None
-    refused: Any = attrs.Factory(list)
-    repeated: Any = False
+    status: str | None = None
+    message_id: str | None = None
+    to: list[str] = attrs.Factory(list)
+    cc: list[str] = attrs.Factory(list)
+    bcc: list[str] = attrs.Factory(list)
+    subject: str | None = None
+    error: str | None = None
+    refused: list[dict[str, Any]] = attrs.Factory(list)
+    repeated: bool = False
 
     def line(self) -> str:
         line = f"  delivery {_shown(self.status, '(status unknown)')}"
@@ -199,7 +203,7 @@ class RunFailed(RunEvent):
     """The run failed for a reason outside any tool (the model, the database, a bug)."""
 
     kind: ClassVar[str] = ERROR
-    error: Any = None
+    error: str | None = None
 
     def line(self) -> str:
         return f"error: {_shown(self.error, 'no reason recorded')}"

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import functools
-import os
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -41,25 +39,24 @@ class ModelReply:
 class ModelClient:
     """Sends a run's conversation to the configured model."""
 
-    def __init__(self, settings: ModelSettings, environ: Mapping[str, str] | None = None) -> None:
-        environ = os.environ if environ is None else environ
+    def __init__(self, settings: ModelSettings) -> None:
         if not settings.model:
             raise ModelError(
                 'no model is configured: set model = "..." under [model] in protege.toml'
             )
         self.settings = settings
-        self.base_url = settings.base_url or environ.get("OPENAI_BASE_URL") or None
+        self.base_url = settings.base_url
         self.api_key_env = settings.api_key_env
         self._client = _client(
             self.base_url,
-            environ.get(settings.api_key_env) or PLACEHOLDER_KEY,
+            settings.api_key or PLACEHOLDER_KEY,
             settings.timeout,
             settings.max_retries,
         )
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
         """One Chat Completions call (retried by the client on 429 and 5xx)."""
-        import openai
+        import openai  # heavy (~200 ms): loaded by the first model call, not at start-up
 
         request: dict[str, Any] = {"model": self.settings.model, "messages": messages}
         if tools:
@@ -142,7 +139,7 @@ def _said(error: Exception) -> str:
 @functools.lru_cache(maxsize=8)
 def _client(base_url: str | None, api_key: str, timeout: float, max_retries: int) -> Any:
     # One client per endpoint and process, so its connection pool is reused across runs.
-    import openai
+    import openai  # heavy: see ModelClient.complete
 
     return openai.OpenAI(
         base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries

@@ -185,7 +185,7 @@ def replay(timeline: list[Event], fence: Fence) -> tuple[list[dict[str, Any]], l
                 message["tool_calls"] = event.tool_calls
                 calls += event.tool_calls
             replayed.append(message)
-        elif isinstance(event, events.ToolResult):
+        elif isinstance(event, events.ToolResult) and event.call_id is not None:
             files_shown = files_shown or bool(event.parts)
             answered.add(event.call_id)
             replayed.append(

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
-from protege.config import RunSettings
+from protege.config import Config, RunSettings
 from protege.context import RunContext
 from protege.errors import ProtegeError
 from protege.harness import events
@@ -17,13 +18,39 @@ from protege.harness.fence import Fence
 from protege.harness.model import ModelClient
 from protege.harness.parts import PartBudget, fenced_parts
 from protege.harness.prompt import build_messages, replay
-from protege.models import Agent, Run
+from protege.models import Agent, Blob, Run
 from protege.models.base import utcnow
 from protege.models.runs import DONE, FAILED, QUEUED, RUNNING
 from protege.plugins import error_line
+from protege.registry import Manifest
 
-if TYPE_CHECKING:
-    from protege.installation import Installation
+
+class SendMail(Protocol):
+    """Sends mail as an agent, for a run (or none), and says what became of it."""
+
+    def __call__(
+        self,
+        *,
+        agent: Agent,
+        run: Run | None,
+        mail: dict[str, Any],
+        attachments: Sequence[Blob | int] = (),
+    ) -> dict[str, Any]: ...
+
+
+class RunResources(Protocol):
+    """What a run is handed by whoever carries it out (``protege.installation`` builds the
+    real one): the configuration, the tools on offer, and the means to send mail."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def manifest(self) -> Manifest: ...
+
+    @property
+    def deliver(self) -> SendMail: ...
+
 
 logger = logging.getLogger("protege.run")
 
@@ -37,7 +64,7 @@ class _CorrelatedLogger(logging.LoggerAdapter):
         return f"[{self.correlation_id}] {msg}", kwargs
 
 
-def execute(run: Run, installation: Installation, *, model: ModelClient | None = None) -> Run:
+def execute(run: Run, installation: RunResources, *, model: ModelClient | None = None) -> Run:
     """Carry out ``run`` to the end and return it, done or failed; nothing the run does
     raises out of here (in the main thread, an operator's Ctrl-C still stops the process
     after the run is marked failed).
@@ -78,7 +105,7 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-async def _turns(run: Run, installation: Installation, model: ModelClient, log: EventLog) -> None:
+async def _turns(run: Run, installation: RunResources, model: ModelClient, log: EventLog) -> None:
     config = installation.config
     live = LiveCalls()
     context = _context(run, installation, log, live)
@@ -210,7 +237,7 @@ def _files_message(
     return {"role": "user", "content": [{"type": "text", "text": text}, *parts]}
 
 
-def _context(run: Run, installation: Installation, log: EventLog, live: LiveCalls) -> RunContext:
+def _context(run: Run, installation: RunResources, log: EventLog, live: LiveCalls) -> RunContext:
     agent: Agent = run.agent
     run_logger = _CorrelatedLogger(logger, run.correlation_id)
 

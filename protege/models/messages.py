@@ -80,6 +80,32 @@ class Message(Record):
         )
         return list(Message.raw(sql, self.agent_id, self.thread_key, self.id, limit))[::-1]
 
+    @staticmethod
+    def matching(agent_id: int, words: list[str], limit: int) -> list[Message]:
+        """The agent's messages (refused ones left out) holding every one of ``words``,
+        newest first, at most ``limit``."""
+        # Full-text search is FTS5 on SQLite and a tsvector on PostgreSQL, neither of which
+        # peewee's query builder speaks: plain SQL, one statement per database.
+        p = database.param
+        if isinstance(database.obj, peewee.PostgresqlDatabase):
+            sql = (
+                f"SELECT * FROM message WHERE agent_id = {p} AND status <> 'refused' "
+                f"AND search_vector @@ plainto_tsquery('english', {p}) "
+                f"ORDER BY created_at DESC, id DESC LIMIT {p}"
+            )
+            params: tuple[Any, ...] = (agent_id, " ".join(words), limit)
+        else:
+            phrase = " ".join('"' + word.replace('"', '""') + '"' for word in words)
+            sql = (
+                "SELECT message.* FROM message JOIN message_search "
+                "ON message_search.rowid = message.id "
+                f"WHERE message_search MATCH {p} AND message.agent_id = {p} "
+                "AND message.status <> 'refused' "
+                f"ORDER BY message.created_at DESC, message.id DESC LIMIT {p}"
+            )
+            params = (phrase, agent_id, limit)
+        return list(Message.raw(sql, *params))
+
     @property
     def inbound(self) -> bool:
         """Whether the agent received this message (rather than sent it)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -147,6 +148,4 @@ def run_tool(tool_id: str, *, context: RunContext, manifest: Manifest, **input: 
 
 
 def _json(values: dict[str, Any]) -> str:
-    import json
-
     return json.dumps(values, default=str)

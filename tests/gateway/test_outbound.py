@@ -11,6 +11,7 @@ import pytest
 from aiosmtpd.controller import Controller
 
 from protege import blobs
+from protege.config import load_config
 from protege.context import current_tool_call
 from protege.gateway.outbound import DeliveryRefused, deliver
 from protege.gateway.smtp import free_port
@@ -266,9 +267,10 @@ def authenticating_relay():
 def test_smtp_login(sundae, config, authenticating_relay, monkeypatch, password, sent):
     capture, relay = authenticating_relay
     monkeypatch.setenv("PROTEGE_SMTP_PASSWORD", password)
+    loaded = load_config(config.root)  # the password is read when the configuration is
     outcome = send(
         sundae,
-        smtp_config(config, relay, smtp_username="sundae"),
+        smtp_config(loaded, relay, smtp_username="sundae"),
         {"to": ["jane@acme.com"], "body": "b"},
     )
     assert (outcome["status"] == "sent") is sent

@@ -2,6 +2,7 @@
 
 import json
 
+import attrs
 import pytest
 
 from protege.harness import events
@@ -175,3 +176,15 @@ def test_a_tool_result_that_showed_files_names_them():
         },
     )
     assert line == '  ok (untrusted) [files: photo.png, pdf]: {"ok": true}'
+
+
+def test_a_real_delivery_outcome_fits_the_delivery_event(protege_app):
+    from protege.models import Agent
+
+    agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    outcome = protege_app.deliver(
+        agent=agent, run=None, mail={"to": ["jane@acme.com"], "subject": "s", "body": "b"}
+    )
+    fields = {field.name for field in attrs.fields(events.Delivery)}
+    assert set(outcome) <= fields  # nothing the gateway reports is lost from the trail
+    assert events.Delivery.from_payload(outcome).status == "sent"
