@@ -12,6 +12,8 @@ import base64
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
+
 from protege.config import FilesSettings, ModelSettings
 from protege.harness.fence import Fence
 from protege.result import IMAGE, Part
@@ -60,17 +62,28 @@ def content_part(part: Part) -> dict[str, Any]:
     return {"type": "file", "file": {"filename": part.filename or "document.pdf", "file_data": url}}
 
 
+@attrs.frozen
+class Shown:
+    """A file to show: its label inside the fence (which may name it: the name came from
+    outside), the words naming it outside the fence (only protege's own), and the part."""
+
+    label: str
+    ours: str
+    part: Part
+
+
 def fenced_parts(
-    labelled: Sequence[tuple[str, Part]], budget: PartBudget, fence: Fence, source: str
+    files: Sequence[Shown], budget: PartBudget, fence: Fence, source: str
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """The content parts showing ``labelled`` files (label, part) inside one fence, and a
-    line for each file left out. No parts at all when every file is left out."""
+    """The content parts showing ``files`` inside one fence, and a line for each file left
+    out (in protege's own words). No parts at all when every file is left out."""
     shown: list[dict[str, Any]] = []
     left_out: list[str] = []
-    for label, part in labelled:
+    for file in files:
+        label, part = file.label, file.part
         refused = budget.admit(part)
         if refused is not None:
-            left_out.append(f"{label} was not shown: {refused}")
+            left_out.append(f"{file.ours} was not shown: {refused}")
             continue
         shown.append({"type": "text", "text": fence.neutralise(label)})
         shown.append(content_part(part))

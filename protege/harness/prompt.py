@@ -13,7 +13,7 @@ from protege.errors import ProtegeError
 from protege.filetypes import IMAGE_TYPES, PDF_TYPE
 from protege.harness import events
 from protege.harness.fence import Fence
-from protege.harness.parts import PartBudget, fenced_parts
+from protege.harness.parts import PartBudget, Shown, fenced_parts
 from protege.models import Blob, Event, Message, Run
 from protege.models.blobs import attachments_of
 from protege.result import IMAGE, PDF, Part, Trust
@@ -99,10 +99,10 @@ def build_messages(
     return messages
 
 
-def _viewable(attached: Sequence[Blob], config: Config) -> list[tuple[str, Part]]:
+def _viewable(attached: Sequence[Blob], config: Config) -> list[Shown]:
     """The attachments that are images or PDFs by their bytes, as labelled parts (none for
     a model that reads neither: it is not told about what it could never be shown)."""
-    found: list[tuple[str, Part]] = []
+    found: list[Shown] = []
     if not (config.model.accepts(IMAGE) or config.model.accepts(PDF)):
         return found
     for blob in attached:
@@ -115,10 +115,11 @@ def _viewable(attached: Sequence[Blob], config: Config) -> list[tuple[str, Part]
             continue
         kind = blobs.sniff(data)
         label = f"Attachment {blob.filename} (blob id {blob.id}):"
+        ours = f"The attachment with blob id {blob.id}"
         if kind in IMAGE_TYPES:
-            found.append((label, Part(IMAGE, data, kind, blob.filename)))
+            found.append(Shown(label, ours, Part(IMAGE, data, kind, blob.filename)))
         elif kind == PDF_TYPE:
-            found.append((label, Part(PDF, data, kind, blob.filename)))
+            found.append(Shown(label, ours, Part(PDF, data, kind, blob.filename)))
     return found
 
 

@@ -16,7 +16,7 @@ from protege.harness.dispatch import CallOver, Dispatcher, LiveCalls, Outcome
 from protege.harness.events import EventLog
 from protege.harness.fence import Fence
 from protege.harness.model import ModelClient
-from protege.harness.parts import PartBudget, fenced_parts
+from protege.harness.parts import PartBudget, Shown, fenced_parts
 from protege.harness.prompt import build_messages, replay
 from protege.models import Agent, Blob, Run
 from protege.models.base import utcnow
@@ -221,12 +221,19 @@ async def _answer(
     return failures
 
 
+_A = {"image": "an image", "pdf": "a PDF"}
+
+
 def _files_message(
     files: list[tuple[str, Outcome]], budget: PartBudget, fence: Fence
 ) -> dict[str, Any]:
     """The user message showing the files that tool results of one turn gave back."""
     labelled = [
-        (f"{part.filename or part.kind} from {outcome.tool_id} (call {call_id}):", part)
+        Shown(
+            label=f"{part.filename or part.kind} from {outcome.tool_id} (call {call_id}):",
+            ours=f"{_A[part.kind]} from {outcome.tool_id} (call {call_id})",
+            part=part,
+        )
         for call_id, outcome in files
         for part in outcome.parts
     ]

@@ -140,7 +140,7 @@ def test_the_run_cap_counts_attachments_and_tool_files_together(
     content = scripted_model.requests[2]["messages"][-1]["content"]
     assert [part["type"] for part in content].count("image_url") == 2
     assert content[0]["text"].splitlines()[1:] == [
-        "(protege: photo.png from read_attachment (call call_2_2): was not shown: a run shows "
+        "(protege: an image from read_attachment (call call_2_2) was not shown: a run shows "
         "the model at most 2 files (max_parts_per_run in [files]))"
     ]
 
