@@ -40,20 +40,25 @@ class Part:
     media_type: str
     filename: str = ""
 
+    def __attrs_post_init__(self) -> None:
+        found = sniff(self.data)
+        if self.kind == IMAGE and found not in IMAGE_TYPES:
+            raise ValueError("an image part must be PNG, JPEG, GIF or WebP data")
+        if self.kind == PDF and found != PDF_TYPE:
+            raise ValueError("a PDF part must be PDF data")
+        if self.media_type != found:
+            raise ValueError(f"the part's data is {found}, not {self.media_type}")
+
     @classmethod
     def image(cls, data: bytes, filename: str = "") -> Part:
         """An image to show the model; ``ValueError`` unless ``data`` is PNG, JPEG, GIF or
         WebP."""
-        media_type = sniff(bytes(data))
-        if media_type not in IMAGE_TYPES:
-            raise ValueError("an image part must be PNG, JPEG, GIF or WebP data")
-        return cls(IMAGE, bytes(data), media_type, filename)
+        data = bytes(data)
+        return cls(IMAGE, data, sniff(data) or "application/octet-stream", filename)
 
     @classmethod
     def pdf(cls, data: bytes, filename: str = "document.pdf") -> Part:
         """A PDF to show the model; ``ValueError`` unless ``data`` is a PDF."""
-        if sniff(bytes(data)) != PDF_TYPE:
-            raise ValueError("a PDF part must be PDF data")
         return cls(PDF, bytes(data), PDF_TYPE, filename)
 
     def describe(self) -> dict[str, Any]:

@@ -204,6 +204,10 @@ def test_parts_must_be_what_they_say():
     with pytest.raises(TypeError, match="Part objects"):
         SnapshotTool().success(parts=[{"type": "image_url"}])
     assert Part.image(PNG).media_type == "image/png"
+    with pytest.raises(ValueError, match="PNG, JPEG, GIF or WebP"):
+        Part("image", b"<svg onload=alert(1)>", "image/png")  # made directly: checked too
+    with pytest.raises(ValueError, match="is image/png, not image/gif"):
+        Part("image", PNG, "image/gif")
 
 
 def test_a_later_run_in_the_thread_is_told_earlier_files_are_not_shown_again(
