@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 
 # Names load on first use, so `import protege` (and so `protege --help`) stays cheap.
 _EXPORTS = {
+    "Part": "protege.result",
     "ProtegeError": "protege.errors",
     "Result": "protege.result",
     "RunContext": "protege.context",
@@ -25,6 +26,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "Part",
     "ProtegeError",
     "Result",
     "RunContext",
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
     from protege.context import RunContext
     from protege.errors import ProtegeError
     from protege.hookspecs import hookimpl
-    from protege.result import Result, Trust, failure, success
+    from protege.result import Part, Result, Trust, failure, success
     from protege.tool import Tool
 
 

@@ -2,6 +2,7 @@
 
 The bytes are content-addressed files under ``<data_dir>/blobs/`` (the same content is kept
 once); each stored file is still its own ``Blob`` row, with its own name and type.
+``sniff`` and ``as_text`` tell what stored bytes really are, whatever type they were sent as.
 """
 
 from __future__ import annotations
@@ -17,7 +18,21 @@ import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 
+from protege.filetypes import IMAGE_TYPES, PDF_TYPE, as_text, sniff
 from protege.models import Agent, Blob
+
+__all__ = [
+    "IMAGE_TYPES",
+    "MAX_FILENAME",
+    "PDF_TYPE",
+    "as_text",
+    "blob_path",
+    "read",
+    "removed_on_failure",
+    "sanitize_filename",
+    "sniff",
+    "store",
+]
 
 MAX_FILENAME = 120
 # Files written inside ``removed_on_failure``, so a failed transaction takes them back.

@@ -25,6 +25,8 @@ MODEL_BASE_URL_VARIABLE = "PROTEGE_MODEL_BASE_URL"
 MODEL_API_KEY_ENV_VARIABLE = "PROTEGE_MODEL_API_KEY_ENV"
 MAIL_TRANSPORT_VARIABLE = "PROTEGE_MAIL_TRANSPORT"
 DEFAULT_DATA_DIR = ".protege"
+TEXT, IMAGE, PDF = "text", "image", "pdf"
+MODEL_INPUTS = (TEXT, IMAGE, PDF)
 _Section = TypeVar("_Section", bound=attrs.AttrsInstance)
 
 
@@ -39,7 +41,9 @@ class ModelSettings:
 
     The environment overrides the file: ``PROTEGE_MODEL`` sets ``model``,
     ``PROTEGE_MODEL_BASE_URL`` sets ``base_url`` and ``PROTEGE_MODEL_API_KEY_ENV`` sets
-    ``api_key_env``. The test fixtures use them to put their scripted model in place of
+    ``api_key_env``. ``input`` says what the model reads besides text (``"image"``,
+    ``"pdf"``); only those are ever sent to it, so the default, text only, suits any model.
+    The test fixtures use them to put their scripted model in place of
     whatever the app's ``protege.toml`` names.
     """
 
@@ -57,6 +61,14 @@ class ModelSettings:
         validator=attrs.validators.in_(("max_completion_tokens", "max_tokens")),
     )
     temperature: float | None = None
+    input: tuple[str, ...] = attrs.field(
+        default=(TEXT,),
+        validator=attrs.validators.deep_iterable(attrs.validators.in_(MODEL_INPUTS)),
+    )
+
+    def accepts(self, kind: str) -> bool:
+        """Whether the model may be sent content of ``kind`` (``"image"``, ``"pdf"``)."""
+        return kind in self.input
 
 
 @attrs.frozen(kw_only=True)
@@ -181,6 +193,28 @@ class ResponsibilitySettings:
 
 
 @attrs.frozen(kw_only=True)
+class FilesSettings:
+    """``[files]``: limits on the files agents read and write.
+
+    ``read_attachment`` reads files of at most ``max_read_bytes`` and gives back at most
+    ``max_text_chars`` characters of text (``max_pdf_pages`` pages of a PDF whose text is
+    extracted). A run shows the model at most ``max_parts_per_run`` files as themselves
+    (images, PDFs), of ``max_part_bytes_per_run`` bytes together. ``create_file`` writes at
+    most ``max_created_bytes`` and names files in at most ``max_filename_chars`` characters.
+    """
+
+    max_read_bytes: int = attrs.field(default=10 * MIB, validator=attrs.validators.ge(1))
+    max_text_chars: int = attrs.field(default=20_000, validator=attrs.validators.ge(100))
+    max_pdf_pages: int = attrs.field(default=100, validator=attrs.validators.ge(1))
+    max_parts_per_run: int = attrs.field(default=8, validator=attrs.validators.ge(0))
+    max_part_bytes_per_run: int = attrs.field(default=20 * MIB, validator=attrs.validators.ge(0))
+    max_created_bytes: int = attrs.field(default=MIB, validator=attrs.validators.ge(1))
+    max_filename_chars: int = attrs.field(
+        default=100, validator=[attrs.validators.ge(8), attrs.validators.le(200)]
+    )
+
+
+@attrs.frozen(kw_only=True)
 class FileSettings:
     """The keys ``protege.toml`` may hold; any other key is an error, not a silent no-op."""
 
@@ -192,6 +226,7 @@ class FileSettings:
     mail: MailSettings = MailSettings()
     web: WebSettings = WebSettings()
     responsibilities: ResponsibilitySettings = ResponsibilitySettings()
+    files: FilesSettings = FilesSettings()
 
 
 @attrs.frozen(kw_only=True)
@@ -218,6 +253,7 @@ class Config:
     mail: MailSettings = MailSettings()
     web: WebSettings = WebSettings()
     responsibilities: ResponsibilitySettings = ResponsibilitySettings()
+    files: FilesSettings = FilesSettings()
 
     @classmethod
     def defaults(cls, root: Path) -> Config:
@@ -309,6 +345,7 @@ def _build(
         ),
         web=settings.web,
         responsibilities=settings.responsibilities,
+        files=settings.files,
     )
 
 

@@ -92,9 +92,10 @@ class Tool:
             """Carry out the tool's action; subclasses replace this."""
             raise NotImplementedError(f"{type(self).__name__} does not define use()")
 
-    def success(self, **data: Any) -> Result:
-        """A successful result, marked with this tool's trust."""
-        return _with_trust(success(**data), self.trust)
+    def success(self, *, parts: Any = (), **data: Any) -> Result:
+        """A successful result, marked with this tool's trust; ``parts`` are ``Part`` files
+        (images, PDFs) shown to the model as themselves."""
+        return _with_trust(success(parts=parts, **data), self.trust)
 
     def failure(self, reason: str | BaseException, **data: Any) -> Result:
         """A failed result, marked with this tool's trust."""

@@ -2,7 +2,8 @@
 
 *All Tools* always holds every tool in the manifest: each sync rewrites its members.
 *Default Tools* is created by the first sync holding every built-in tool, is granted to each
-new agent, and from then on its members are the operator's: sync never touches them again.
+new agent, and from then on its members are the operator's: sync never changes them again, but
+reports the built-in tools it lacks (a new built-in, say), for the operator to add or leave out.
 """
 
 from __future__ import annotations
@@ -37,10 +38,11 @@ class SyncReport:
     created: list[str]
     added: list[str]
     removed: list[str]
+    default_tools_lacks: list[str] = attrs.field(factory=list)  # built-ins; not added
 
     @property
     def changed(self) -> bool:
-        """Whether anything changed."""
+        """Whether anything changed (what Default Tools lacks is reported, not changed)."""
         return bool(self.migrations or self.created or self.added or self.removed)
 
     def as_dict(self) -> dict[str, object]:
@@ -50,6 +52,7 @@ class SyncReport:
             "toolkits_created": self.created,
             "all_tools_added": self.added,
             "all_tools_removed": self.removed,
+            "default_tools_lacks_builtins": self.default_tools_lacks,
         }
 
 
@@ -73,9 +76,18 @@ def sync(manifest: Manifest) -> SyncReport:
         if added or removed:
             all_tools.member_tool_ids = sorted(live)
             all_tools.save()
-        if Toolkit.default_tools() is None:
-            _create_system_toolkit(DEFAULT_TOOLS, manifest.ids(Origin.BUILTIN), created)
-    return SyncReport(migrations=migrations, created=created, added=added, removed=removed)
+        builtins = manifest.ids(Origin.BUILTIN)
+        default_tools = Toolkit.default_tools()
+        if default_tools is None:
+            default_tools = _create_system_toolkit(DEFAULT_TOOLS, builtins, created)
+        lacks = sorted(set(builtins) - set(default_tools.member_tool_ids))
+    return SyncReport(
+        migrations=migrations,
+        created=created,
+        added=added,
+        removed=removed,
+        default_tools_lacks=lacks,
+    )
 
 
 def _create_system_toolkit(key: str, initial_ids: list[str], created: list[str]) -> Toolkit:

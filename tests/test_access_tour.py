@@ -21,12 +21,12 @@ def test_access_tour_shows_each_correspondent_their_own_tools():
         jane.split("\n$ ")[0]
         .rstrip()
         .endswith(
-            "tools: check_flavor_stock, lookup_order, search_emails, send_email, web_fetch, "
-            "web_search"
+            "tools: check_flavor_stock, create_file, lookup_order, read_attachment, "
+            "search_emails, send_email, web_fetch, web_search"
         )
     )
     mara = out.split("$ protege access explain Sundae --sender Mara")[1]
     assert "routing key: mara@thescoop.com" in mara
-    assert "tools: check_flavor_stock, lookup_order, process_refund, search_emails" in mara
+    assert "lookup_order, process_refund, read_attachment, search_emails" in mara
     scheduled = out.split("$ protege access explain Sundae --scheduled")[1]
     assert "tools: none" in scheduled

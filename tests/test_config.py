@@ -114,6 +114,11 @@ def test_model_and_run_sections(tmp_path):
         ("[runs]\nmax_model_turns = 0\n", "max_model_turns"),
         ('[model]\ntoken_parameter = "tokens"\n', "token_parameter"),
         ("[model]\nmodle = 'x'\n", "extra fields found (modle)"),
+        ('[model]\ninput = ["text", "video"]\n', "input"),
+        ('[model]\ninput = "image"\n', "must be a list of strings"),
+        ("[files]\nmax_text_chars = 10\n", "max_text_chars"),
+        ("[files]\nmax_filename_chars = 5000\n", "max_filename_chars"),
+        ("[files]\nmax_pictures = 3\n", "extra fields found (max_pictures)"),
     ],
 )
 def test_bad_sections_are_clear_errors(tmp_path, content, message):
@@ -121,6 +126,22 @@ def test_bad_sections_are_clear_errors(tmp_path, content, message):
     with pytest.raises(ConfigError) as raised:
         load_config(tmp_path, environ={})
     assert message in str(raised.value)
+
+
+def test_the_model_reads_text_only_unless_its_input_says_more(tmp_path):
+    assert load_config(tmp_path, environ={}).model.input == ("text",)
+    (tmp_path / "protege.toml").write_text('[model]\ninput = ["text", "image", "pdf"]\n')
+    model = load_config(tmp_path, environ={}).model
+    assert model.input == ("text", "image", "pdf")
+    assert model.accepts("pdf")
+
+
+def test_files_limits_have_defaults_and_can_be_set(tmp_path):
+    files = load_config(tmp_path, environ={}).files
+    assert (files.max_text_chars, files.max_created_bytes) == (20_000, 1024 * 1024)
+    (tmp_path / "protege.toml").write_text("[files]\nmax_parts_per_run = 2\n")
+    files = load_config(tmp_path, environ={}).files
+    assert (files.max_parts_per_run, files.max_text_chars) == (2, 20_000)
 
 
 def test_secrets_are_read_from_the_environment_when_loaded_and_never_shown(tmp_path):

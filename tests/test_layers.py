@@ -24,7 +24,17 @@ LAYERS = [
     ("tool contract", {"tool", "result", "context", "schema", "hookspecs"}),
     (
         "foundation",
-        {"errors", "config", "addresses", "access", "db", "dblock", "migrations", "cron"},
+        {
+            "errors",
+            "config",
+            "addresses",
+            "access",
+            "db",
+            "dblock",
+            "migrations",
+            "cron",
+            "filetypes",
+        },
     ),
 ]
 # Only the command line imports inside functions: so that `protege --help` loads no

@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from protege.config import Config
+from protege.config import Config, FilesSettings
 from protege.registry import Origin, build_manifest
 from protege.tool import check_tool_class
 
@@ -51,10 +51,35 @@ def test_the_configuration_examples_are_settings_protege_accepts(tmp_path):
     from protege.config import load_config
 
     blocks = re.findall(r"```toml\n(.*?)```", README.read_text(), re.DOTALL)
-    settings = "\n".join(block for block in blocks if re.match(r"\[(model|runs|mail)\]", block))
+    settings = "\n".join(
+        block for block in blocks if re.match(r"\[(model|runs|mail|files)\]", block)
+    )
     assert "[mail]" in settings
+    assert "[files]" in settings
     assert "[runs]" in settings
     (tmp_path / "protege.toml").write_text(settings)
     config = load_config(tmp_path, environ={})
     assert config.mail.max_recipients == 50
     assert config.runs.max_tool_calls_per_turn == 16
+    assert config.model.input == ("text", "image", "pdf")
+    assert config.files == FilesSettings()  # the README gives the defaults
+
+
+def test_the_parts_example_returns_the_picture_as_an_image_part(tmp_path, monkeypatch):
+    namespace: dict = {}
+    exec(readme_block("parts"), namespace)
+    tool_class = namespace["FreezerCameraTool"]
+    check_tool_class(tool_class)
+    picture = (README.parent / "examples/the_scoop/the_scoop/melted-order.png").read_bytes()
+    (tmp_path / "cameras").mkdir()
+    (tmp_path / "cameras" / "B.png").write_bytes(picture)
+    monkeypatch.chdir(tmp_path)
+    result = tool_class().use(context=None, freezer="B")
+    assert result.for_model() == {"ok": True, "freezer": "B", "celsius": -18}
+    (part,) = result.parts
+    assert (part.kind, part.media_type, part.filename, part.data) == (
+        "image",
+        "image/png",
+        "B.png",
+        picture,
+    )

@@ -2,7 +2,7 @@ import pytest
 
 from protege.errors import ProtegeError
 from protege.models import Toolkit
-from protege.registry import Manifest
+from protege.registry import Manifest, Origin, ToolEntry
 from protege.toolkits import sync
 
 
@@ -23,6 +23,7 @@ def test_sync_is_idempotent(protege_db, scoop_manifest):
         "toolkits_created": [],
         "all_tools_added": [],
         "all_tools_removed": [],
+        "default_tools_lacks_builtins": [],
     }
 
 
@@ -41,8 +42,44 @@ def test_sync_never_overwrites_default_tools(protege_db, scoop_manifest):
     default = Toolkit.default_tools()
     default.remove_tools(["send_email"])
     default.add_tools(["lookup_order"])
-    sync(scoop_manifest)
+    report = sync(scoop_manifest)
     assert Toolkit.default_tools().member_tool_ids == ["lookup_order"]
+    assert report.default_tools_lacks == ["send_email"]
+
+
+def test_sync_reports_a_new_builtin_that_default_tools_lacks_without_adding_it(
+    protege_db, scoop_manifest
+):
+    sync(scoop_manifest)
+    newer = Manifest(
+        tools=tuple(
+            sorted(
+                [*scoop_manifest, ToolEntry(_builtin("ReadAttachmentTool"), Origin.BUILTIN, "f")],
+                key=lambda entry: entry.id,
+            )
+        )
+    )
+    report = sync(newer)
+    assert report.added == ["read_attachment"]
+    assert report.default_tools_lacks == ["read_attachment"]
+    assert report.as_dict()["default_tools_lacks_builtins"] == ["read_attachment"]
+    assert Toolkit.default_tools().member_tool_ids == ["send_email"]  # reported, not added
+    assert "read_attachment" in Toolkit.all_tools().member_tool_ids
+
+
+def test_a_new_installation_default_tools_holds_every_builtin(protege_db, scoop_manifest):
+    report = sync(scoop_manifest)
+    assert Toolkit.default_tools().member_tool_ids == ["send_email"]
+    assert report.default_tools_lacks == []
+
+
+def _builtin(name):
+    from protege import Tool
+
+    def use(self, context):
+        return self.success()
+
+    return type(name, (Tool,), {"description": "A built-in.", "use": use, "__module__": "f"})
 
 
 def test_all_tools_is_rewritten_even_after_hand_edits(protege_db, scoop_manifest):

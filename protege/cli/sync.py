@@ -43,3 +43,10 @@ def sync(as_json: bool) -> None:
         click.echo(f"All Tools: removed {', '.join(report.removed)}")
     if not report.changed:
         click.echo("Nothing to change: the system toolkits match the manifest.")
+    if report.default_tools_lacks:
+        lacks = report.default_tools_lacks
+        click.echo(
+            f"Default Tools lacks the built-in tools {', '.join(lacks)} (not added: its "
+            "members are yours; add them with `protege toolkits add-tools "
+            f'"Default Tools" {" ".join(lacks)}`)'
+        )

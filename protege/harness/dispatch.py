@@ -31,7 +31,7 @@ from protege.harness.events import EventLog
 from protege.harness.fence import Fence
 from protege.plugins import error_line
 from protege.registry import ToolEntry
-from protege.result import Result, Trust, failure
+from protege.result import Part, Result, Trust, failure
 from protege.tool import Tool
 
 MAX_SCHEMA_ERRORS = 10
@@ -98,13 +98,19 @@ class _Escaped(Exception):
 
 @attrs.frozen
 class Outcome:
-    """What became of one tool call: its result, and the text the model is shown."""
+    """What became of one tool call: its result, the text the model is shown, and the files
+    (images, PDFs) it gave back to show the model as themselves."""
 
     call_id: str
     tool_id: str
     result: Result
     content: str
     refused: bool = False
+
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        """The files the result carries to be shown as themselves."""
+        return self.result.parts
 
 
 class Dispatcher:
@@ -233,6 +239,7 @@ class Dispatcher:
                 content=content,
                 details=result.details,
                 declined=declined,  # not run, so not a failure of the tool
+                parts=[part.describe() for part in result.parts],
             )
         )
         shown = (

@@ -123,7 +123,8 @@ class ToolRefused(RunEvent):
 @attrs.frozen(kw_only=True)
 class ToolResult(RunEvent):
     """What a call gave back, as the model was shown it (``declined``: not run, not a
-    failure of the tool)."""
+    failure of the tool; ``parts``: the files it gave back to be shown as themselves, by
+    name, type and size, never their bytes)."""
 
     kind: ClassVar[str] = TOOL_RESULT
     call_id: str | None = None
@@ -133,6 +134,7 @@ class ToolResult(RunEvent):
     content: str | None = None
     details: dict[str, Any] = attrs.Factory(dict)
     declined: bool = False
+    parts: list[dict[str, Any]] = attrs.Factory(list)  # the files it showed, described
 
     @property
     def failed(self) -> bool:
@@ -142,7 +144,13 @@ class ToolResult(RunEvent):
     def line(self) -> str:
         state = "ok" if self.ok is True else "failed" if self.ok is False else "unknown outcome"
         fenced = " (untrusted)" if self.trust == "untrusted" else ""
-        return f"  {state}{fenced}: {excerpt(self.content)}"
+        files = ""
+        if isinstance(self.parts, list) and self.parts:
+            names = [
+                str(p.get("filename") or p.get("kind")) for p in self.parts if isinstance(p, dict)
+            ]
+            files = f" [files: {', '.join(names)}]"
+        return f"  {state}{fenced}{files}: {excerpt(self.content)}"
 
 
 @attrs.frozen(kw_only=True)

@@ -20,11 +20,15 @@ class Fence:
 
     def wrap(self, text: str, source: str) -> str:
         """``text`` inside this run's fence, labelled with where it came from."""
-        return (
-            f"<<<UNTRUSTED {self.boundary} source={source!r}>>>\n"
-            f"{self.neutralise(text)}\n"
-            f"<<<END UNTRUSTED {self.boundary}>>>"
-        )
+        return f"{self.opening(source)}\n{self.neutralise(text)}\n{self.closing()}"
+
+    def opening(self, source: str) -> str:
+        """The line that opens this run's fence (for content that is not one text)."""
+        return f"<<<UNTRUSTED {self.boundary} source={self.neutralise(source)!r}>>>"
+
+    def closing(self) -> str:
+        """The line that closes this run's fence."""
+        return f"<<<END UNTRUSTED {self.boundary}>>>"
 
     def neutralise(self, text: str) -> str:
         """``text`` with the boundary and any fence-like markers defused."""

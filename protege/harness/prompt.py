@@ -3,15 +3,29 @@
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Sequence
 from typing import Any
 
+from protege import blobs
+from protege.config import Config
 from protege.errors import ProtegeError
+from protege.filetypes import IMAGE_TYPES, PDF_TYPE
 from protege.harness import events
 from protege.harness.fence import Fence
-from protege.models import Event, Message, Run
-from protege.result import Trust
+from protege.harness.parts import PartBudget, Shown, fenced_parts
+from protege.models import Blob, Event, Message, Run
+from protege.models.blobs import attachments_of
+from protege.result import IMAGE, PDF, Part, Trust
+
+logger = logging.getLogger(__name__)
 
 HISTORY_LIMIT = 20  # earlier inbound messages of the thread shown to the model, newest kept
+FILES_NOT_SHOWN_AGAIN = {
+    "role": "user",
+    "content": "(protege: the files these tool calls gave back were shown to you as "
+    "themselves then; they are not shown again here.)",
+}
 
 
 def system_prompt(run: Run, fence: Fence) -> str:
@@ -26,8 +40,9 @@ def system_prompt(run: Run, fence: Fence) -> str:
     return "\n\n".join(parts)
 
 
-def render_email(message: Message, fence: Fence) -> str:
-    """An email as the model sees it: headers and body, fenced (it came from outside)."""
+def render_email(message: Message, fence: Fence, attachments: Sequence[Blob] = ()) -> str:
+    """An email as the model sees it: headers, body and a list of its attachments (name,
+    type, size, blob id), all fenced (it came from outside)."""
     lines = [
         f"From: {message.sender}",
         f"To: {', '.join(message.to_addresses)}",
@@ -35,6 +50,12 @@ def render_email(message: Message, fence: Fence) -> str:
     if message.cc_addresses:
         lines.append(f"Cc: {', '.join(message.cc_addresses)}")
     lines += [f"Subject: {message.subject}", "", message.body_text]
+    if attachments:
+        lines += ["", "Attachments (read_attachment reads one by its blob id, if you have it):"]
+        lines += [
+            f"- {blob.filename} ({blob.content_type}, {blob.size} bytes, blob id {blob.id})"
+            for blob in attachments
+        ]
     return fence.wrap("\n".join(lines), source="email")
 
 
@@ -46,8 +67,14 @@ def render_result(result: events.ToolResult, fence: Fence) -> str:
     return content
 
 
-def build_messages(run: Run, fence: Fence) -> list[dict[str, Any]]:
-    """The full conversation for the first model call of ``run``."""
+def build_messages(
+    run: Run, fence: Fence, config: Config | None = None, budget: PartBudget | None = None
+) -> list[dict[str, Any]]:
+    """The full conversation for the first model call of ``run``.
+
+    With ``config`` and ``budget``, the images and PDFs attached to the message being
+    answered are shown as themselves, as far as the model accepts them and the budget
+    allows; otherwise they are only listed."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt(run, fence)}]
     message = run.message
     if message is None:
@@ -57,8 +84,43 @@ def build_messages(run: Run, fence: Fence) -> list[dict[str, Any]]:
         messages.append({"role": "user", "content": responsibility.prompt})
         return messages
     messages += thread_history(run, fence)
-    messages.append({"role": "user", "content": render_email(message, fence)})
+    attached = attachments_of([message])[message.id]
+    text = render_email(message, fence, attached)
+    if config is None or budget is None or not attached:
+        messages.append({"role": "user", "content": text})
+        return messages
+    parts, left_out = fenced_parts(_viewable(attached, config), budget, fence, "email attachments")
+    if left_out:
+        text += "\n" + "\n".join(f"(protege: {line})" for line in left_out)
+    if not parts:
+        messages.append({"role": "user", "content": text})
+    else:
+        messages.append({"role": "user", "content": [{"type": "text", "text": text}, *parts]})
     return messages
+
+
+def _viewable(attached: Sequence[Blob], config: Config) -> list[Shown]:
+    """The attachments that are images or PDFs by their bytes, as labelled parts (none for
+    a model that reads neither: it is not told about what it could never be shown)."""
+    found: list[Shown] = []
+    if not (config.model.accepts(IMAGE) or config.model.accepts(PDF)):
+        return found
+    for blob in attached:
+        if blob.size > config.files.max_read_bytes:
+            continue
+        try:
+            data = blobs.read(blob, config.data_dir)
+        except OSError as error:  # listed anyway; read_attachment reports it if asked
+            logger.warning("attachment %s cannot be read: %s", blob.id, error)
+            continue
+        kind = blobs.sniff(data)
+        label = f"Attachment {blob.filename} (blob id {blob.id}):"
+        ours = f"The attachment with blob id {blob.id}"
+        if kind in IMAGE_TYPES:
+            found.append(Shown(label, ours, Part(IMAGE, data, kind, blob.filename)))
+        elif kind == PDF_TYPE:
+            found.append(Shown(label, ours, Part(PDF, data, kind, blob.filename)))
+    return found
 
 
 def thread_history(run: Run, fence: Fence) -> list[dict[str, Any]]:
@@ -79,8 +141,10 @@ def thread_history(run: Run, fence: Fence) -> list[dict[str, Any]]:
     ):
         timelines.setdefault(event.run_id, []).append(event)
     history: list[dict[str, Any]] = []
+    attached = attachments_of(earlier)
     for message in earlier:
-        history.append({"role": "user", "content": render_email(message, fence)})
+        text = render_email(message, fence, attached[message.id])
+        history.append({"role": "user", "content": text})
         earlier_run = runs.get(message.id)
         if earlier_run is not None:
             history += _replay(timelines.get(earlier_run.id, []), fence)
@@ -103,19 +167,27 @@ def _replay(timeline: list[Event], fence: Fence) -> list[dict[str, Any]]:
 
 def replay(timeline: list[Event], fence: Fence) -> tuple[list[dict[str, Any]], list[dict]]:
     """A run's recorded turns as conversation messages, and the tool calls of its last
-    turn that have no recorded result."""
+    turn that have no recorded result.
+
+    Files that results showed as themselves are not kept, only described; a note after the
+    turn's tool messages says they are not shown again."""
     replayed: list[dict[str, Any]] = []
     answered: set[str] = set()
     calls: list[dict[str, Any]] = []
+    files_shown = False
     for row in timeline:
         event = events.read(row.kind, row.payload)
         if isinstance(event, events.ModelResponse):
+            if files_shown:
+                replayed.append(FILES_NOT_SHOWN_AGAIN)
+                files_shown = False
             message: dict[str, Any] = {"role": "assistant", "content": event.content}
             if event.tool_calls:
                 message["tool_calls"] = event.tool_calls
                 calls += event.tool_calls
             replayed.append(message)
         elif isinstance(event, events.ToolResult) and event.call_id is not None:
+            files_shown = files_shown or bool(event.parts)
             answered.add(event.call_id)
             replayed.append(
                 {
@@ -124,4 +196,7 @@ def replay(timeline: list[Event], fence: Fence) -> tuple[list[dict[str, Any]], l
                     "content": render_result(event, fence),
                 }
             )
-    return replayed, [call for call in calls if call["id"] not in answered]
+    unanswered = [call for call in calls if call["id"] not in answered]
+    if files_shown and not unanswered:  # the note may not come between a turn's answers
+        replayed.append(FILES_NOT_SHOWN_AGAIN)
+    return replayed, unanswered

@@ -12,10 +12,11 @@ from protege.config import Config, RunSettings
 from protege.context import RunContext
 from protege.errors import ProtegeError
 from protege.harness import events
-from protege.harness.dispatch import CallOver, Dispatcher, LiveCalls
+from protege.harness.dispatch import CallOver, Dispatcher, LiveCalls, Outcome
 from protege.harness.events import EventLog
 from protege.harness.fence import Fence
 from protege.harness.model import ModelClient
+from protege.harness.parts import PartBudget, Shown, fenced_parts
 from protege.harness.prompt import build_messages, replay
 from protege.models import Agent, Blob, Run
 from protege.models.base import utcnow
@@ -121,7 +122,8 @@ async def _turns(run: Run, installation: RunResources, model: ModelClient, log: 
         for entry in granted
     ]
     fence = Fence()
-    messages = build_messages(run, fence)
+    budget = PartBudget(config.model, config.files)  # files shown as themselves, per run
+    messages = build_messages(run, fence, config, budget)
     dispatcher = Dispatcher(granted, context, fence, log, config.runs.max_result_bytes, live)
     limits = config.runs
     failures = first_turn = 0
@@ -137,7 +139,9 @@ async def _turns(run: Run, installation: RunResources, model: ModelClient, log: 
         turn_calls: list[dict[str, Any]] = next(
             (m["tool_calls"] for m in reversed(replayed) if m.get("tool_calls")), []
         )
-        failures = await _answer(dispatcher, pending, turn_calls, limits, failures, messages)
+        failures = await _answer(
+            dispatcher, pending, turn_calls, limits, failures, messages, budget
+        )
         last = replayed[-1] if replayed else {}
         if last.get("role") == "assistant" and not last.get("tool_calls"):
             _finish(run, DONE)  # it had given its final answer before it stopped
@@ -167,7 +171,7 @@ async def _turns(run: Run, installation: RunResources, model: ModelClient, log: 
             _finish(run, DONE)
             return
         calls = reply.tool_calls
-        failures = await _answer(dispatcher, calls, calls, limits, failures, messages)
+        failures = await _answer(dispatcher, calls, calls, limits, failures, messages, budget)
         if failures > limits.max_tool_failures:
             _exhausted(run, log, "max_tool_failures", limits.max_tool_failures)
             return
@@ -181,15 +185,19 @@ async def _answer(
     limits: RunSettings,
     failures: int,
     messages: list[dict[str, Any]],
+    budget: PartBudget,
 ) -> int:
     """Answer ``calls`` (all or the rest of ``turn_calls``, one turn's calls in the model's
-    order), each with a tool message; returns the run's tool failures so far.
+    order), each with a tool message; returns the run's tool failures so far. Files the
+    results carry (images, PDFs) follow in one user message, since a tool message cannot
+    hold them.
 
     Calls past ``max_tool_calls_per_turn`` in their turn are declined, not run, and do not
     count as failures: the model may ask for them again.
     """
     cap = limits.max_tool_calls_per_turn
     position = {call["id"]: index for index, call in enumerate(turn_calls)}
+    files: list[tuple[str, Outcome]] = []
     for call in calls:
         if failures > limits.max_tool_failures:
             content = '{"ok": false, "reason": "not run: the run is out of budget"}'
@@ -207,7 +215,33 @@ async def _answer(
         messages.append(
             {"role": "tool", "tool_call_id": outcome.call_id, "content": outcome.content}
         )
+        files += [(outcome.call_id, outcome)] if outcome.parts else []
+    if files:
+        messages.append(_files_message(files, budget, dispatcher.fence))
     return failures
+
+
+_A = {"image": "an image", "pdf": "a PDF"}
+
+
+def _files_message(
+    files: list[tuple[str, Outcome]], budget: PartBudget, fence: Fence
+) -> dict[str, Any]:
+    """The user message showing the files that tool results of one turn gave back."""
+    labelled = [
+        Shown(
+            label=f"{part.filename or part.kind} from {outcome.tool_id} (call {call_id}):",
+            ours=f"{_A[part.kind]} from {outcome.tool_id} (call {call_id})",
+            part=part,
+        )
+        for call_id, outcome in files
+        for part in outcome.parts
+    ]
+    parts, left_out = fenced_parts(labelled, budget, fence, "tool results")
+    intro = "The files your tool calls gave back" + (" follow." if parts else ":")
+    notes = [f"(protege: {line})" for line in left_out]
+    text = "\n".join([intro, *notes])
+    return {"role": "user", "content": [{"type": "text", "text": text}, *parts]}
 
 
 def _context(run: Run, installation: RunResources, log: EventLog, live: LiveCalls) -> RunContext:

@@ -10,7 +10,8 @@ any project that has protege installed:
   ``tool_call``, ``tool_calls``, ``say`` and ``http_error`` steps, set as the model.
 
 and these functions: ``make_context`` and ``run_tool`` to call a tool as dispatch would,
-``run_reply`` and ``run_scheduled`` to run an agent end to end.
+``run_reply`` and ``run_scheduled`` to run an agent end to end, ``attach_files`` to give
+stored mail attachments.
 """
 
 from protege.testing.database import TestDatabase, fresh_database
@@ -23,12 +24,19 @@ from protege.testing.model import (
     tool_call,
     tool_calls,
 )
-from protege.testing.runs import make_context, run_reply, run_scheduled, run_tool
+from protege.testing.runs import (
+    attach_files,
+    make_context,
+    run_reply,
+    run_scheduled,
+    run_tool,
+)
 
 __all__ = [
     "ScriptedModel",
     "Step",
     "TestDatabase",
+    "attach_files",
     "fresh_database",
     "http_error",
     "make_context",

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from protege import blobs
 from protege.config import Config
 from protege.context import RunContext
 from protege.harness import execute
@@ -15,7 +16,7 @@ from protege.harness.dispatch import Dispatcher
 from protege.harness.fence import Fence
 from protege.installation import Installation, open_installation
 from protege.mail import record_inbound, reply_headers
-from protege.models import Agent, Message, Responsibility, Run
+from protege.models import Agent, Message, MessageAttachment, Responsibility, Run
 from protege.queue import queue_reply, queue_scheduled
 from protege.registry import Manifest
 from protege.result import Result
@@ -28,20 +29,37 @@ def run_reply(
     body: str,
     subject: str = "",
     reply_to: Message | None = None,
+    attachments: Sequence[tuple[str, str, bytes]] = (),
     installation: Installation | None = None,
     config: Config | None = None,
     manifest: Manifest | None = None,
 ) -> Run:
     """Deliver an email from ``sender`` to ``agent`` and run the agent on it to the end.
 
-    ``reply_to`` threads the email as a reply to an earlier message. The run uses
+    ``reply_to`` threads the email as a reply to an earlier message; ``attachments`` are
+    (filename, declared content type, bytes), stored as the gateway stores them. The run uses
     ``installation`` (the ``protege_app`` fixture), or one made of ``config`` and
     ``manifest``; nothing is read from the working directory.
     """
     app = _installation(installation, config, manifest, "run_reply")
     headers = reply_headers(reply_to) if reply_to is not None else {}
     message = record_inbound(agent, sender=sender, body=body, subject=subject, **headers)
+    attach_files(message, attachments, app.config)
     return execute(queue_reply(message), app)
+
+
+def attach_files(message: Message, files: Sequence[tuple[str, str, bytes]], config: Config) -> list:
+    """Store ``files`` (filename, declared content type, bytes) as attachments of
+    ``message``, in order, as the gateway does with mail that arrives; returns their blobs."""
+    stored = []
+    start = MessageAttachment.select().where(MessageAttachment.message == message.id).count()
+    for position, (filename, content_type, data) in enumerate(files, start):
+        blob = blobs.store(
+            data, filename=filename, content_type=content_type, data_dir=config.data_dir
+        )
+        MessageAttachment.create(message=message, blob=blob, position=position)
+        stored.append(blob)
+    return stored
 
 
 def run_scheduled(

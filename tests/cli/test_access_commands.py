@@ -78,7 +78,10 @@ def test_explain_shows_each_toolkit_decision_and_the_tools(scoop):
         "  admitted  Default Tools: no rules: open to every sender",
         "  refused   Finance: no allow rule matches (allow-list)",
         "  admitted  Support: no rules: open to every sender",
-        "tools: check_flavor_stock, lookup_order, search_emails, send_email, web_fetch, web_search",
+        (
+            "tools: check_flavor_stock, create_file, lookup_order, read_attachment, "
+            "search_emails, send_email, web_fetch, web_search"
+        ),
     ]
 
 
@@ -96,8 +99,10 @@ def test_explain_json_for_mara_with_a_tag(scoop):
     }
     assert data["tools"] == [
         "check_flavor_stock",
+        "create_file",
         "lookup_order",
         "process_refund",
+        "read_attachment",
         "search_emails",
         "send_email",
         "web_fetch",
@@ -135,8 +140,10 @@ def test_agents_show_prints_grants_rules_and_catalogue(scoop):
     assert finance["rules"] == ["allow *@thescoop.com"]
     assert data["catalogue"] == [
         "check_flavor_stock",
+        "create_file",
         "lookup_order",
         "process_refund",
+        "read_attachment",
         "search_emails",
         "send_email",
         "web_fetch",
@@ -145,7 +152,10 @@ def test_agents_show_prints_grants_rules_and_catalogue(scoop):
     text = scoop("agents", "show", "Sundae").stdout
     assert "    gate: allow *@thescoop.com" in text
     # Default Tools: the built-ins
-    assert "    tools: search_emails, send_email, web_fetch, web_search" in text
+    assert (
+        "    tools: create_file, read_attachment, search_emails, send_email, web_fetch, web_search"
+        in text
+    )
 
 
 def test_agents_list_and_delete(scoop):
@@ -209,15 +219,19 @@ def test_toolkits_list(scoop):
     rows = {r["name"]: r for r in json.loads(scoop("toolkits", "list", "--json").stdout)}
     assert rows["All Tools"]["tools"] == [
         "check_flavor_stock",
+        "create_file",
         "get_forecast",
         "lookup_order",
         "process_refund",
+        "read_attachment",
         "search_emails",
         "send_email",
         "web_fetch",
         "web_search",
     ]
     assert rows["Default Tools"]["tools"] == [
+        "create_file",
+        "read_attachment",
         "search_emails",
         "send_email",
         "web_fetch",
@@ -262,9 +276,11 @@ def test_sync_reports_changes_then_nothing(operator):
     assert first["toolkits_created"] == ["All Tools", "Default Tools"]
     assert first["all_tools_added"] == [
         "check_flavor_stock",
+        "create_file",
         "get_forecast",
         "lookup_order",
         "process_refund",
+        "read_attachment",
         "search_emails",
         "send_email",
         "web_fetch",
@@ -315,3 +331,23 @@ def test_attach_with_allow_proactive(operator):
     assert data["tools"] == ["check_flavor_stock"]
     rows = {r["name"]: r for r in json.loads(operator("agents", "list", "--json").stdout)}
     assert rows["Scout"]["toolkits"] == ["Default Tools", "Operations"]
+
+
+def test_sync_reports_builtins_default_tools_lacks_and_leaves_them_out(operator):
+    operator("sync")
+    operator("toolkits", "remove-tools", "Default Tools", "read_attachment", "create_file")
+    out = operator("sync").stdout
+    assert out.splitlines()[-1] == (
+        "Default Tools lacks the built-in tools create_file, read_attachment (not added: its "
+        'members are yours; add them with `protege toolkits add-tools "Default Tools" '
+        "create_file read_attachment`)"
+    )
+    rows = {r["name"]: r for r in json.loads(operator("toolkits", "list", "--json").stdout)}
+    assert rows["Default Tools"]["tools"] == [
+        "search_emails",
+        "send_email",
+        "web_fetch",
+        "web_search",
+    ]
+    again = json.loads(operator("sync", "--json").stdout)
+    assert again["default_tools_lacks_builtins"] == ["create_file", "read_attachment"]

@@ -165,6 +165,19 @@ def test_an_unknown_kind_is_kept_as_it_is():
     assert event.as_json() == {"approver": "boss@thescoop.com"}
 
 
+def test_a_tool_result_that_showed_files_names_them():
+    line = events.render(
+        "tool_result",
+        {
+            "ok": True,
+            "trust": "untrusted",
+            "content": '{"ok": true}',
+            "parts": [{"kind": "image", "filename": "photo.png"}, {"kind": "pdf"}],
+        },
+    )
+    assert line == '  ok (untrusted) [files: photo.png, pdf]: {"ok": true}'
+
+
 def test_a_real_delivery_outcome_fits_the_delivery_event(protege_app):
     from protege.models import Agent
 

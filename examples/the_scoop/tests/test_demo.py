@@ -23,7 +23,12 @@ def test_demo_shows_the_seed_outcome(tmp_path):
         "The Scoop demo, with the scripted model (no model is configured: set"
     )
     jane, mara, jane_again = out.split("=== Email ")[1:4]
-    assert "tools offered: check_flavor_stock, lookup_order, search_emails, send_email" in jane
+    assert (
+        "tools offered: check_flavor_stock, create_file, lookup_order, read_attachment, "
+        "search_emails, send_email"
+    ) in jane
+    assert "    Attached: melted-order.png\n" in jane
+    assert "    read_attachment: ran, showed melted-order.png to the model\n" in jane
     assert "process_refund" not in jane
     assert "process_refund: ran" in mara
     assert "process_refund: REFUSED (not granted for this sender)" in jane_again

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import email
+import importlib.resources
 import os
 import smtplib
 import tempfile
@@ -65,6 +66,8 @@ def demo_config(folder: Path) -> tuple[Config, bool]:
     key = os.environ.get(settings.api_key_env)
     scripted = not settings.model and not key
     model = settings.model or ("scripted" if scripted else DEFAULT_REAL_MODEL)
+    if not settings.model:  # the scripted model and gpt-4.1-mini both read images and PDFs
+        settings = attrs.evolve(settings, input=("text", "image", "pdf"))
     data = folder / "data"
     config = attrs.evolve(
         Config.defaults(folder),
@@ -98,7 +101,7 @@ def _run(config: Config, model: ScriptedModel | None) -> None:
         for number, (sender, subject, body) in enumerate(story.EMAILS):
             if model is not None:
                 model.script(*story.SCRIPT[number])
-            raw = _compose(story.SUNDAE, sender, subject, body, previous)
+            raw = _compose(story.SUNDAE, sender, subject, body, previous, photo=number == 0)
             with smtplib.SMTP(gateway.hostname, gateway.port, timeout=30) as client:
                 client.send_message(raw)
             _show_email(number + 1, raw)
@@ -117,10 +120,15 @@ def _run(config: Config, model: ScriptedModel | None) -> None:
 
 
 def _compose(
-    to: str, sender: str, subject: str | None, body: str, previous: Message | None
+    to: str,
+    sender: str,
+    subject: str | None,
+    body: str,
+    previous: Message | None,
+    photo: bool = False,
 ) -> EmailMessage:
     """An email as the person's mail client would write it: replies thread under the last
-    message the agent sent."""
+    message the agent sent; ``photo`` attaches the picture of the melted order."""
     message = EmailMessage()
     message["From"] = sender
     message["To"] = to
@@ -136,6 +144,9 @@ def _compose(
         message["References"] = " ".join([*previous.reference_ids, previous.message_id])
     message["Message-ID"] = email.utils.make_msgid(domain=sender.split("@")[1].rstrip(">"))
     message.set_content(body)
+    if photo:
+        picture = importlib.resources.files("the_scoop").joinpath(story.PHOTO).read_bytes()
+        message.add_attachment(picture, maintype="image", subtype="png", filename=story.PHOTO)
     return message
 
 
@@ -143,7 +154,10 @@ def _show_email(number: int, message: EmailMessage) -> None:
     copied = f", cc {message['Cc']}" if message["Cc"] else ""
     click.echo(f"=== Email {number}: {message['From']} -> {message['To']}{copied}")
     click.echo(f"    Subject: {message['Subject']}")
-    click.echo(f"    {message.get_content().strip()}")
+    body = message.get_body(("plain",))
+    click.echo(f"    {body.get_content().strip() if body is not None else ''}")
+    for attachment in message.iter_attachments():
+        click.echo(f"    Attached: {attachment.get_filename()}")
 
 
 def _show_run(run: Run) -> None:
@@ -165,6 +179,8 @@ def _show_run(run: Run) -> None:
             state = "not run"
         else:
             state = "ran" if result.payload["ok"] else "ran, failed"
+            shown = [part["filename"] for part in result.payload.get("parts") or []]
+            state += f", showed {', '.join(shown)} to the model" if shown else ""
         click.echo(f"    {tool}: {state}")
     if run.error:
         click.echo(f"    error: {run.error}")

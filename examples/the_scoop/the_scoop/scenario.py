@@ -17,22 +17,27 @@ EMAILS = [
     (
         "Jane <jane@acme.com>",
         "Melted order",
-        "Hi! Order SCP-1042 arrived melted. I'd like a refund, please.",
+        "Hi! Order SCP-1042 arrived melted (photo attached). I'd like a refund, please.",
     ),
     ("Mara <mara@thescoop.com>", None, "Approved - process it."),
     ("Jane <jane@acme.com>", None, "Thanks! Could you process another one, for SCP-1043?"),
 ]
+# Jane's first email carries a photo of the melted order (in this package).
+PHOTO = "melted-order.png"
+# In the demo's fresh database, the first email's raw source is blob 1 and its photo blob 2.
+PHOTO_BLOB_ID = 2
 # What the scripted model does on each run when no real model is configured.
 SCRIPT = [
     [
+        tool_call("read_attachment", blob_id=PHOTO_BLOB_ID),
         tool_call("lookup_order", order_number="SCP-1042"),
         tool_call(
             "send_email",
             mode="reply",
             cc=["mara@thescoop.com"],
             body=(
-                "Hi Jane, I'm sorry SCP-1042 (Mango Sorbet, $24.50) arrived melted. I've "
-                "copied Mara, who approves refunds.\n\nSundae"
+                "Hi Jane, I'm sorry SCP-1042 (Mango Sorbet, $24.50) arrived melted; your "
+                "photo shows it well. I've copied Mara, who approves refunds.\n\nSundae"
             ),
         ),
         say("Replied to Jane and asked Mara to approve."),

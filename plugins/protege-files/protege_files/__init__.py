@@ -1,19 +1,17 @@
-"""protege-files: the built-in plugin that will carry read_attachment and create_file.
-
-Those tools have not landed yet; until they do this plugin registers no tool, so nothing in
-the manifest pretends to work.
-"""
+"""protege-files: the built-in file tools, ``read_attachment`` and ``create_file``."""
 
 from collections.abc import Callable
 from typing import Any
 
 from protege import Tool, hookimpl
+from protege_files.create import CreateFileTool
+from protege_files.read import ReadAttachmentTool
 
-TOOLS: tuple[type[Tool], ...] = ()
+TOOLS: tuple[type[Tool], ...] = (ReadAttachmentTool, CreateFileTool)
 
 
 @hookimpl
 def register_tools(register: Callable[[type[Tool]], Any]) -> None:
-    """Offer this plugin's tools to the manifest."""
+    """Offer the file tools to the manifest."""
     for tool_class in TOOLS:
         register(tool_class)

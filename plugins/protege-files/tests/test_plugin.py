@@ -8,9 +8,9 @@ def test_found_through_its_entry_point_as_a_builtin():
     assert source.builtin
 
 
-def test_loads_cleanly_and_registers_only_what_it_ships():
+def test_loads_cleanly_and_registers_its_two_tools():
     manifest = refresh()
     (report,) = [r for r in manifest.plugins if r.plugin.source.distribution == "protege-files"]
     assert report.plugin.status is PluginStatus.OK
     assert report.plugin.hooks == ("register_tools",)
-    assert report.tool_ids == ()
+    assert report.tool_ids == ("create_file", "read_attachment")
