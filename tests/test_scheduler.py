@@ -300,7 +300,13 @@ def test_a_scheduled_run_gets_only_proactive_tools_and_mails_a_new_message(
     (run,) = drain(protege_app)
     assert run.status == DONE
     assert scripted_model.offered_tools(0) == ["send_email"]
-    assert scripted_model.shown(0)[-1] == {"role": "user", "content": "Report the stock."}
+    assert scripted_model.shown(0)[-1] == {
+        "role": "user",
+        "content": (
+            "Report the stock.\n\n(protege: this is the run due at Monday 02 March 2026, 07:00 "
+            "Europe/Berlin for the responsibility 'stock report'.)"
+        ),
+    }
     (sent,) = _outbox(protege_app)
     assert (sent["To"], sent["Subject"]) == ("mara@thescoop.com", "Stock this morning")
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
+import zoneinfo
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,7 +16,7 @@ from protege.filetypes import IMAGE_TYPES, PDF_TYPE
 from protege.harness import events
 from protege.harness.fence import Fence
 from protege.harness.parts import PartBudget, Shown, fenced_parts
-from protege.models import Blob, Event, Message, Run
+from protege.models import Blob, Event, Message, Responsibility, Run
 from protege.models.blobs import attachments_of
 from protege.result import IMAGE, PDF, Part, Trust
 
@@ -67,6 +69,21 @@ def render_result(result: events.ToolResult, fence: Fence) -> str:
     return content
 
 
+def _duty(run: Run, responsibility: Responsibility) -> str:
+    """A scheduled run's ask: its responsibility's instructions, and the due time it stands
+    for (in the responsibility's time zone), so that a late run knows which one it is."""
+    if run.due_at is None:
+        return f"{responsibility.prompt}\n\n(protege: run on request, not on a schedule.)"
+    due = run.due_at.replace(tzinfo=datetime.UTC).astimezone(
+        zoneinfo.ZoneInfo(responsibility.timezone)
+    )
+    return (
+        f"{responsibility.prompt}\n\n(protege: this is the run due at "
+        f"{due:%A %d %B %Y, %H:%M} {responsibility.timezone} for the responsibility "
+        f"{responsibility.name!r}.)"
+    )
+
+
 def build_messages(
     run: Run, fence: Fence, config: Config | None = None, budget: PartBudget | None = None
 ) -> list[dict[str, Any]]:
@@ -81,7 +98,7 @@ def build_messages(
         responsibility = run.responsibility
         if responsibility is None:
             raise ProtegeError(f"run {run.id} has neither a message nor a responsibility")
-        messages.append({"role": "user", "content": responsibility.prompt})
+        messages.append({"role": "user", "content": _duty(run, responsibility)})
         return messages
     messages += thread_history(run, fence)
     attached = attachments_of([message])[message.id]

@@ -224,7 +224,10 @@ def test_serve_queues_due_responsibilities_and_runs_them(run_protege, env, scrip
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=30)
     assert process.returncode == 0, err
-    assert scripted_model.shown(0)[-1] == {"role": "user", "content": "Look around."}
+    asked = scripted_model.shown(0)[-1]
+    assert asked["role"] == "user"
+    assert asked["content"].startswith("Look around.\n\n(protege: this is the run due at ")
+    assert asked["content"].endswith(" UTC for the responsibility 'every minute'.)")
 
 
 def _line(process, timeout=30):

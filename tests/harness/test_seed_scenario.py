@@ -127,7 +127,10 @@ def test_scheduled_run_without_allow_proactive_offers_no_tools(
     run = run_scheduled(report, config=config, manifest=scoop_tools)
     assert run.status == "done"
     assert "tools" not in scripted_model.requests[0]
-    assert scripted_model.shown(0)[-1] == {"role": "user", "content": "Report the stock."}
+    assert scripted_model.shown(0)[-1] == {
+        "role": "user",
+        "content": "Report the stock.\n\n(protege: run on request, not on a schedule.)",
+    }
 
 
 def test_scheduled_run_gets_proactive_toolkits(sundae, config, scoop_tools, scripted_model):
