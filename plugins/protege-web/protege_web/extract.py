@@ -23,20 +23,32 @@ BLOCKS = {
 }  # fmt: skip
 HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 MAX_LINK_LENGTH = 2000
+MAX_INDENT = 8  # levels of list nesting shown as indentation
 
 _SPACES = re.compile(r"\s+")
+_VOID_TAG = re.compile(
+    rb"<(area|base|br|col|embed|hr|img|input|link|meta|param|source|track|wbr)"
+    rb"(\s[^<>]*?)?/?>",
+    re.IGNORECASE,
+)
 _BLANK_LINES = re.compile(r"\n{3,}")
 _SKIPPED_STRINGS = (Comment, Declaration, Doctype, ProcessingInstruction)
 
 
-def html_to_text(html: bytes, *, base_url: str, charset: str | None = None) -> tuple[str, str]:
+def html_to_text(
+    html: bytes, *, base_url: str, charset: str | None = None, max_chars: int = 200_000
+) -> tuple[str, str]:
     """The page's title and its readable text (Markdown-like: ``#`` headings, ``-`` and
     ``1.`` list items, ``[text](url)`` links with URLs made absolute against ``base_url``)."""
+    # Void elements written without "/>" (<br>) are remembered by BeautifulSoup's html.parser
+    # builder in a list searched at every end tag: quadratic in their number. Closed at once,
+    # they are never remembered.
+    html = _VOID_TAG.sub(rb"<\1\2/>", html)
     soup = BeautifulSoup(html, "html.parser", from_encoding=charset)
     title_tag = soup.find("title")
     title = _SPACES.sub(" ", title_tag.get_text()).strip() if title_tag else ""
     _drop_unread(soup)
-    return title, _Writer(base_url).render(_main(soup))
+    return title, _Writer(base_url, max_chars).render(_main(soup))
 
 
 def _drop_unread(soup: BeautifulSoup) -> None:
@@ -86,8 +98,11 @@ def _start(tag: Tag) -> int:
 class _Writer:
     """Walks a tree without recursion (a hostile page may nest ten thousand levels deep)."""
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, max_chars: int) -> None:
         self.base_url = base_url
+        # Some shapes (ten thousand nested lists) would write far more than the page holds:
+        # writing stops a little past what the caller keeps.
+        self.budget = 2 * max_chars + 1000
         self.pieces: list[str] = []
         self.lists: list[list[int]] = []  # one [counter] per open list; -1 when unordered
         self.rows: list[list[int]] = []  # one [cells so far] per open table row
@@ -98,7 +113,7 @@ class _Writer:
     def render(self, root: Tag) -> str:
         """The text of ``root``."""
         stack: list[tuple[Tag | NavigableString, bool]] = [(root, False)]
-        while stack:
+        while stack and self.budget > 0:
             node, leaving = stack.pop()
             if isinstance(node, NavigableString):
                 if not isinstance(node, _SKIPPED_STRINGS):
@@ -121,7 +136,7 @@ class _Writer:
         name = tag.name
         if name in HEADINGS:
             self.block()
-            self.pieces.append("#" * HEADINGS[name] + " ")
+            self._put("#" * HEADINGS[name] + " ")
         elif name in BLOCKS or name in ("pre", "ul", "ol", "tr", "hr"):
             nested_list = name in ("ul", "ol") and self.lists
             self.newline() if name == "tr" or nested_list else self.block()
@@ -132,28 +147,28 @@ class _Writer:
             elif name in ("ul", "ol"):
                 self.lists.append([_start(tag) - 1 if name == "ol" else -1])
             elif name == "hr":
-                self.pieces.append("---")
+                self._put("---")
         elif name == "li":
             self.newline()
             counter = self.lists[-1] if self.lists else [-1]
-            indent = "  " * max(len(self.lists) - 1, 0)
+            indent = "  " * min(max(len(self.lists) - 1, 0), MAX_INDENT)
             if counter[0] >= 0:
                 counter[0] += 1
-                self.pieces.append(f"{indent}{counter[0]}. ")
+                self._put(f"{indent}{counter[0]}. ")
             else:
-                self.pieces.append(f"{indent}- ")
+                self._put(f"{indent}- ")
             self.item_open = True
         elif name in ("td", "th"):
             # Counted, not looked up: html.parser nests cells whose end tags are left out.
             if self.rows and self.rows[-1][0] > 0:
-                self.pieces.append(" | ")
+                self._put(" | ")
             if self.rows:
                 self.rows[-1][0] += 1
         elif name in ("br", "dt", "dd"):
             self.newline()
         elif name == "a":
             self.links.append((len(self.pieces), self._link(tag)))
-            self.pieces.append("[")
+            self._put("[")
 
     def close(self, tag: Tag) -> None:
         """Output for the end of ``tag``."""
@@ -175,14 +190,14 @@ class _Writer:
             start, url = self.links.pop()
             inner = "".join(self.pieces[start + 1 :]).strip()
             if url is None or not inner:
-                self.pieces[start] = ""
+                del self.pieces[start]  # its "[": nothing is left behind for _tail to walk
             else:
-                self.pieces.append(f"]({url})")
+                self._put(f"]({url})")
 
     def text(self, value: str) -> None:
         """Output for a run of text: whitespace collapsed, except inside ``pre``."""
         if self.preformatted:
-            self.pieces.append(value)
+            self._put(value)
             return
         collapsed = _SPACES.sub(" ", value)
         if collapsed.startswith(" ") and self._tail().endswith((" ", "\n", "[")):
@@ -190,13 +205,13 @@ class _Writer:
         if collapsed.strip():
             self.item_open = False
         if collapsed:
-            self.pieces.append(collapsed)
+            self._put(collapsed)
 
     def newline(self) -> None:
         """End the current line, if it has anything on it."""
         tail = self._tail()
         if tail and not tail.endswith("\n"):
-            self.pieces.append("\n")
+            self._put("\n")
 
     def block(self) -> None:
         """Leave a blank line before what follows, unless there is one already (or a list
@@ -205,7 +220,11 @@ class _Writer:
             return
         tail = self._tail()
         if tail and not tail.endswith("\n\n"):
-            self.pieces.append("\n" if tail.endswith("\n") else "\n\n")
+            self._put("\n" if tail.endswith("\n") else "\n\n")
+
+    def _put(self, piece: str) -> None:
+        self.pieces.append(piece)
+        self.budget -= len(piece)
 
     def _tail(self) -> str:
         """The last two characters written."""

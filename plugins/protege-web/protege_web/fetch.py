@@ -19,6 +19,7 @@ from protege_web.http import (
     decode_text,
     media_type,
     read_capped,
+    text_charset,
 )
 
 REDIRECTS = {301, 302, 303, 307, 308}
@@ -83,7 +84,12 @@ class _Body:
 def _readable(body: _Body, limits: Limits) -> Page:
     content_type = body.content_type or _sniffed(body.data)
     if content_type in HTML_TYPES:
-        title, text = html_to_text(body.data, base_url=body.url, charset=body.charset)
+        title, text = html_to_text(
+            body.data,
+            base_url=body.url,
+            charset=text_charset(body.charset),
+            max_chars=limits.max_chars,
+        )
     else:
         title, text = "", decode_text(body.data, body.charset)
     cut = body.cut

@@ -107,14 +107,28 @@ def media_type(response: httpx.Response) -> tuple[str, str | None]:
     return message.get_content_type(), charset if isinstance(charset, str) else None
 
 
-def decode_text(body: bytes, charset: str | None) -> str:
-    """Text from ``body`` in ``charset`` when it is one Python knows, else UTF-8; bytes
-    that do not decode (a character cut at the cap, say) become U+FFFD."""
+# Codecs a page may name that are not character sets, or decode in more than linear time
+# (punycode), or are not for text at all (base64, zlib, rot13): UTF-8 is used instead.
+_NOT_CHARSETS = {"punycode", "idna", "raw-unicode-escape", "unicode-escape", "utf-7", "mbcs"}
+
+
+def text_charset(charset: str | None) -> str | None:
+    """``charset`` as a codec name, if it is a character set to decode a page with."""
+    if not charset:
+        return None
     try:
-        codec = codecs.lookup(charset or "utf-8").name
-    except LookupError:
-        codec = "utf-8"
-    return body.decode(codec, errors="replace")
+        info = codecs.lookup(charset)
+    except (LookupError, ValueError):
+        return None
+    if not getattr(info, "_is_text_encoding", True) or info.name in _NOT_CHARSETS:
+        return None
+    return info.name
+
+
+def decode_text(body: bytes, charset: str | None) -> str:
+    """Text from ``body`` in ``charset`` when it is a character set (see ``text_charset``),
+    else UTF-8; bytes that do not decode (a character cut at the cap, say) become U+FFFD."""
+    return body.decode(text_charset(charset) or "utf-8", errors="replace")
 
 
 async def read_capped(response: httpx.Response, limit: int) -> tuple[bytes, bool]:

@@ -70,3 +70,24 @@ def test_a_hostile_page_loses_what_is_hidden_or_executable_and_its_depth_breaks_
 def test_an_empty_or_broken_document_gives_empty_text():
     assert html_to_text(b"", base_url=BASE) == ("", "")
     assert html_to_text(b"<html><body><p>half <b>open", base_url=BASE) == ("", "half open")
+
+
+def test_deeply_nested_lists_write_no_more_than_the_text_kept():
+    page = b"<html><body>" + b"<ul>" * 20_000 + b"<li>x" * 20_000
+    _, text = html_to_text(page, base_url="https://example.org/", max_chars=1000)
+    assert len(text) <= 2 * 1000 + 1000 + 40  # the budget, and the piece that crossed it
+    assert "- x" in text
+    assert "\n" + "  " * 9 not in text  # indentation stops at eight levels
+
+
+def test_void_elements_without_a_slash_read_as_before():
+    _, text = html_to_text(
+        b"<p>one<br>two<br/>three<img src=x.png alt=y>four<hr>five</p>",
+        base_url="https://example.org/",
+    )
+    assert text == "one\ntwo\nthreefour\n\n---\n\nfive"
+
+
+def test_empty_links_leave_nothing_behind():
+    _, text = html_to_text(b"<p>" + b"<a></a><br>" * 500 + b"end</p>", base_url="https://e.org/")
+    assert text == "end"

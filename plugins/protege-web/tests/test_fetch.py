@@ -251,3 +251,18 @@ def test_a_refused_url_never_reaches_the_network():
     with pytest.raises(BlockedURL):
         get("http://internal.test/", internet)
     assert internet.requests == []
+
+
+@pytest.mark.parametrize("charset", ["punycode", "rot13", "base64", "zlib", "idna", "no-such"])
+def test_a_charset_that_is_not_one_is_read_as_utf8(charset):
+    from protege_web.http import decode_text, text_charset
+
+    assert text_charset(charset) is None
+    assert decode_text("café".encode(), charset) == "café"
+
+
+def test_real_charsets_are_used():
+    from protege_web.http import decode_text, text_charset
+
+    assert text_charset("ISO-8859-1") == "iso8859-1"
+    assert decode_text("café".encode("latin-1"), "iso-8859-1") == "café"
