@@ -23,6 +23,7 @@ FORMATS = {  # format: (extension, content type)
 _CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # Elements that run code or pull in other documents; an SVG holding any of them is refused.
 _ACTIVE_ELEMENTS = {"script", "foreignobject", "iframe", "embed", "object", "handler", "listener"}
+_CSS_LOADERS = ("image-set(", "image(", "cross-fade(", "element(", "src(")
 _EXTERNAL_URL = re.compile(r"url\(\s*(?!['\"]?\s*#)", re.IGNORECASE)
 
 
@@ -145,12 +146,22 @@ def _check_svg(content: str) -> None:
                 )
             if name.lower() == "attributename" and value.strip().lower().endswith("href"):
                 raise InvalidContent(f"<{tag}> changes a reference (href), not allowed")
-            if _EXTERNAL_URL.search(value):
+            if _EXTERNAL_URL.search(value) or (name.lower() == "style" and _css_problem(value)):
                 raise InvalidContent(f"<{tag}> refers to something outside the file (url())")
-        if tag == "style" and (
-            _EXTERNAL_URL.search(element.text or "") or "@import" in (element.text or "")
-        ):
+        if tag == "style" and _css_problem(element.text or ""):
             raise InvalidContent("its style sheet refers to something outside the file")
+
+
+def _css_problem(css: str) -> bool:
+    # CSS escapes (\75rl, \69mport) spell url( and @import past any pattern, and image-set()
+    # and friends load images without url(): none of them is needed in a drawing.
+    lowered = css.lower()
+    return (
+        "\\" in css
+        or "@import" in lowered
+        or bool(_EXTERNAL_URL.search(css))
+        or any(name in lowered for name in _CSS_LOADERS)
+    )
 
 
 def _local(tag: object) -> str:

@@ -143,6 +143,31 @@ def test_a_long_filename_is_cut_to_the_limit_keeping_the_extension(create, confi
             "<svg>&x;</svg>",
             "this is not valid svg: it declares a document type or entities",
         ),
+        *[
+            (
+                "svg",
+                f'<svg xmlns="http://www.w3.org/2000/svg">{drawing}</svg>',
+                f"this is not valid svg: {reason}",
+            )
+            for drawing, reason in [
+                (
+                    '<rect style="fill:\\75rl(https://evil.example/t.svg#p)"/>',
+                    "<rect> refers to something outside the file",
+                ),
+                (
+                    "<style>rect{background:\\75rl(https://evil.example/t.png)}</style>",
+                    "its style sheet refers to something outside the file",
+                ),
+                (
+                    '<style>@\\69mport "https://evil.example/x.css";</style>',
+                    "its style sheet refers to something outside the file",
+                ),
+                (
+                    "<rect style=\"background-image:image-set('https://evil.example/t.png' 1x)\"/>",
+                    "<rect> refers to something outside the file",
+                ),
+            ]
+        ],
     ],
 )
 def test_invalid_content_is_refused_and_nothing_is_stored(create, format, content, reason):
