@@ -198,14 +198,18 @@ class FilesSettings:
 
     ``read_attachment`` reads files of at most ``max_read_bytes`` and gives back at most
     ``max_text_chars`` characters of text (``max_pdf_pages`` pages of a PDF whose text is
-    extracted). A run shows the model at most ``max_parts_per_run`` files as themselves
-    (images, PDFs), of ``max_part_bytes_per_run`` bytes together. ``create_file`` writes at
-    most ``max_created_bytes`` and names files in at most ``max_filename_chars`` characters.
+    extracted, in a process of its own given ``max_pdf_seconds`` of CPU). A run shows the
+    model at most ``max_parts_per_run`` files as themselves (images, PDFs), of
+    ``max_part_bytes_per_run`` bytes together. ``create_file`` writes at most
+    ``max_created_bytes`` and names files in at most ``max_filename_chars`` characters.
     """
 
     max_read_bytes: int = attrs.field(default=10 * MIB, validator=attrs.validators.ge(1))
     max_text_chars: int = attrs.field(default=20_000, validator=attrs.validators.ge(100))
     max_pdf_pages: int = attrs.field(default=100, validator=attrs.validators.ge(1))
+    max_pdf_seconds: float = attrs.field(
+        default=10.0, validator=[attrs.validators.gt(0), attrs.validators.le(120)]
+    )
     max_parts_per_run: int = attrs.field(default=8, validator=attrs.validators.ge(0))
     max_part_bytes_per_run: int = attrs.field(default=20 * MIB, validator=attrs.validators.ge(0))
     max_created_bytes: int = attrs.field(default=MIB, validator=attrs.validators.ge(1))

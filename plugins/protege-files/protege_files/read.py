@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import io
-import logging
-
 from protege import Part, Result, RunContext, Tool, Trust
 from protege.blobs import IMAGE_TYPES, PDF_TYPE, as_text, read, sniff
 from protege.mail import visible_blob
-
-# pypdf warns on every quirk of a broken PDF; those are the sender's, not ours to log.
-logging.getLogger("pypdf").setLevel(logging.ERROR)
+from protege_files.pdftext import PDFTextFailed, pdf_text
 
 
 class ReadAttachmentTool(Tool):
@@ -105,8 +100,13 @@ class ReadAttachmentTool(Tool):
             )
         limits = context.config.files
         try:
-            text, pages, read_pages = _pdf_text(data, limits.max_pdf_pages)
-        except Exception as error:  # pypdf raises many kinds on a broken or hostile PDF
+            text, pages, read_pages = pdf_text(
+                data,
+                max_pages=limits.max_pdf_pages,
+                max_chars=limits.max_text_chars,
+                seconds=limits.max_pdf_seconds,
+            )
+        except PDFTextFailed as error:
             return self.failure(f"the PDF's text cannot be extracted: {error}", **about)
         limit = limits.max_text_chars
         cut = {"max_text_chars": limit} if len(text) > limit else {}
@@ -121,16 +121,3 @@ class ReadAttachmentTool(Tool):
             truncated=bool(cut),
             **cut,
         )
-
-
-def _pdf_text(data: bytes, max_pages: int) -> tuple[str, int, int]:
-    """The text of a PDF's first ``max_pages`` pages, its page count, and the pages read."""
-    import pypdf
-
-    reader = pypdf.PdfReader(io.BytesIO(data))
-    if reader.is_encrypted:
-        reader.decrypt("")  # many PDFs are "encrypted" with an empty password
-    pages = len(reader.pages)
-    chosen = reader.pages[:max_pages]
-    text = "\n\n".join((page.extract_text() or "").strip() for page in chosen)
-    return text, pages, len(chosen)

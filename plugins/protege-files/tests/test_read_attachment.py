@@ -252,3 +252,17 @@ def test_a_pdf_past_the_page_limit_says_which_limit_cut_it(sundae, mail_with, re
         1,
     )
     assert (result.data["truncated"], result.data["max_pdf_pages"]) == (True, 1)
+
+
+def test_a_pdf_that_takes_too_long_to_read_is_stopped_at_its_limit(
+    sundae, mail_with, read, configured
+):
+    # Under a kilobyte: one page drawing a form of ten thousand texts a thousand times.
+    hostile = (FIXTURES / "forms-drawn-ten-thousand-times.pdf").read_bytes()
+    _, (blob,) = mail_with(sundae, ("forms.pdf", "application/pdf", hostile))
+    result = read(sundae, blob.id, config=configured(max_pdf_seconds=1))
+    assert not result.ok
+    assert result.reason == (
+        "the PDF's text cannot be extracted: it took more than 1 s of CPU or too much memory "
+        "(max_pdf_seconds in [files])"
+    )
