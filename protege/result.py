@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from protege.filetypes import IMAGE_TYPES, PDF_TYPE, sniff
+from protege.filetypes import IMAGE_TYPES, PDF_TYPE, malformed, sniff
 
 
 class Trust(StrEnum):
@@ -48,6 +48,9 @@ class Part:
             raise ValueError("a PDF part must be PDF data")
         if self.media_type != found:
             raise ValueError(f"the part's data is {found}, not {self.media_type}")
+        problem = malformed(self.data, found)
+        if problem is not None:  # a model's API refuses it, and the run would fail
+            raise ValueError(f"the {self.kind} cannot be shown: {problem}")
 
     @classmethod
     def image(cls, data: bytes, filename: str = "") -> Part:

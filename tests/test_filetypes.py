@@ -1,58 +1,47 @@
-"""What a file is, from its bytes: the signatures read_attachment and the harness rely on."""
+"""Files are told apart by their bytes, and a file shown to a model must be whole and still."""
 
-import codecs
+from pathlib import Path
 
 import pytest
 
-from protege.filetypes import as_text, sniff
+from protege import Part
+from protege.filetypes import malformed, sniff
+
+IMAGES = Path(__file__).parent / "fixtures" / "images"  # made once with Pillow
 
 
-@pytest.mark.parametrize(
-    ("data", "media_type"),
-    [
-        (b"\x89PNG\r\n\x1a\n" + bytes(8), "image/png"),
-        (b"\xff\xd8\xff\xe0" + bytes(8), "image/jpeg"),
-        (b"GIF89a" + bytes(8), "image/gif"),
-        (b"RIFF\x10\x00\x00\x00WEBPVP8 ", "image/webp"),
-        (b"%PDF-1.7\n", "application/pdf"),
-        (b"PK\x03\x04" + bytes(8), "application/zip"),
-        (b"\x00\x00\x00\x20ftypisom", "video/mp4"),
-        (b"RIFF\x10\x00\x00\x00WAVEfmt ", "audio/wav"),
-        (b"ID3\x04\x00", "audio/mpeg"),
-        (b"\x7fELF\x02\x01", "application/x-executable"),
-        (b"plain words", None),
-        ("Crème".encode("utf-16"), None),  # a byte-order mark is no media signature
-        (b"MZ", None),  # too short to call a program
-    ],
-)
-def test_signatures(data, media_type):
-    assert sniff(data) == media_type
+@pytest.mark.parametrize("name", ["still.png", "still.jpg", "still.gif", "still.webp"])
+def test_a_whole_still_image_may_be_shown(name):
+    data = (IMAGES / name).read_bytes()
+    assert malformed(data, sniff(data)) is None
+    assert Part.image(data).media_type == sniff(data)
 
 
-@pytest.mark.parametrize(
-    ("data", "text"),
-    [
-        (b"order,total\r\n", "order,total\r\n"),
-        ("Zoë".encode(), "Zoë"),
-        (codecs.BOM_UTF8 + "Zoë".encode(), "Zoë"),
-        ("Zoë\n".encode("utf-16"), "Zoë\n"),
-        (codecs.BOM_UTF16_BE + "Zoë".encode("utf-16-be"), "Zoë"),
-        ("Zoë".encode("utf-32"), "Zoë"),
-        (b"", ""),
-    ],
-)
-def test_text_is_decoded(data, text):
-    assert as_text(data) == text
+@pytest.mark.parametrize("name", ["moving.png", "moving.gif", "moving.webp"])
+def test_an_animated_image_is_not_shown(name):
+    data = (IMAGES / name).read_bytes()
+    assert malformed(data, sniff(data)) == "it is animated"
+    with pytest.raises(ValueError, match="cannot be shown: it is animated"):
+        Part.image(data)
+
+
+@pytest.mark.parametrize("name", ["still.png", "still.jpg", "still.gif", "still.webp"])
+def test_an_image_cut_short_is_not_shown(name):
+    data = (IMAGES / name).read_bytes()[:-10]
+    assert malformed(data, sniff(data)) is not None
 
 
 @pytest.mark.parametrize(
     "data",
     [
-        b"nul\x00inside",
-        b"\x1b[31mred",  # terminal escapes are not text to show a model
-        b"\xff\xfe\x00",  # a UTF-16 mark with an odd number of bytes after it
-        "café".encode("latin-1"),  # not UTF-8, and no mark saying otherwise
+        b"\x89PNG\r\n\x1a\n" + b"junk" * 20,
+        b"GIF89a" + b"\x00" * 50,
+        b"\xff\xd8\xff" + b"\x00" * 40,
+        b"RIFF\x10\x00\x00\x00WEBPjunk",
+        b"%PDF-1.7 and then nothing",
     ],
 )
-def test_what_is_not_text(data):
-    assert as_text(data) is None
+def test_bytes_that_only_start_like_a_file_are_not_that_file(data):
+    assert malformed(data, sniff(data)) is not None
+    with pytest.raises(ValueError, match="cannot be shown"):
+        Part.pdf(data) if data.startswith(b"%PDF") else Part.image(data)

@@ -12,7 +12,7 @@ from typing import Any
 from protege import blobs
 from protege.config import Config
 from protege.errors import ProtegeError
-from protege.filetypes import IMAGE_TYPES, PDF_TYPE
+from protege.filetypes import IMAGE_TYPES, PDF_TYPE, malformed
 from protege.harness import events
 from protege.harness.fence import Fence
 from protege.harness.parts import PartBudget, Shown, fenced_parts
@@ -131,6 +131,8 @@ def _viewable(attached: Sequence[Blob], config: Config) -> list[Shown]:
             logger.warning("attachment %s cannot be read: %s", blob.id, error)
             continue
         kind = blobs.sniff(data)
+        if kind is not None and malformed(data, kind) is not None:
+            continue  # only listed: a model's API would refuse it, and the run fail
         label = f"Attachment {blob.filename} (blob id {blob.id}):"
         ours = f"The attachment with blob id {blob.id}"
         if kind in IMAGE_TYPES:

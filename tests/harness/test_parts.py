@@ -282,3 +282,21 @@ def test_a_file_name_from_outside_stays_inside_the_fence(config, scripted_model)
             "(max_parts_per_run in [files]))",
         }
     ]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"\x89PNG\r\n\x1a\n" + b"junk" * 20, b"GIF89a" + b"\x00" * 60, b"%PDF-1.4 junk"],
+)
+def test_an_attachment_that_starts_like_an_image_or_pdf_but_is_not_one_is_not_shown(
+    config, scripted_model, data
+):
+    scripted_model.script(say("Hm."))
+    run_with_files(
+        agent_granted([]),
+        [("notes.txt", "text/plain", data)],
+        with_input(config, "image", "pdf"),
+    )
+    content = scripted_model.requests[0]["messages"][-1]["content"]
+    assert isinstance(content, str)  # listed only: no part a model's API would refuse
+    assert "- notes.txt (text/plain, " in content

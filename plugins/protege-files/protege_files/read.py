@@ -87,14 +87,20 @@ class ReadAttachmentTool(Tool):
                 **about,
                 content_type=kind,
             )
-        part = Part.image(data, filename=str(about["filename"]))
+        try:
+            part = Part.image(data, filename=str(about["filename"]))
+        except ValueError as error:
+            return self.failure(f"this file cannot be shown: {error}", **about)
         return self.success(
             **about, content_type=kind, shown="the image follows, as itself", parts=[part]
         )
 
     def _pdf(self, context: RunContext, data: bytes, about: dict[str, object]) -> Result:
         if context.config.model.accepts("pdf"):
-            part = Part.pdf(data, filename=str(about["filename"]))
+            try:
+                part = Part.pdf(data, filename=str(about["filename"]))
+            except ValueError as error:
+                return self.failure(f"this file cannot be shown: {error}", **about)
             return self.success(
                 **about, content_type=PDF_TYPE, shown="the PDF follows, as itself", parts=[part]
             )

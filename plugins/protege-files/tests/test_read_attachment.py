@@ -266,3 +266,15 @@ def test_a_pdf_that_takes_too_long_to_read_is_stopped_at_its_limit(
         "the PDF's text cannot be extracted: it took more than 1 s of CPU or too much memory "
         "(max_pdf_seconds in [files])"
     )
+
+
+def test_a_file_that_only_starts_like_an_image_is_not_shown(sundae, mail_with, read, configured):
+    junk = b"\x89PNG\r\n\x1a\n" + b"not an image at all" * 10
+    _, (blob,) = mail_with(sundae, ("notes.txt", "text/plain", junk))
+    result = read(sundae, blob.id, config=configured("image"))
+    assert not result.ok
+    assert (
+        result.reason
+        == "this file cannot be shown: the image cannot be shown: it has no PNG header"
+    )
+    assert not result.parts
