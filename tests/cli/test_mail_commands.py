@@ -1,7 +1,6 @@
 """`protege receive` and `protege serve`, as an operator runs them."""
 
 import os
-import select
 import signal
 import smtplib
 import subprocess
@@ -12,6 +11,8 @@ import pytest
 from protege.gateway.smtp import free_port
 from protege.models import Agent, Message, Run, Toolkit
 from protege.testing import say, tool_call
+
+from .serving import read_line, start
 
 
 @pytest.fixture
@@ -70,22 +71,10 @@ def test_receive_for_no_agent_is_a_one_line_error(run_protege, env, tmp_path):
     assert Message.select().count() == 0
 
 
-def read_line(process, timeout=30):
-    ready, _, _ = select.select([process.stdout], [], [], timeout)
-    assert ready, "serve printed nothing in time"
-    return process.stdout.readline().decode().rstrip("\n")
-
-
 def test_serve_takes_mail_by_smtp_and_runs_it(run_protege, env, scripted_model):
     port = free_port()
     scripted_model.script(tool_call("send_email", mode="reply", body="On it."), say("Sent."))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "protege", "serve", "--port", str(port), "--workers", "1"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, **env},
-        cwd=run_protege.project,
-    )
+    process = start(run_protege, env, "serve", "--port", str(port), "--workers", "1")
     try:
         assert read_line(process) == (
             f"protege: listening for mail on 127.0.0.1:{port}, 1 worker(s), the scheduler; "
@@ -131,13 +120,7 @@ def test_serve_warns_about_a_host_module_that_fails_to_import_and_goes_on(run_pr
     (run_protege.project / "protege.toml").write_text('tool_modules = ["shop_tools"]\n')
     (run_protege.project / "shop_tools.py").write_text("import no_such_dependency\n")
     port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "protege", "serve", "--port", str(port), "--workers", "1"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, **env},
-        cwd=run_protege.project,
-    )
+    process = start(run_protege, env, "serve", "--port", str(port), "--workers", "1")
     try:
         assert read_line(process).startswith("protege: listening for mail on ")
     finally:

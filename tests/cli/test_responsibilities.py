@@ -3,11 +3,7 @@ operator runs them (real subprocesses, the scripted model)."""
 
 import datetime
 import json
-import os
-import select
 import signal
-import subprocess
-import sys
 
 import pytest
 
@@ -15,6 +11,8 @@ from protege.gateway.smtp import free_port
 from protege.models import Agent, Responsibility, Run, Toolkit
 from protege.scheduler import Scheduler
 from protege.testing import say, tool_call
+
+from .serving import read_line, start
 
 UTC = datetime.UTC
 
@@ -209,17 +207,11 @@ def test_serve_queues_due_responsibilities_and_runs_them(run_protege, env, scrip
     )
     scripted_model.script(say("All quiet."))
     port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "protege", "serve", "--port", str(port), "--workers", "1"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, **env},
-        cwd=run_protege.project,
-    )
+    process = start(run_protege, env, "serve", "--port", str(port), "--workers", "1")
     try:
-        assert _line(process).endswith("1 worker(s), the scheduler; Ctrl-C stops")
-        assert _line(process).startswith("run 1 queued: Scout's 'every minute', due ")
-        assert _line(process) == "run 1 (Scout): done"
+        assert read_line(process).endswith("1 worker(s), the scheduler; Ctrl-C stops")
+        assert read_line(process).startswith("run 1 queued: Scout's 'every minute', due ")
+        assert read_line(process) == "run 1 (Scout): done"
     finally:
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=30)
@@ -228,12 +220,6 @@ def test_serve_queues_due_responsibilities_and_runs_them(run_protege, env, scrip
     assert asked["role"] == "user"
     assert asked["content"].startswith("Look around.\n\n(protege: this is the run due at ")
     assert asked["content"].endswith(" UTC for the responsibility 'every minute'.)")
-
-
-def _line(process, timeout=30):
-    ready, _, _ = select.select([process.stdout], [], [], timeout)
-    assert ready, "serve printed nothing in time"
-    return process.stdout.readline().decode().rstrip("\n")
 
 
 def _next_new_year():
@@ -252,18 +238,12 @@ def test_the_scheduler_alone_queues_until_stopped(run_protege, env):
         scheduled_from=datetime.datetime.now(UTC).replace(tzinfo=None)
         - datetime.timedelta(minutes=5),
     )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "protege", "scheduler"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, **env},
-        cwd=run_protege.project,
-    )
+    process = start(run_protege, env, "scheduler")
     try:
-        assert _line(process) == (
+        assert read_line(process) == (
             "protege: scheduler looking for due responsibilities every 15s; Ctrl-C stops"
         )
-        assert _line(process).startswith("run 1 queued: Scout's 'every minute', due ")
+        assert read_line(process).startswith("run 1 queued: Scout's 'every minute', due ")
     finally:
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=30)
