@@ -83,6 +83,32 @@ class RunSettings:
     max_tool_failures: int = attrs.field(default=5, validator=attrs.validators.ge(0))
     max_tool_calls_per_turn: int = attrs.field(default=16, validator=attrs.validators.ge(1))
     max_result_bytes: int = attrs.field(default=64 * 1024, validator=attrs.validators.ge(1024))
+    # A worker renews its hold on a running run every third of this; a run whose worker
+    # stopped renewing is taken over once it runs out, at most ``max_attempts`` times in all.
+    lease_seconds: float = attrs.field(default=60.0, validator=attrs.validators.ge(1))
+    max_attempts: int = attrs.field(default=3, validator=attrs.validators.ge(1))
+    # Threads tools may hold at once (a sync tool past its timeout holds one until it ends).
+    tool_threads: int = attrs.field(default=64, validator=attrs.validators.ge(1))
+
+
+@attrs.frozen(kw_only=True)
+class ServeSettings:
+    """``[serve]``: how ``protege serve`` carries runs out.
+
+    One process carries up to ``max_concurrent_runs`` runs at once on one event loop;
+    ``processes`` starts more worker processes beside it. Each looks for queued runs every
+    ``poll_interval`` seconds (at once when its own gateway queues one). On SIGTERM it stops
+    taking mail and runs, gives the runs in flight ``shutdown_seconds`` to end, and hands
+    back to the queue those that did not. ``db_threads`` bounds the database connections a
+    process uses for its runs.
+    """
+
+    max_concurrent_runs: int = attrs.field(default=64, validator=attrs.validators.ge(1))
+    processes: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    poll_interval: float = attrs.field(default=0.5, validator=attrs.validators.gt(0))
+    shutdown_seconds: float = attrs.field(default=30.0, validator=attrs.validators.ge(0))
+    db_threads: int = attrs.field(default=8, validator=attrs.validators.ge(1))
+    max_concurrent_deliveries: int = attrs.field(default=8, validator=attrs.validators.ge(1))
 
 
 MIB = 1024 * 1024
@@ -93,19 +119,18 @@ class MailSettings:
     """``[mail]``: the SMTP gateway, outbound transport, and limits on what mail may carry.
 
     ``transport = "outbox"`` (the default) writes outgoing mail as ``.eml`` files in the
-    data directory's ``outbox``; ``"smtp"`` hands it to ``smtp_host``. Inbound mail whose
-    header block is over ``max_header_bytes`` (Postfix's default) or names more than
-    ``max_header_addresses`` addresses is refused before it is parsed.
     data directory's ``outbox``; ``"smtp"`` hands it to ``smtp_host``, verifying its
     certificate against the system's authorities or ``smtp_ca_file`` (relative to the
-    project root); temporary failures are retried ``smtp_retries`` times, waiting
-    ``smtp_backoff_seconds``, then twice as long each time. One mail goes to at most
+    project root). Mail is sent by the delivery loop, apart from the run that queued it;
+    temporary failures are retried ``smtp_retries`` times, waiting ``smtp_backoff_seconds``,
+    then twice as long each time. Inbound mail whose header block is over
+    ``max_header_bytes`` (Postfix's default) or names more than ``max_header_addresses``
+    addresses is refused before it is parsed. One mail goes to at most
     ``max_recipients`` people (To, Cc and Bcc together).
     """
 
     listen_host: str = "127.0.0.1"
     listen_port: int = 2525
-    workers: int = attrs.field(default=2, validator=attrs.validators.ge(1))
     transport: str = attrs.field(
         default="outbox", validator=attrs.validators.in_(("outbox", "smtp"))
     )
@@ -227,6 +252,7 @@ class FileSettings:
     database_url: str | None = None
     model: ModelSettings = ModelSettings()
     runs: RunSettings = RunSettings()
+    serve: ServeSettings = ServeSettings()
     mail: MailSettings = MailSettings()
     web: WebSettings = WebSettings()
     responsibilities: ResponsibilitySettings = ResponsibilitySettings()
@@ -254,6 +280,7 @@ class Config:
     database_url: str
     model: ModelSettings = ModelSettings()
     runs: RunSettings = RunSettings()
+    serve: ServeSettings = ServeSettings()
     mail: MailSettings = MailSettings()
     web: WebSettings = WebSettings()
     responsibilities: ResponsibilitySettings = ResponsibilitySettings()
@@ -344,6 +371,7 @@ def _build(
             environ,
         ),
         runs=settings.runs,
+        serve=settings.serve,
         mail=_with_mail_secrets(
             _overridden(settings.mail, environ, transport=MAIL_TRANSPORT_VARIABLE), environ
         ),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -42,7 +43,8 @@ class RunContext:
     """Everything a tool may know about the run it is part of, frozen for the run's lifetime.
 
     A reply run has ``message`` set; a scheduled run has ``responsibility`` set; never both.
-    ``deliver(mail, attachments=())`` sends mail as the run's agent. Being frozen, the context
+    ``deliver(mail, attachments=())`` queues mail as the run's agent; ``cancelled`` tells
+    whether an operator cancelled the run. Being frozen, the context
     cannot carry state from one tool call to the next.
     """
 
@@ -55,3 +57,11 @@ class RunContext:
     config: Config
     logger: logging.Logger | logging.LoggerAdapter
     correlation_id: str | None = None
+    # Set when an operator cancels the run (``protege runs cancel``); read ``cancelled``.
+    cancellation: threading.Event = attrs.field(factory=threading.Event, repr=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the run was cancelled: a long tool may stop early; the run itself stops
+        at its next step whatever the tool does."""
+        return self.cancellation.is_set()

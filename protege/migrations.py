@@ -288,6 +288,28 @@ def _0006_responsibilities_on_a_schedule(db: peewee.Database | peewee.DatabasePr
     )
 
 
+def _0007_leases_and_pending_deliveries(db: peewee.Database | peewee.DatabaseProxy) -> None:
+    # A running run is held by a lease its worker renews; a run whose lease ran out is
+    # taken over. Mail a run sends waits as pending until the transport has it.
+    postgres = isinstance(getattr(db, "obj", db), peewee.PostgresqlDatabase)
+    widen = "ALTER TABLE run ALTER COLUMN status TYPE VARCHAR(16);" if postgres else ""
+    _run(
+        db,
+        f"""
+        {widen}
+        ALTER TABLE run ADD COLUMN lease_owner VARCHAR(64);
+        ALTER TABLE run ADD COLUMN lease_expires_at {{ts}};
+        ALTER TABLE run ADD COLUMN cancel_requested_at {{ts}};
+        CREATE INDEX run_lease ON run (status, lease_expires_at);
+        ALTER TABLE message ADD COLUMN delivery_attempts INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE message ADD COLUMN next_attempt_at {{ts}};
+        ALTER TABLE message ADD COLUMN pending_recipients TEXT NOT NULL DEFAULT '[]';
+        ALTER TABLE message ADD COLUMN delivery_lease_expires_at {{ts}};
+        CREATE INDEX message_pending ON message (status, next_attempt_at)
+        """,
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "agents and toolkits", _0001_agents_and_toolkits),
     Migration(2, "messages and runs", _0002_messages_and_runs),
@@ -295,6 +317,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "mail: reply-to lists, refused recipients", _0004_reply_to_lists_and_refusals),
     Migration(5, "search indexes a bounded prefix of long mail", _0005_bounded_search_text),
     Migration(6, "responsibilities on a schedule", _0006_responsibilities_on_a_schedule),
+    Migration(7, "run leases, pending deliveries", _0007_leases_and_pending_deliveries),
 )
 
 

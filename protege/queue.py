@@ -15,8 +15,7 @@ from peewee import JOIN
 from protege.db import database
 from protege.errors import ProtegeError
 from protege.models import Agent, Message, Responsibility, Run
-from protege.models.base import utcnow
-from protege.models.runs import DONE, FAILED, QUEUED, REPLY, SCHEDULED
+from protege.models.runs import DONE, FAILED, QUEUED, REPLY, SCHEDULED, Claim
 
 __all__ = [
     "AlreadyQueued",
@@ -80,7 +79,14 @@ def requeue(run: Run) -> Run:
     """
     if run.status in (QUEUED, DONE):
         raise ProtegeError(f"run {run.id} is {run.status}: only failed or stuck runs are retried")
-    Run.update(status=QUEUED, error=None, finished_at=None).where(Run.id == run.id).execute()
+    Run.update(
+        status=QUEUED,
+        error=None,
+        finished_at=None,
+        lease_owner=None,
+        lease_expires_at=None,
+        cancel_requested_at=None,
+    ).where(Run.id == run.id).execute()
     run.status, run.error, run.finished_at = QUEUED, None, None
     return run
 
@@ -98,18 +104,21 @@ def retry_failed(run: Run) -> bool:
     return updated == 1
 
 
-def claim_next() -> Run | None:
-    """Take the oldest queued run for this worker, or None; safe with several workers."""
-    while True:
-        candidate = Run.select(Run.id).where(Run.status == QUEUED).order_by(Run.id).first()
-        if candidate is None:
-            return None
-        if Run.claim(candidate.id, utcnow()):
-            return (  # with its agent and message, so running it asks for neither again
-                Run.select(Run, Agent, Message)
-                .join(Agent)
-                .switch(Run)
-                .join(Message, JOIN.LEFT_OUTER)
-                .where(Run.id == candidate.id)
-                .get()
-            )
+def claim_next(
+    owner: str, now: datetime.datetime, lease_seconds: float
+) -> tuple[Run, Claim] | None:
+    """Take the next run for the worker attempt ``owner``: a run whose worker stopped
+    renewing its lease, else the oldest queued one; None when there is neither. Safe with
+    several workers in several processes."""
+    claim = Run.claim_next(owner, now, lease_seconds)
+    if claim is None:
+        return None
+    run = (  # with its agent and message, so running it asks for neither again
+        Run.select(Run, Agent, Message)
+        .join(Agent)
+        .switch(Run)
+        .join(Message, JOIN.LEFT_OUTER)
+        .where(Run.id == claim.run_id)
+        .get()
+    )
+    return run, claim

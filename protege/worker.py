@@ -1,79 +1,200 @@
-"""Workers: threads that take queued runs and carry them out, one at a time each."""
+"""Workers: what takes queued runs out of the database and carries them out.
+
+``Workers`` is what ``protege serve`` runs: one event loop, in a thread of its own, carrying
+up to ``max_concurrent_runs`` runs at once (a run spends its life waiting on the model),
+with database work in a bounded thread pool and the delivery loop beside the runs. Several
+processes, on one machine or many, may share one database: claims and leases keep each run
+with one worker, and a run whose worker died is taken over. ``drain`` carries out what is
+queued in the calling thread, for the command line, scripts and tests.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import datetime
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
-from protege.db import database
-from protege.harness import abandon, execute
+from protege.delivery import DeliveryLoop, send_pending
+from protege.harness import carry_out, execute
+from protege.harness.runner import new_owner
 from protege.installation import Installation
 from protege.models import Run
-from protege.plugins import error_line
+from protege.models.base import utcnow
 from protege.queue import claim_next
 
 logger = logging.getLogger(__name__)
 
+Clock = Callable[[], datetime.datetime]
 
-def drain(installation: Installation) -> list[Run]:
-    """Carry out queued runs in this thread until none is left; returns them."""
+
+def drain(installation: Installation, *, clock: Clock = utcnow) -> list[Run]:
+    """Carry out queued runs (and runs whose worker died) in this thread until none is
+    left, then send the mail they queued; returns the runs."""
     done = []
-    while (run := claim_next()) is not None:
-        done.append(execute(run, installation))
+    lease = installation.config.runs.lease_seconds
+    while (claimed := claim_next(new_owner(), clock(), lease)) is not None:
+        run, claim = claimed
+        done.append(execute(run, installation, claim=claim))
+    send_pending(installation.config, clock=clock)
     return done
 
 
 class Workers:
-    """A small pool of worker threads polling the run queue (safe beside other pools)."""
+    """Carries out queued runs in this process, many at once, until stopped.
+
+    ``on_finished`` is called (on the workers' thread) with each run that ended. ``clock``
+    tells the time leases are measured in.
+    """
 
     def __init__(
         self,
         installation: Installation,
-        count: int,
-        poll_interval: float = 0.5,
+        *,
+        max_concurrent_runs: int | None = None,
+        poll_interval: float | None = None,
         on_finished: Callable[[Run], None] | None = None,
+        clock: Clock = utcnow,
     ) -> None:
+        settings = installation.config.serve
         self.installation = installation
+        self.width = max_concurrent_runs or settings.max_concurrent_runs
+        self.poll_interval = poll_interval or settings.poll_interval
         self.on_finished = on_finished
-        self.poll_interval = poll_interval
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._work, name=f"protege-worker-{n}", daemon=True)
-            for n in range(count)
-        ]
+        self.clock = clock
+        self.finished = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._stopping: asyncio.Event | None = None
+        self._grace: float = settings.shutdown_seconds
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="protege-workers", daemon=True)
 
     def start(self) -> Workers:
-        """Start the threads."""
-        for thread in self._threads:
-            thread.start()
+        """Start carrying out runs (returns once the workers are ready)."""
+        self._thread.start()
+        self._ready.wait()
         return self
 
-    def stop(self, timeout: float | None = None) -> None:
-        """Let each thread finish its current run, then stop."""
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout)
+    def wake(self) -> None:
+        """Look for queued runs now, not at the next poll (safe from any thread)."""
+        loop, wake = self._loop, self._wake
+        if loop is not None and wake is not None:
+            with contextlib.suppress(RuntimeError):  # stopped already
+                loop.call_soon_threadsafe(wake.set)
 
-    def _work(self) -> None:
+    def stop(self, grace: float | None = None) -> None:
+        """Take no more runs; give those in flight ``grace`` seconds (default
+        ``[serve] shutdown_seconds``) to end, hand the others back to the queue, finish the
+        mail being sent, and return."""
+        if grace is not None:
+            self._grace = grace
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(stopping.set)
+        self._thread.join()
+
+    def _main(self) -> None:
         try:
-            while not self._stop.is_set():
-                run = None
-                try:
-                    run = claim_next()
-                    if run is None:
-                        self._stop.wait(self.poll_interval)  # idle: look again shortly
-                        continue
-                    finished = execute(run, self.installation)
-                    logger.info("run %s %s", finished.id, finished.status)
-                    if self.on_finished is not None:
-                        self.on_finished(finished)
-                except BaseException as error:  # nothing may stop a worker but stop()
-                    logger.exception("worker failed; retrying")
-                    if run is not None:
-                        with contextlib.suppress(Exception):  # the database may be what failed
-                            abandon(run, f"the worker failed: {error_line(error)}")
-                    self._stop.wait(self.poll_interval)
+            asyncio.run(self._serve())
         finally:
-            database.close()
+            self._ready.set()  # a failure to start must not leave start() waiting
+
+    async def _serve(self) -> None:
+        config = self.installation.config
+        self._loop = asyncio.get_running_loop()
+        self._wake, self._stopping = asyncio.Event(), asyncio.Event()
+        io = ThreadPoolExecutor(config.serve.db_threads, thread_name_prefix="protege-db")
+        mail_io = ThreadPoolExecutor(
+            config.serve.max_concurrent_deliveries, thread_name_prefix="protege-delivery"
+        )
+        delivery = DeliveryLoop(config, mail_io, clock=self.clock)
+        delivering = asyncio.create_task(delivery.run())
+        in_flight: set[asyncio.Task] = set()
+        self._ready.set()
+        try:
+            await self._take_runs(io, in_flight, delivery)
+            if in_flight:
+                _, left = await asyncio.wait(in_flight, timeout=self._grace)
+                for task in left:
+                    task.cancel()  # carry_out hands them back: self._stopping is set
+                if left:
+                    await asyncio.wait(left)
+        finally:
+            delivery.stop()
+            await delivering
+            io.shutdown(wait=True)
+            mail_io.shutdown(wait=True)
+
+    async def _take_runs(
+        self, io: ThreadPoolExecutor, in_flight: set[asyncio.Task], delivery: DeliveryLoop
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        lease = self.installation.config.runs.lease_seconds
+        wake, stopping = self._wake, self._stopping
+        if wake is None or stopping is None:
+            raise RuntimeError("the workers' loop is not running")
+        while not stopping.is_set():
+            if len(in_flight) >= self.width:
+                await _first(in_flight, stopping)
+                continue
+            try:
+                claimed = await loop.run_in_executor(
+                    io, claim_next, new_owner(), self.clock(), lease
+                )
+            except Exception:
+                logger.exception("could not look for queued runs")
+                claimed = None
+            if claimed is None:
+                wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(_either(wake, stopping), self.poll_interval)
+                continue
+            run, claim = claimed
+            task = asyncio.create_task(
+                carry_out(run, claim, self.installation, io=io, clock=self.clock, stopping=stopping)
+            )
+            in_flight.add(task)
+            task.add_done_callback(lambda done: self._ended(done, in_flight, delivery))
+
+    def _ended(
+        self, task: asyncio.Task, in_flight: set[asyncio.Task], delivery: DeliveryLoop
+    ) -> None:
+        in_flight.discard(task)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            logger.error("a run ended with an error protege did not record: %r", error)
+            return
+        run = task.result()
+        if run.status in ("queued", "running"):
+            return  # handed back, or taken over by another worker
+        self.finished += 1
+        delivery.wake()
+        if self.on_finished is not None:
+            try:
+                self.on_finished(run)
+            except Exception:
+                logger.exception("on_finished failed for run %s", run.id)
+
+
+async def _either(first: asyncio.Event, second: asyncio.Event) -> None:
+    waits = [asyncio.create_task(first.wait()), asyncio.create_task(second.wait())]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+
+
+async def _first(in_flight: set[asyncio.Task], stopping: asyncio.Event) -> None:
+    stop = asyncio.create_task(stopping.wait())
+    try:
+        await asyncio.wait({*in_flight, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()

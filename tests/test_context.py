@@ -19,7 +19,7 @@ def make(**overrides):
     return RunContext(**values)
 
 
-def test_has_exactly_the_seven_members_of_the_contract():
+def test_has_the_seven_members_of_the_contract_and_the_cancellation_signal():
     assert [a.name for a in attrs.fields(RunContext)] == [
         "agent",
         "message",
@@ -28,9 +28,17 @@ def test_has_exactly_the_seven_members_of_the_contract():
         "config",
         "logger",
         "correlation_id",
+        "cancellation",
     ]
     public = {name for name in dir(make()) if not name.startswith("_")}
-    assert public == {a.name for a in attrs.fields(RunContext)}
+    assert public == {a.name for a in attrs.fields(RunContext)} | {"cancelled"}
+
+
+def test_cancelled_follows_the_runs_cancellation():
+    context = make()
+    assert context.cancelled is False
+    context.cancellation.set()
+    assert context.cancelled is True
 
 
 def test_is_frozen():

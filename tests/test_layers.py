@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).parent.parent / "protege"
 # From the top down: a module may import its own layer and the ones below, never above.
 LAYERS = [
     ("entry points", {"cli", "testing", "worker", "installation", "__main__"}),
-    ("gateway", {"gateway", "scheduler"}),
+    ("gateway", {"gateway", "scheduler", "delivery"}),
     ("run queue", {"queue"}),
     ("harness", {"harness"}),
     ("tools on offer", {"toolkits", "registry", "plugins"}),
@@ -34,6 +34,7 @@ LAYERS = [
             "migrations",
             "cron",
             "filetypes",
+            "status",
         },
     ),
 ]

@@ -13,6 +13,7 @@ import pytest
 
 from protege.config import ResponsibilitySettings
 from protege.db import database
+from protege.delivery import send_pending
 from protege.models import Agent, Responsibility, Run, Toolkit
 from protege.models.runs import DONE, FAILED, QUEUED
 from protege.queue import AlreadyQueued, queue_scheduled
@@ -334,6 +335,7 @@ def _real_after(run, seconds):
 
 
 def _outbox(installation):
+    send_pending(installation.config)  # what the delivery loop beside the scheduler does
     folder = Path(installation.config.data_dir) / "outbox"
     return [
         email.message_from_bytes(path.read_bytes(), policy=policy.default)

@@ -35,6 +35,7 @@ COMMANDS = {
         "Queue due responsibilities alone (serve also does).",
     ),
     "serve": ("protege.cli.mail", "serve", "Receive mail by SMTP and carry out the runs."),
+    "status": ("protege.cli.status", "status", "Runs and mail waiting on workers, per agent."),
     "sync": ("protege.cli.sync", "sync", "Migrate and rebuild the system toolkits (each deploy)."),
     "toolkits": ("protege.cli.toolkits", "toolkits", "Create and edit toolkits of tools."),
     "tools": ("protege.cli.tools", "tools", "List the tools in the manifest and where from."),

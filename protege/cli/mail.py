@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 import threading
 
@@ -15,49 +16,139 @@ from protege.errors import ProtegeError
 @click.command()
 @click.option("--host", help="Address to listen on (default: [mail] listen_host).")
 @click.option("--port", type=int, help="Port to listen on (default: [mail] listen_port).")
-@click.option("--workers", type=int, help="Worker threads running queued runs.")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    help="Runs carried at once by each process (default: [serve] max_concurrent_runs).",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    help="Processes carrying runs, this one included (default: [serve] processes).",
+)
 @click.option(
     "--no-scheduler",
     is_flag=True,
     help="Leave responsibilities to a `protege scheduler` running elsewhere.",
 )
-def serve(host: str | None, port: int | None, workers: int | None, no_scheduler: bool) -> None:
-    """Receive mail by SMTP, queue due responsibilities, and carry out the runs, until
-    interrupted."""
+@click.option(
+    "--no-gateway",
+    is_flag=True,
+    help="Receive no mail: only carry out the runs in the database (another host's gateway).",
+)
+def serve(
+    host: str | None,
+    port: int | None,
+    concurrency: int | None,
+    processes: int | None,
+    no_scheduler: bool,
+    no_gateway: bool,
+) -> None:
+    """Receive mail by SMTP, queue due responsibilities, carry out the runs and send their
+    mail, until interrupted (SIGTERM or Ctrl-C stops it gracefully)."""
     from protege.gateway.smtp import start_gateway
     from protege.scheduler import Scheduler
     from protege.worker import Workers
 
     installation = open_installation()
     config = installation.config
-    count = workers or config.mail.workers
-    try:
-        gateway = start_gateway(config, host, port)
-    except OSError as error:
-        where = (
-            f"{host or config.mail.listen_host}:{config.mail.listen_port if port is None else port}"
-        )
-        raise ProtegeError(
-            f"cannot listen for mail on {where}: {error.strerror or error}"
-        ) from None
-    pool = Workers(installation, count, on_finished=_report).start()
+    width = concurrency or config.serve.max_concurrent_runs
+    pool = Workers(installation, max_concurrent_runs=width, on_finished=_report)
+    gateway = None
+    if not no_gateway:
+        try:
+            gateway = start_gateway(config, host, port, on_mail=_mail_line(pool))
+        except OSError as error:
+            where = f"{host or config.mail.listen_host}:{port or config.mail.listen_port}"
+            raise ProtegeError(
+                f"cannot listen for mail on {where}: {error.strerror or error}"
+            ) from None
+    pool.start()
+    helpers = _Helpers((processes or config.serve.processes) - 1, width)
     scheduler = None if no_scheduler else Scheduler(installation, on_line=_say)
     stopped = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):  # before the announcement: it invites them
         signal.signal(signum, lambda *_: stopped.set())
+    listening = (
+        "receiving no mail"
+        if gateway is None
+        else f"listening for mail on {gateway.hostname}:{gateway.port}"
+    )
     scheduling = "no scheduler" if scheduler is None else "the scheduler"
     _say(
-        f"protege: listening for mail on {gateway.hostname}:{gateway.port}, "
-        f"{count} worker(s), {scheduling}; Ctrl-C stops"
+        f"protege: {listening}, {width} run(s) at once in each of "
+        f"{helpers.count + 1} process(es), {scheduling}; Ctrl-C stops"
     )
+    helpers.start()
     if scheduler is not None:  # after the announcement, so that it comes first
         scheduler.start()
     stopped.wait()
-    _say("protege: stopping (finishing current runs)")
+    _say(
+        f"protege: stopping (no more mail; runs in flight get "
+        f"{config.serve.shutdown_seconds:g} s, then go back to the queue)"
+    )
+    if gateway is not None:
+        gateway.stop()
     if scheduler is not None:
         scheduler.stop()
-    gateway.stop()
+    helpers.stop(config.serve.shutdown_seconds)
     pool.stop()
+    _say("protege: stopped")
+
+
+class _Helpers:
+    """The other processes of ``serve --processes N``: each carries runs (no gateway, no
+    scheduler); one that dies is started again until serve stops."""
+
+    def __init__(self, count: int, width: int) -> None:
+        self.count = count
+        self.width = width
+        self._processes: list[subprocess.Popen] = []
+        self._stopping = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="protege-helpers", daemon=True)
+
+    def _spawn(self) -> subprocess.Popen:
+        command = [sys.executable, "-m", "protege", "serve", "--no-gateway", "--no-scheduler"]
+        command += ["--processes", "1", "--concurrency", str(self.width)]
+        return subprocess.Popen(command, stdout=sys.stdout, stderr=sys.stderr)
+
+    def start(self) -> None:
+        self._processes = [self._spawn() for _ in range(self.count)]
+        if self._processes:
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(1.0):  # a supervisor's check, not a synchronisation
+            for index, process in enumerate(self._processes):
+                if process.poll() is not None and not self._stopping.is_set():
+                    _say(
+                        f"protege: worker process {process.pid} ended ({process.returncode}); "
+                        "starting another"
+                    )
+                    self._processes[index] = self._spawn()
+
+    def stop(self, grace: float) -> None:
+        self._stopping.set()
+        for process in self._processes:
+            process.send_signal(signal.SIGTERM)
+        for process in self._processes:
+            try:
+                process.wait(grace + 10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _mail_line(pool):
+    def said(delivered) -> None:
+        for item in delivered:
+            queued = f", run {item.run.id} queued" if item.run is not None else ""
+            detail = "" if item.reason == item.status else f" ({item.reason})"
+            what = f"{item.status}{queued}{detail}"
+            _say(f"mail {item.message.id} for {item.agent.name}: {what}")
+        if any(item.run is not None for item in delivered):
+            pool.wake()
+
+    return said
 
 
 def _report(run) -> None:

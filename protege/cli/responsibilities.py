@@ -294,8 +294,7 @@ def delete(name: str, agent: str | None, yes: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
 def run_now(name: str, agent: str | None, as_json: bool) -> None:
     """Carry out a responsibility now, once, in this process, and show the run."""
-    from protege.cli.runs import show_outcome
-    from protege.harness import execute
+    from protege.cli.runs import carried_out, show_outcome
     from protege.models import Run
     from protege.queue import queue_scheduled
 
@@ -310,7 +309,7 @@ def run_now(name: str, agent: str | None, as_json: bool) -> None:
         raise ProtegeError(
             f"{duty.name!r} has run {going.id} {going.status} already; wait for it to end"
         )
-    show_outcome(execute(queue_scheduled(duty), installation), as_json)
+    show_outcome(carried_out(queue_scheduled(duty), installation), as_json)
 
 
 @click.command()

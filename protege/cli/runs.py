@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from protege.cli.database import open_database, open_installation
@@ -22,7 +24,6 @@ def runs() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
 def start(agent: str, sender: str, body: str, subject: str, as_json: bool) -> None:
     """Run AGENT on a message from SENDER, as if it had arrived by mail, and show the run."""
-    from protege.harness import execute
     from protege.mail import record_inbound
     from protege.models import Agent
     from protege.queue import queue_reply
@@ -33,7 +34,7 @@ def start(agent: str, sender: str, body: str, subject: str, as_json: bool) -> No
     if not reach.admitted:
         raise ProtegeError(f"{sender} may not write to {found.name}: {reach.reason}")
     message = record_inbound(found, sender=sender, body=body, subject=subject)
-    show_outcome(execute(queue_reply(message), installation), as_json)
+    show_outcome(carried_out(queue_reply(message), installation), as_json)
 
 
 @runs.command("retry")
@@ -41,11 +42,39 @@ def start(agent: str, sender: str, body: str, subject: str, as_json: bool) -> No
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
 def retry(run_id: int, as_json: bool) -> None:
     """Run a failed or stuck run again, from where it stopped, and show it."""
-    from protege.harness import execute
     from protege.queue import requeue
 
     installation = open_installation()
-    show_outcome(execute(requeue(_run_numbered(run_id)), installation), as_json)
+    show_outcome(carried_out(requeue(_run_numbered(run_id)), installation), as_json)
+
+
+@runs.command("cancel")
+@click.argument("run_id", type=int)
+def cancel(run_id: int) -> None:
+    """Stop a run: a queued one at once, a running one at its next step."""
+    from protege.models import Run
+    from protege.models.base import utcnow
+
+    open_database()
+    was = Run.request_cancel(run_id, utcnow())
+    if was is None:
+        raise ProtegeError(f"there is no run {run_id}")
+    if was == "queued":
+        click.echo(f"run {run_id} cancelled (it had not started)")
+    elif was == "running":
+        click.echo(f"run {run_id} will stop at its next step")
+    else:
+        raise ProtegeError(f"run {run_id} is {was} already: there is nothing to cancel")
+
+
+def carried_out(run, installation):
+    """Carry ``run`` out in this process, then send the mail it queued."""
+    from protege.delivery import send_pending
+    from protege.harness import execute
+
+    ended = execute(run, installation)
+    send_pending(installation.config)
+    return ended
 
 
 @runs.command("list")
@@ -143,11 +172,13 @@ def _show(run, as_json: bool) -> None:
     from protege.harness import events
 
     timeline = run.timeline()
+    sent = _mail_of(run)
     if as_json:
         echo_json(
             {
                 **_summary(run),
                 "events": [_event_json(e) for e in timeline],
+                "mail": sent,
             }
         )
         return
@@ -157,3 +188,30 @@ def _show(run, as_json: bool) -> None:
         click.echo(f"error: {events.printable(run.error)}")
     for event in timeline:
         click.echo(f"{event.seq:4d} {events.render(event.kind, event.payload)}")
+    for mail in sent:  # where each mail is now: the delivery loop sends it after the event
+        refused = "".join(
+            f"; refused {r.get('address')} ({r.get('code')} {r.get('reason')})"
+            for r in mail["refused"]
+        )
+        error = f"; {mail['error']}" if mail["error"] else ""
+        line = f"mail {mail['message_id']}: {mail['status']}{refused}{error}"
+        click.echo(events.printable(line))
+
+
+def _mail_of(run) -> list[dict[str, Any]]:
+    """The mail ``run`` queued, with what became of it so far."""
+    from protege.models import Message
+
+    return [
+        {
+            "message_id": message.message_id,
+            "status": message.status,
+            "to": message.to_addresses,
+            "refused": [r for r in message.refused_recipients if isinstance(r, dict)],
+            "error": message.delivery_error,
+            "attempts": message.delivery_attempts,
+        }
+        for message in Message.select()
+        .where((Message.run == run.id) & (Message.direction == "outbound"))
+        .order_by(Message.id)
+    ]

@@ -1,21 +1,18 @@
 """Outbound mail: what ``context.deliver`` does. From is always the agent; each tool call
-sends at most once; the message is checked, then stored in its thread, then handed on.
+sends at most once; the message is checked, then stored in its thread as pending, with the
+exact bytes to send; the delivery loop (``protege.delivery``) hands it to the transport.
 """
 
 from __future__ import annotations
 
 import email.utils
-import re
-import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from protege import blobs
 from protege.config import Config, MailSettings
 from protege.context import current_tool_call
 from protege.db import database
-from protege.gateway import relay
 from protege.gateway.compose import (
     DeliveryRefused,
     Outgoing,
@@ -28,9 +25,10 @@ from protege.gateway.compose import (
 )
 from protege.mail import clean_address, new_message_id, thread_key
 from protege.models import Agent, Blob, Message, MessageAttachment, Run
-from protege.models.messages import FAILED, OUTBOUND, SENT
+from protege.models.base import utcnow
+from protege.models.messages import OUTBOUND, PENDING
 
-__all__ = ["DeliveryRefused", "deliver"]
+__all__ = ["DeliveryRefused", "deliver", "describe"]
 
 
 def deliver(
@@ -41,20 +39,21 @@ def deliver(
     mail: dict[str, Any],
     attachments: Sequence[Blob | int] = (),
 ) -> dict[str, Any]:
-    """Send ``mail`` as ``agent`` and return what happened.
+    """Queue ``mail`` to be sent as ``agent`` and return what became of it (``queued``).
 
     ``mail`` holds ``to``, ``cc``, ``bcc`` (lists of addresses), ``subject``, ``body`` and,
     for replies, ``in_reply_to``, ``references`` and ``loop``; any ``from`` is ignored.
     Every header value is sanitised, and the mail is refused (``DeliveryRefused``, nothing
     stored, nothing sent) when it has no recipient, more than ``max_recipients``, or would
-    not come out exactly as meant. Asked again for the same run and tool call, it sends
-    nothing and returns the first outcome.
+    not come out exactly as meant. Asked again for the same run and tool call, it queues
+    nothing and returns the first outcome. The rendered bytes are stored with the message,
+    so a mail sent again after a crash is the same mail, Message-ID and all.
     """
     call_id = current_tool_call.get()
     if run is not None and call_id is not None:
         earlier = Message.get_or_none((Message.run == run.id) & (Message.tool_call_id == call_id))
         if earlier is not None:
-            return {**_outcome(earlier), "repeated": True}
+            return {**describe(earlier), "repeated": True}
     to, cc, bcc = (_clean(mail.get(field)) for field in ("to", "cc", "bcc"))
     _check_recipients([*to, *cc, *bcc], config.mail)
     files = _checked_attachments(attachments, config.mail)
@@ -75,11 +74,15 @@ def deliver(
         ),
     )
     outgoing, raw = rendered(outgoing)
-    with database.atomic():
+    recipients = [*to, *cc, *bcc]
+    with blobs.removed_on_failure(), database.atomic():
+        raw_blob = blobs.store(
+            raw, filename="message.eml", content_type="message/rfc822", data_dir=config.data_dir
+        )
         stored = Message.create(
             agent=agent,
             direction=OUTBOUND,
-            status=SENT,
+            status=PENDING,
             sender=email.utils.formataddr((outgoing.sender_name, agent.address)),
             to_addresses=to,
             cc_addresses=cc,
@@ -92,21 +95,19 @@ def deliver(
             thread_key=thread_key(outgoing.message_id, outgoing.in_reply_to, outgoing.references),
             run=run.id if run is not None else None,
             tool_call_id=call_id,
+            raw_blob=raw_blob,
+            pending_recipients=list(dict.fromkeys(recipients)),
+            next_attempt_at=utcnow(),
         )
         for position, blob in enumerate(files):
             MessageAttachment.create(message=stored, blob=blob, position=position)
-    handover = _transport(raw, outgoing, [*to, *cc, *bcc], config)
-    if handover.refused or handover.error:
-        stored.refused_recipients = [refusal.as_dict() for refusal in handover.refused]
-        if not handover.delivered:
-            stored.status, stored.delivery_error = FAILED, handover.error
-        stored.save(only=[Message.status, Message.delivery_error, Message.refused_recipients])
-    return _outcome(stored)
+    return describe(stored)
 
 
-def _outcome(message: Message) -> dict[str, Any]:
+def describe(message: Message) -> dict[str, Any]:
+    """What became of an outbound ``message`` so far, as ``context.deliver`` reports it."""
     outcome = {
-        "status": message.status,
+        "status": "queued" if message.status == PENDING else message.status,
         "message_id": message.message_id,
         "to": message.to_addresses,
         "cc": message.cc_addresses,
@@ -167,30 +168,3 @@ def _checked_attachments(attachments: Sequence[Blob | int], limits: MailSettings
             f"the limit is {limits.max_attachment_bytes}"
         )
     return files
-
-
-def _transport(
-    raw: bytes, outgoing: Outgoing, recipients: list[str], config: Config
-) -> relay.Handover:
-    """Hand the checked bytes on, to the outbox or the SMTP relay."""
-    if config.mail.transport == "outbox":
-        _write_to_outbox(raw, outgoing.message_id, Path(config.data_dir) / "outbox")
-        return relay.Handover(delivered=tuple(recipients))
-    return relay.send(
-        raw,
-        outgoing.sender,
-        recipients,
-        config.mail,
-        root=config.root,
-        international=outgoing.international,
-    )
-
-
-def _write_to_outbox(raw: bytes, message_id: str, outbox: Path) -> Path:
-    outbox.mkdir(parents=True, exist_ok=True)
-    # The name sorts in sending order: the second, then nanoseconds within it.
-    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 1_000_000_000:09d}"
-    name = re.sub(r"[^\w.@-]+", "_", message_id.strip("<>"))
-    path = outbox / f"{stamp}-{name}.eml"
-    path.write_bytes(raw)
-    return path

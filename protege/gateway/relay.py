@@ -1,9 +1,9 @@
 """Handing checked mail to an SMTP relay, and telling the truth about each recipient.
 
 A relay may accept some recipients and refuse others. Permanent refusals (5xx) are final;
-temporary ones (4xx) are tried again, to those recipients only, with backoff. A failure that
-concerns the whole mail (login refused, a certificate that does not verify, DATA refused for
-good) ends the attempt for everyone still waiting.
+temporary ones (4xx, or no connection) are deferred: the delivery loop tries those
+recipients again later. A failure that concerns the whole mail (login refused, a
+certificate that does not verify, DATA refused for good) ends it for everyone still waiting.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import smtplib
 import ssl
-import time
 from pathlib import Path
 
 import attrs
@@ -41,11 +40,12 @@ class Refusal:
 
 @attrs.frozen
 class Handover:
-    """What became of one mail at the relay: who has it, who was refused, and, when some
-    never got it, why."""
+    """What one attempt at the relay did with a mail: who has it, who was refused for good,
+    who should be tried again later, and, when the whole mail failed, why."""
 
-    delivered: tuple[str, ...]
+    delivered: tuple[str, ...] = ()
     refused: tuple[Refusal, ...] = ()
+    deferred: tuple[Refusal, ...] = ()
     error: str | None = None
 
 
@@ -62,51 +62,34 @@ def send(
     root: Path,
     international: bool = False,
 ) -> Handover:
-    """Send ``raw`` from ``sender`` to ``recipients`` through ``settings``' relay.
+    """One attempt to send ``raw`` from ``sender`` to ``recipients`` through ``settings``'
+    relay; the caller decides when to try the deferred recipients again.
 
     ``root`` is where a relative ``smtp_ca_file`` is found. ``international`` asks the relay
     for SMTPUTF8.
     """
-    pending = list(recipients)
-    delivered: list[str] = []
-    refused: list[Refusal] = []
-    delay = settings.smtp_backoff_seconds
-    reason = ""
-    for attempt in range(settings.smtp_retries + 1):
-        try:
-            answers = _attempt(raw, sender, pending, settings, root, international)
-        except _Final as error:
-            return Handover(tuple(delivered), tuple(refused), str(error))
-        except smtplib.SMTPRecipientsRefused as error:
-            answers = {a: _refusal(a, code, text) for a, (code, text) in error.recipients.items()}
-        except smtplib.SMTPResponseException as error:
-            if error.smtp_code >= 500:
-                message = f"SMTP {error.smtp_code}: {_text(error.smtp_error)}"
-                return Handover(tuple(delivered), tuple(refused), message)
-            answers = {a: _refusal(a, error.smtp_code, error.smtp_error) for a in pending}
-        except (OSError, smtplib.SMTPException) as error:
-            answers = {a: Refusal(a, 0, f"{type(error).__name__}: {error}") for a in pending}
-        delivered += [address for address in pending if address not in answers]
-        refused += [r for r in answers.values() if r.permanent]
-        pending = [r.address for r in answers.values() if not r.permanent]
-        if not pending:
-            nobody = (
-                None
-                if delivered
-                else "the relay refused every recipient: "
-                + "; ".join(f"{r.address} ({r.code} {r.reason})" for r in refused)
-            )
-            return Handover(tuple(delivered), tuple(refused), nobody)
-        reason = _reason(answers[pending[0]])
-        if attempt < settings.smtp_retries:
-            logger.warning(
-                "SMTP delivery to %s failed (%s); retrying in %.1f s", pending, reason, delay
-            )
-            time.sleep(delay)  # backoff between attempts at a remote server
-            delay *= 2
-    gave_up = f"gave up after {settings.smtp_retries + 1} attempts: {reason}"
-    refused += [Refusal(a, answers[a].code, answers[a].reason) for a in pending]
-    return Handover(tuple(delivered), tuple(refused), gave_up)
+    try:
+        answers = _attempt(raw, sender, recipients, settings, root, international)
+    except _Final as error:
+        return Handover(error=str(error))
+    except smtplib.SMTPRecipientsRefused as error:
+        answers = {a: _refusal(a, code, text) for a, (code, text) in error.recipients.items()}
+    except smtplib.SMTPResponseException as error:
+        if error.smtp_code >= 500:
+            return Handover(error=f"SMTP {error.smtp_code}: {_text(error.smtp_error)}")
+        answers = {a: _refusal(a, error.smtp_code, error.smtp_error) for a in recipients}
+    except (OSError, smtplib.SMTPException) as error:
+        answers = {a: Refusal(a, 0, f"{type(error).__name__}: {error}") for a in recipients}
+    deferred = tuple(r for r in answers.values() if not r.permanent)
+    if deferred:
+        logger.warning(
+            "SMTP delivery to %s deferred: %s", [r.address for r in deferred], reason(deferred[0])
+        )
+    return Handover(
+        delivered=tuple(a for a in recipients if a not in answers),
+        refused=tuple(r for r in answers.values() if r.permanent),
+        deferred=deferred,
+    )
 
 
 def _attempt(
@@ -155,7 +138,8 @@ def _refusal(address: str, code: int, text: bytes | str) -> Refusal:
     return Refusal(address, code, _text(text))
 
 
-def _reason(refusal: Refusal) -> str:
+def reason(refusal: Refusal) -> str:
+    """The refusal as one line: its SMTP code and text."""
     return f"SMTP {refusal.code}: {refusal.reason}" if refusal.code else refusal.reason
 
 

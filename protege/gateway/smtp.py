@@ -5,10 +5,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from protege.config import Config
-from protege.gateway.inbound import MailRejected, StorageUnavailable, agent_for, ingest
+from protege.gateway.inbound import (
+    Delivered,
+    MailRejected,
+    StorageUnavailable,
+    agent_for,
+    ingest,
+)
 from protege.models.messages import REFUSED
 
 logger = logging.getLogger(__name__)
@@ -23,8 +30,11 @@ class GatewayHandler:
     """aiosmtpd handler: 550 for unknown recipients and refused senders, 552 over limits,
     451 only when storage failed in a way a later attempt can get past."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(
+        self, config: Config, on_mail: Callable[[list[Delivered]], None] | None = None
+    ) -> None:
         self.config = config
+        self.on_mail = on_mail
 
     async def handle_RCPT(self, server, session, envelope, address: str, rcpt_options) -> str:
         agent = await asyncio.to_thread(agent_for, address)
@@ -51,6 +61,11 @@ class GatewayHandler:
         except Exception:
             logger.exception("inbound mail could not be processed")
             return "554 5.3.0 the message could not be processed"
+        if self.on_mail is not None:
+            try:
+                self.on_mail(delivered)
+            except Exception:
+                logger.exception("on_mail failed")
         if all(d.status == REFUSED for d in delivered):
             for refused in delivered:
                 logger.info("refused mail %s: %s", refused.message.id, refused.reason)
@@ -58,8 +73,14 @@ class GatewayHandler:
         return "250 OK stored"
 
 
-def start_gateway(config: Config, host: str | None = None, port: int | None = None) -> Any:
+def start_gateway(
+    config: Config,
+    host: str | None = None,
+    port: int | None = None,
+    on_mail: Callable[[list[Delivered]], None] | None = None,
+) -> Any:
     """Start the SMTP gateway in a thread of its own; returns the running controller.
+    ``on_mail`` hears of each mail stored (what became of it for each agent).
 
     SMTPUTF8 is on, so internationalised addresses arrive as they are; lines may be as
     long as the message may be, as Postfix accepts them.
@@ -79,7 +100,7 @@ def start_gateway(config: Config, host: str | None = None, port: int | None = No
             return GatewaySMTP(self.handler, **self.SMTP_kwargs)
 
     controller = GatewayController(
-        GatewayHandler(config),
+        GatewayHandler(config, on_mail),
         hostname=host or config.mail.listen_host,
         port=config.mail.listen_port if port is None else port,
         data_size_limit=data_size_limit,

@@ -18,8 +18,10 @@ import functools
 import inspect
 import json
 import threading
+import time
 import traceback
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
@@ -106,6 +108,9 @@ class Outcome:
     result: Result
     content: str
     refused: bool = False
+    declined: bool = False
+    # The events that tell what became of the call, for the run's trail in the model's order.
+    trail: tuple[events.RunEvent, ...] = ()
 
     @property
     def parts(self) -> tuple[Part, ...]:
@@ -121,33 +126,42 @@ class Dispatcher:
         granted: list[ToolEntry],
         context: RunContext,
         fence: Fence,
-        log: EventLog | None,
         max_result_bytes: int,
         live: LiveCalls | None = None,
+        tool_threads: int = 64,
     ) -> None:
         self.granted = {entry.id: entry for entry in granted}
         self.live = LiveCalls() if live is None else live
         self.context = context
         self.fence = fence
-        self.log = log
         self.max_result_bytes = max_result_bytes
         self.logger = context.logger
+        self.tool_threads = tool_threads
 
-    def _record(self, event: events.RunEvent) -> None:
-        if self.log is not None:  # tests may dispatch without a run to record on
-            self.log.record(event)
+    @staticmethod
+    def announce(call: dict[str, Any], log: EventLog) -> None:
+        """Put the model's call on the run's record, before it is run or refused."""
+        log.record(
+            events.ToolCall(
+                call_id=call["id"],
+                tool=call["function"]["name"],
+                arguments=call["function"].get("arguments") or "{}",
+            )
+        )
 
     async def dispatch(self, call: dict[str, Any]) -> Outcome:
-        """Run (or refuse) one tool call from the model, recording what happened."""
+        """Run (or refuse) one tool call from the model; the outcome carries the events
+        that tell what happened."""
         call_id = call["id"]
         tool_id = call["function"]["name"]
         raw_arguments = call["function"].get("arguments") or "{}"
-        self._record(events.ToolCall(call_id=call_id, tool=tool_id, arguments=raw_arguments))
         entry = self.granted.get(tool_id)
         if entry is None:
             reason = f"the tool {tool_id!r} is not available in this run"
-            self._record(events.ToolRefused(call_id=call_id, tool=tool_id, reason=reason))
-            return self._finish(call_id, tool_id, failure(reason), Trust.TRUSTED, refused=True)
+            refusal = events.ToolRefused(call_id=call_id, tool=tool_id, reason=reason)
+            return self._finish(
+                call_id, tool_id, failure(reason), Trust.TRUSTED, refused=True, before=(refusal,)
+            )
         token = current_tool_call.set(call_id)
         try:
             with self.live.running():
@@ -157,14 +171,18 @@ class Dispatcher:
         return self._finish(call_id, tool_id, result, entry.tool_class.trust)
 
     def decline(self, call: dict[str, Any], reason: str) -> Outcome:
-        """Answer a tool call with a failure without running it, recording why."""
+        """Answer a tool call with a failure without running it; the outcome says why."""
         call_id = call["id"]
         tool_id = call["function"]["name"]
-        arguments = call["function"].get("arguments") or "{}"
-        self._record(events.ToolCall(call_id=call_id, tool=tool_id, arguments=arguments))
-        self._record(events.ToolRefused(call_id=call_id, tool=tool_id, reason=reason))
+        refusal = events.ToolRefused(call_id=call_id, tool=tool_id, reason=reason)
         return self._finish(
-            call_id, tool_id, failure(reason), Trust.TRUSTED, refused=True, declined=True
+            call_id,
+            tool_id,
+            failure(reason),
+            Trust.TRUSTED,
+            refused=True,
+            declined=True,
+            before=(refusal,),
         )
 
     async def _run(self, entry: ToolEntry, raw_arguments: str) -> Result:
@@ -186,7 +204,7 @@ class Dispatcher:
             return failure("the arguments do not fit the input schema: " + "; ".join(problems))
         try:
             outcome = await asyncio.wait_for(
-                self._call(entry.tool_class, arguments), timeout=entry.tool_class.timeout
+                self._call(entry, arguments), timeout=entry.tool_class.timeout
             )
         except TimeoutError:
             return failure(f"the tool did not finish within {entry.tool_class.timeout:g} s")
@@ -204,10 +222,24 @@ class Dispatcher:
             )
         return outcome
 
-    async def _call(self, tool_class: type[Tool], arguments: dict[str, Any]) -> Any:
-        if inspect.iscoroutinefunction(tool_class.use):
-            return await _guarded(tool_class, self.context, arguments)
-        return await _in_daemon_thread(functools.partial(_use, tool_class, self.context, arguments))
+    async def _call(self, entry: ToolEntry, arguments: dict[str, Any]) -> Any:
+        """Run the tool in a thread of its own, an async tool on an event loop of its own,
+        so that a tool that blocks holds up nothing but itself."""
+        slots = _slots(self.tool_threads)
+        await slots.acquire()  # waiting for a free thread counts against the call's timeout
+        if not inspect.iscoroutinefunction(entry.tool_class.use):
+            work = functools.partial(_use, entry.tool_class, self.context, arguments)
+            return await _in_daemon_thread(work, slots.release)
+        apart = _Apart()
+        work = functools.partial(_use_apart, entry.tool_class, self.context, arguments, apart)
+        watch = asyncio.create_task(_watch(apart, entry, self.logger))
+        try:
+            return await _in_daemon_thread(work, slots.release)
+        except asyncio.CancelledError:
+            apart.cancel()  # the timeout: a tool that awaits stops at its next await
+            raise
+        finally:
+            watch.cancel()
 
     def _finish(
         self,
@@ -218,6 +250,7 @@ class Dispatcher:
         *,
         refused: bool = False,
         declined: bool = False,
+        before: tuple[events.RunEvent, ...] = (),
     ) -> Outcome:
         trust = Trust.UNTRUSTED if Trust.UNTRUSTED in (trust, result.trust) else Trust.TRUSTED
         try:
@@ -230,24 +263,30 @@ class Dispatcher:
             content = json.dumps(result.for_model(), ensure_ascii=False)
         content = content.encode("utf-8", "replace").decode("utf-8")  # lone surrogates
         content = self._capped(content)
-        self._record(
-            events.ToolResult(
-                call_id=call_id,
-                tool=tool_id,
-                ok=result.ok,
-                trust=str(trust),
-                content=content,
-                details=result.details,
-                declined=declined,  # not run, so not a failure of the tool
-                parts=[part.describe() for part in result.parts],
-            )
+        recorded = events.ToolResult(
+            call_id=call_id,
+            tool=tool_id,
+            ok=result.ok,
+            trust=str(trust),
+            content=content,
+            details=result.details,
+            declined=declined,  # not run, so not a failure of the tool
+            parts=[part.describe() for part in result.parts],
         )
         shown = (
             self.fence.wrap(content, source=f"tool {tool_id}")
             if trust is Trust.UNTRUSTED
             else content
         )
-        return Outcome(call_id, tool_id, attrs.evolve(result, trust=trust), shown, refused)
+        return Outcome(
+            call_id,
+            tool_id,
+            attrs.evolve(result, trust=trust),
+            shown,
+            refused,
+            declined,
+            (*before, recorded),
+        )
 
     def _capped(self, text: str) -> str:
         encoded = text.encode("utf-8")
@@ -283,8 +322,9 @@ async def _guarded(tool_class: type[Tool], context: RunContext, arguments: dict[
         raise _Escaped(error, traceback.format_exc()) from None
 
 
-def _in_daemon_thread(call: Any) -> asyncio.Future:
-    """Run a sync tool in a thread of its own that the run does not wait for.
+def _in_daemon_thread(call: Any, done: Callable[[], None]) -> asyncio.Future:
+    """Run a tool in a thread of its own that the run does not wait for; ``done`` is called
+    on the event loop when the thread ends (however late).
 
     A sync tool past its timeout cannot be stopped; a daemon thread lets the run (and the
     process) end without it instead of waiting, as a pool's workers would.
@@ -294,6 +334,7 @@ def _in_daemon_thread(call: Any) -> asyncio.Future:
     context = contextvars.copy_context()
 
     def settle(outcome: Any, error: BaseException | None) -> None:
+        done()
         if future.done():
             return
         if error is None:
@@ -313,6 +354,83 @@ def _in_daemon_thread(call: Any) -> asyncio.Future:
 
     threading.Thread(target=work, name="protege-tool", daemon=True).start()
     return future
+
+
+# How long an async tool's own loop may go without turning before the tool is reported
+# as blocking it (a blocking call, such as time.sleep, inside ``async def use``).
+BLOCKING_AFTER = 0.5
+_PULSE = 0.05
+
+
+class _Apart:
+    """The event loop an async tool runs on, apart from the runs' loop: when it last turned,
+    and how to cancel the tool."""
+
+    def __init__(self) -> None:
+        self.last_turn = time.monotonic()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.task: asyncio.Task | None = None
+        self.cancelled = False
+
+    async def pulse(self) -> None:
+        while True:
+            self.last_turn = time.monotonic()
+            await asyncio.sleep(_PULSE)
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.loop is not None and self.task is not None:
+            with contextlib.suppress(RuntimeError):  # its loop is closed: it ended already
+                self.loop.call_soon_threadsafe(self.task.cancel)
+
+
+def _use_apart(
+    tool_class: type[Tool], context: RunContext, arguments: dict[str, Any], apart: _Apart
+) -> Any:
+    """Run an async tool to its end on a new event loop in this thread."""
+
+    async def main() -> Any:
+        apart.loop, apart.task = asyncio.get_running_loop(), asyncio.current_task()
+        if apart.cancelled:
+            raise asyncio.CancelledError
+        pulse = asyncio.create_task(apart.pulse())
+        try:
+            return await _guarded(tool_class, context, arguments)
+        finally:
+            pulse.cancel()
+
+    return asyncio.run(main())
+
+
+async def _watch(apart: _Apart, entry: ToolEntry, logger: Any) -> None:
+    """Report, once, an async tool whose loop stopped turning: it is blocking it."""
+    while True:
+        await asyncio.sleep(BLOCKING_AFTER / 2)
+        stalled = time.monotonic() - apart.last_turn
+        if stalled > BLOCKING_AFTER:
+            logger.warning(
+                "async tool %s is blocking its event loop (%.1f s without a turn): it makes a "
+                "blocking call (time.sleep, a sync client) inside async def use; it runs apart, "
+                "so no other run waits for it, and it is cut off after its timeout of %g s",
+                entry.id,
+                stalled,
+                entry.tool_class.timeout,
+            )
+            return
+
+
+_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _slots(count: int) -> asyncio.Semaphore:
+    """The running loop's bound on tool threads alive at once (stuck ones included)."""
+    loop = asyncio.get_running_loop()
+    found = _SLOTS.get(loop)
+    if found is None:
+        found = _SLOTS[loop] = asyncio.Semaphore(count)
+    return found
 
 
 def _depth_exceeds(value: Any, limit: int) -> bool:

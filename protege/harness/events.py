@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import attrs
 
-from protege.models import Event, Run
+from protege.models import Event
 
 MODEL_REQUEST = "model_request"
 MODEL_RESPONSE = "model_response"
@@ -25,6 +26,8 @@ TOOL_REFUSED = "tool_refused"
 BUDGET_EXHAUSTED = "budget_exhausted"
 DELIVERY = "delivery"
 ERROR = "error"
+RESUMED = "resumed"
+CANCELLED = "cancelled"
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 EXCERPT = 160  # characters of free text (model output, arguments, results) shown per line
@@ -209,6 +212,30 @@ class RunFailed(RunEvent):
         return f"error: {_shown(self.error, 'no reason recorded')}"
 
 
+@attrs.frozen(kw_only=True)
+class RunResumed(RunEvent):
+    """The run was taken up again: by another worker after its own stopped renewing the
+    lease, or after it was handed back, retried or left waiting."""
+
+    kind: ClassVar[str] = RESUMED
+    attempt: int = 0
+    reason: str = ""
+
+    def line(self) -> str:
+        return f"resumed (attempt {self.attempt}): {_shown(self.reason, 'no reason recorded')}"
+
+
+@attrs.frozen(kw_only=True)
+class RunCancelled(RunEvent):
+    """The run stopped because an operator cancelled it."""
+
+    kind: ClassVar[str] = CANCELLED
+    reason: str = ""
+
+    def line(self) -> str:
+        return f"cancelled: {_shown(self.reason, 'no reason recorded')}"
+
+
 @attrs.frozen
 class UnknownEvent:
     """A stored event of a kind this version does not know, shown as it is."""
@@ -236,6 +263,8 @@ CLASSES: dict[str, type[RunEvent]] = {
         BudgetExhausted,
         Delivery,
         RunFailed,
+        RunResumed,
+        RunCancelled,
     )
 }
 KINDS = tuple(CLASSES)
@@ -268,21 +297,50 @@ def render(kind: str, payload: Any) -> str:
 
 
 class EventLog:
-    """Appends events to one run, numbering them as they come."""
+    """The events of one run attempt: numbered as they are recorded, kept, and written to
+    the run's trail in batches, so that a turn costs one statement, not one per event.
 
-    def __init__(self, run: Run) -> None:
-        self.run_id = run.id
-        self.seq = 0
-        if run.attempts > 1:  # a retried run continues its trail
-            last = (
-                Event.select(Event.seq).where(Event.run == run).order_by(Event.seq.desc()).first()
-            )
-            self.seq = 0 if last is None else last.seq
+    ``record`` may be called from tool threads as well as the run's own; ``write`` appends
+    what was kept inside the caller's transaction, so an event lands together with what it
+    describes (a pending delivery, the run's end).
+    """
+
+    def __init__(self, run_id: int, last_seq: int = 0) -> None:
+        self.run_id = run_id
+        self.seq = last_seq
+        self._kept: list[tuple[int, str, str]] = []
+        self._lock = threading.Lock()
 
     def record(self, event: RunEvent) -> None:
-        """Append ``event`` to the run's trail."""
-        self.seq += 1
-        Event.append(self.run_id, self.seq, event.kind, to_json(event.as_json()))
+        """Number ``event`` and keep it for the next ``write``."""
+        payload = to_json(event.as_json())
+        with self._lock:
+            self.seq += 1
+            self._kept.append((self.seq, event.kind, payload))
+
+    def write(self) -> None:
+        """Append the kept events to the trail (one statement), in the caller's transaction."""
+        with self._lock:
+            kept, self._kept = self._kept, []
+        try:
+            Event.append(self.run_id, kept)
+        except BaseException:
+            with self._lock:  # not written: kept for the next try, in order
+                self._kept[:0] = kept
+            raise
+
+    def write_now(self, event: RunEvent) -> None:
+        """Number ``event`` and append it at once, in the caller's transaction (a delivery
+        lands with the pending mail it describes); on failure its number is skipped."""
+        payload = to_json(event.as_json())
+        with self._lock:
+            self.seq += 1
+            Event.append(self.run_id, [(self.seq, event.kind, payload)])
+
+    @property
+    def unwritten(self) -> int:
+        """How many recorded events are not written yet."""
+        return len(self._kept)
 
 
 def printable(text: str) -> str:

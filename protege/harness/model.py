@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import functools
+import asyncio
 import time
+import weakref
 from typing import Any
 
 import attrs
@@ -47,15 +48,12 @@ class ModelClient:
         self.settings = settings
         self.base_url = settings.base_url
         self.api_key_env = settings.api_key_env
-        self._client = _client(
-            self.base_url,
-            settings.api_key or PLACEHOLDER_KEY,
-            settings.timeout,
-            settings.max_retries,
-        )
 
-    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
-        """One Chat Completions call (retried by the client on 429 and 5xx)."""
+    async def complete(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> ModelReply:
+        """One Chat Completions call (retried by the client on 429 and 5xx); it waits on
+        the running event loop, so one loop carries many runs' calls at once."""
         import openai  # heavy (~200 ms): loaded by the first model call, not at start-up
 
         request: dict[str, Any] = {"model": self.settings.model, "messages": messages}
@@ -67,7 +65,13 @@ class ModelClient:
             request["temperature"] = self.settings.temperature
         start = time.perf_counter()
         try:
-            completion = self._client.chat.completions.create(**request)
+            client = _client(
+                self.base_url,
+                self.settings.api_key or PLACEHOLDER_KEY,
+                self.settings.timeout,
+                self.settings.max_retries,
+            )
+            completion = await client.chat.completions.create(**request)
         except openai.AuthenticationError:
             raise ModelError(
                 f"the model endpoint refused the API key (401): set {self.api_key_env} "
@@ -136,11 +140,27 @@ def _said(error: Exception) -> str:
     return " ".join(str(error).split())
 
 
-@functools.lru_cache(maxsize=8)
+# One client per endpoint and event loop, so its connection pool is reused across runs: an
+# async client's connections belong to the loop that opened them.
+_CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Any, ...], Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def close_clients() -> None:
+    """Close the clients of the running event loop (before the loop itself closes)."""
+    for client in _CLIENTS.pop(asyncio.get_running_loop(), {}).values():
+        await client.close()
+
+
 def _client(base_url: str | None, api_key: str, timeout: float, max_retries: int) -> Any:
-    # One client per endpoint and process, so its connection pool is reused across runs.
     import openai  # heavy: see ModelClient.complete
 
-    return openai.OpenAI(
-        base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
-    )
+    clients = _CLIENTS.setdefault(asyncio.get_running_loop(), {})
+    key = (base_url, api_key, timeout, max_retries)
+    found = clients.get(key)
+    if found is None:
+        found = clients[key] = openai.AsyncOpenAI(
+            base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
+        )
+    return found

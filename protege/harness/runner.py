@@ -1,32 +1,49 @@
-"""One run, start to finish: context, tools, model turns, dispatch, budgets, audit trail."""
+"""One run, start to finish: context, tools, model turns, dispatch, budgets, audit trail.
+
+A run is a coroutine: it spends its life waiting on the model, so one event loop carries
+many at once. Database work goes to a thread pool (``io``), never onto the loop; a run's
+events are kept in memory and written in batches, each batch in one transaction with the
+renewal of the run's lease, so that a worker that lost its lease writes nothing more.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
+import functools
 import logging
+import os
+import socket
 import threading
-from collections.abc import Sequence
-from typing import Any, Protocol
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from typing import Any, Protocol, TypeVar
+
+import attrs
 
 from protege.config import Config, RunSettings
 from protege.context import RunContext
+from protege.db import database
 from protege.errors import ProtegeError
 from protege.harness import events
 from protege.harness.dispatch import CallOver, Dispatcher, LiveCalls, Outcome
 from protege.harness.events import EventLog
 from protege.harness.fence import Fence
-from protege.harness.model import ModelClient
+from protege.harness.model import ModelClient, close_clients
 from protege.harness.parts import PartBudget, Shown, fenced_parts
 from protege.harness.prompt import build_messages, replay
 from protege.models import Agent, Blob, Run
 from protege.models.base import utcnow
-from protege.models.runs import DONE, FAILED, QUEUED, RUNNING
+from protege.models.runs import CANCELLED, DONE, FAILED, QUEUED, Claim
 from protege.plugins import error_line
 from protege.registry import Manifest
 
+T = TypeVar("T")
+
 
 class SendMail(Protocol):
-    """Sends mail as an agent, for a run (or none), and says what became of it."""
+    """Queues mail as an agent, for a run (or none), and says what became of it."""
 
     def __call__(
         self,
@@ -55,6 +72,14 @@ class RunResources(Protocol):
 logger = logging.getLogger("protege.run")
 
 
+class LeaseLost(ProtegeError):
+    """Another worker took the run over (this one was presumed dead): stop, write nothing."""
+
+
+class _Cancelled(ProtegeError):
+    """An operator cancelled the run; it stops at this step."""
+
+
 class _CorrelatedLogger(logging.LoggerAdapter):
     def __init__(self, logger: logging.Logger, correlation_id: str) -> None:
         super().__init__(logger, {"correlation_id": correlation_id})
@@ -64,161 +89,439 @@ class _CorrelatedLogger(logging.LoggerAdapter):
         return f"[{self.correlation_id}] {msg}", kwargs
 
 
-def execute(run: Run, installation: RunResources, *, model: ModelClient | None = None) -> Run:
-    """Carry out ``run`` to the end and return it, done or failed; nothing the run does
-    raises out of here (in the main thread, an operator's Ctrl-C still stops the process
-    after the run is marked failed).
+def new_owner() -> str:
+    """A name for one worker's hold on one run: the host, the process and a random part."""
+    return f"{socket.gethostname()[:32]}/{os.getpid()}/{uuid.uuid4().hex[:12]}"
 
-    A run that is still queued is claimed first. The model's plain text is stored as an
-    event and never delivered: mail goes out only through tools, by the installation's
-    ``deliver``.
+
+def execute(
+    run: Run,
+    installation: RunResources,
+    *,
+    model: ModelClient | None = None,
+    claim: Claim | None = None,
+) -> Run:
+    """Carry out ``run`` to the end in this thread and return it, done, failed or cancelled;
+    nothing the run does raises out of here (in the main thread, an operator's Ctrl-C still
+    stops the process after the run is marked failed).
+
+    A queued run is claimed first; a run claimed already comes with its ``claim``. The
+    model's plain text is stored as an event and never delivered: mail goes out only
+    through tools, by the installation's ``deliver`` (which queues it for the delivery
+    loop, or ``protege.delivery.send_pending``).
     """
-    if run.status == QUEUED:
-        started = utcnow()
-        if not Run.claim(run.id, started):
+    if claim is None:
+        if run.status != QUEUED:
+            raise ProtegeError(f"run {run.id} is {run.status}: only a queued run can be started")
+        owner, started = new_owner(), utcnow()
+        claim = Run.claim(run.id, owner, started, installation.config.runs.lease_seconds)
+        if claim is None:
             raise ProtegeError(f"run {run.id} was claimed by another worker")
-        run.status, run.attempts, run.started_at = RUNNING, run.attempts + 1, started
-    log = EventLog(run)
+        run.status, run.attempts, run.started_at = "running", claim.attempts, started
+        run.lease_owner = owner
+    taken = claim
+
+    async def carried_out() -> Run:
+        try:
+            return await carry_out(run, taken, installation, model=model)
+        finally:
+            await close_clients()
+
     try:
-        model = ModelClient(installation.config.model) if model is None else model
-        asyncio.run(_turns(run, installation, model, log))
+        return asyncio.run(carried_out())
+    except BaseException:  # carry_out recorded it; only the operator's Ctrl-C comes here
+        if threading.current_thread() is threading.main_thread():
+            raise
+        return run
+
+
+async def carry_out(
+    run: Run,
+    claim: Claim,
+    installation: RunResources,
+    *,
+    model: ModelClient | None = None,
+    io: Executor | None = None,
+    clock: Callable[[], datetime.datetime] = utcnow,
+    stopping: asyncio.Event | None = None,
+) -> Run:
+    """Carry out the claimed ``run`` on the running event loop; returns it ended, or
+    queued again when it was handed back.
+
+    ``io`` runs database work (default: this thread, for a single run). ``clock`` tells the
+    time the lease is measured in. When ``stopping`` is set and the task is cancelled, the
+    run is handed back to the queue instead of failed: it resumes elsewhere from its events.
+    """
+    attempt = _Attempt(run, claim, installation, io, clock)
+    keeper = asyncio.create_task(attempt.keep_lease(asyncio.current_task()))
+    try:
+        await attempt.turns(model)
+    except LeaseLost as lost:
+        logger.warning("run %s: %s; leaving it to that worker", run.id, lost)
+    except _Cancelled as cancelled:
+        await attempt.end(CANCELLED, str(cancelled), events.RunCancelled(reason=str(cancelled)))
     except ProtegeError as error:
-        _fail(run, log, str(error))
+        await attempt.fail(str(error))
+    except asyncio.CancelledError:
+        if stopping is not None and stopping.is_set() and not attempt.lost:
+            await attempt.db(Run.hand_back, run.id, claim.owner)
+            run.status = QUEUED
+            logger.info("run %s handed back to the queue (shutting down)", run.id)
+        elif not attempt.lost:
+            await attempt.fail("interrupted: the run was stopped")
+        if not attempt.lost:
+            raise
     except Exception as error:  # a bug in protege itself: the run fails, the worker lives
         logger.exception("run %s failed unexpectedly", run.id)
-        _fail(run, log, f"internal error: {type(error).__name__}: {error}")
-    except BaseException as error:  # nothing a run does may stop the thread carrying it out
+        await attempt.fail(f"internal error: {type(error).__name__}: {error}")
+    except BaseException as error:  # nothing a run does may stop what carries it out
         logger.exception("run %s was interrupted", run.id)
-        _fail(run, log, f"interrupted: {error_line(error)}")
-        if isinstance(error, KeyboardInterrupt | SystemExit) and _in_main_thread():
-            raise  # the operator stopping the process (Ctrl-C), not something a run did
+        await attempt.fail(f"interrupted: {error_line(error)}")
+    finally:
+        keeper.cancel()
     return run
 
 
 def abandon(run: Run, reason: str) -> None:
     """Mark ``run`` failed with ``reason`` if it is still running (its worker gave up on it)."""
-    if run.status == RUNNING:
-        _fail(run, EventLog(run), reason)
+    if run.status == "running":
+        log = EventLog(run.id, _last_seq(run.id))
+        log.record(events.RunFailed(error=reason))
+        with database.atomic():
+            log.write()
+            run.finish(FAILED, reason, run.lease_owner)
 
 
-def _in_main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
+def _last_seq(run_id: int) -> int:
+    found = (
+        events.Event.select(events.Event.seq)
+        .where(events.Event.run == run_id)
+        .order_by(events.Event.seq.desc())
+        .first()
+    )
+    return 0 if found is None else found.seq
 
 
-async def _turns(run: Run, installation: RunResources, model: ModelClient, log: EventLog) -> None:
-    config = installation.config
-    live = LiveCalls()
-    context = _context(run, installation, log, live)
-    granted = run.agent.resolve_for(context, installation.manifest).tools  # catalogue, backstop
-    tools = [
-        {
-            "type": "function",
-            "function": {
-                "name": entry.id,
-                "description": entry.description,
-                "parameters": entry.tool_class.input_schema,
-            },
-        }
-        for entry in granted
-    ]
-    fence = Fence()
-    budget = PartBudget(config.model, config.files)  # files shown as themselves, per run
-    messages = build_messages(run, fence, config, budget)
-    dispatcher = Dispatcher(granted, context, fence, log, config.runs.max_result_bytes, live)
-    limits = config.runs
-    failures = first_turn = 0
-    if log.seq:  # a retried run resumes from its own trail: nothing done is done again
-        timeline = run.timeline()
-        replayed, pending = replay(timeline, fence)
-        messages += replayed
-        # Turns the model answered: a request whose call failed (the reason for the retry)
-        # got no response and is not held against the budget.
-        trail = [events.read(e.kind, e.payload) for e in timeline]
-        first_turn = sum(1 for e in trail if isinstance(e, events.ModelResponse))
-        failures = sum(1 for e in trail if isinstance(e, events.ToolResult) and e.failed)
-        turn_calls: list[dict[str, Any]] = next(
-            (m["tool_calls"] for m in reversed(replayed) if m.get("tool_calls")), []
+@attrs.define
+class _Setup:
+    context: RunContext
+    tools: list[dict[str, Any]]
+    dispatcher: Dispatcher
+    messages: list[dict[str, Any]]
+    budget: PartBudget
+    first_turn: int = 0
+    failures: int = 0
+    pending: list[dict[str, Any]] = attrs.Factory(list)
+    turn_calls: list[dict[str, Any]] = attrs.Factory(list)
+    finished: bool = False
+
+
+class _Attempt:
+    """One worker's attempt at one run: its events, its lease, its way to the database."""
+
+    def __init__(
+        self,
+        run: Run,
+        claim: Claim,
+        installation: RunResources,
+        io: Executor | None,
+        clock: Callable[[], datetime.datetime],
+    ) -> None:
+        self.run = run
+        self.claim = claim
+        self.installation = installation
+        self.config = installation.config
+        self.io = io
+        self.clock = clock
+        self.log = EventLog(run.id, claim.last_seq)
+        self.cancellation = threading.Event()
+        self.lost = False
+        self.logger = _CorrelatedLogger(logger, run.correlation_id)
+
+    async def db(self, work: Callable[..., T], *args: Any) -> T:
+        """Run database ``work`` off the event loop (or here, with no pool)."""
+        if self.io is None:
+            return work(*args)
+        return await asyncio.get_running_loop().run_in_executor(
+            self.io, functools.partial(_closing_on_error, work, *args)
         )
-        failures = await _answer(
-            dispatcher, pending, turn_calls, limits, failures, messages, budget
+
+    # -- the lease ------------------------------------------------------------------------
+
+    def _renew(self) -> None:
+        lease = Run.renew_lease(
+            self.run.id, self.claim.owner, self.clock(), self.config.runs.lease_seconds
         )
-        last = replayed[-1] if replayed else {}
-        if last.get("role") == "assistant" and not last.get("tool_calls"):
-            _finish(run, DONE)  # it had given its final answer before it stopped
-            return
-    for turn in range(first_turn + 1, limits.max_model_turns + 1):
-        log.record(
-            events.ModelRequest(
-                turn=turn,
-                model=config.model.model,
-                messages=len(messages),
-                tools=[entry.id for entry in granted],
+        if not lease.held:
+            self.lost = True
+            raise LeaseLost(f"run {self.run.id} was taken over by another worker")
+        if lease.cancel_requested:
+            self.cancellation.set()
+
+    async def keep_lease(self, carrier: asyncio.Task | None) -> None:
+        """Renew the lease while the run lives; cancel the run's task if it was lost."""
+        interval = self.config.runs.lease_seconds / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.db(self._renew)
+            except LeaseLost:
+                if carrier is not None:
+                    carrier.cancel()
+                return
+            except Exception:  # the database may be down for a moment: try again
+                self.logger.warning("run %s: could not renew its lease", self.run.id)
+
+    def _commit(self) -> None:
+        """Write the kept events and renew the lease, in one transaction: if the lease is
+        lost, the events are not written."""
+        with database.atomic():
+            self.log.write()
+            self._renew()
+
+    async def step(self) -> None:
+        """Between two steps: write what happened, and stop if the run was cancelled."""
+        await self.db(self._commit)
+        if self.cancellation.is_set():
+            raise _Cancelled("cancelled by an operator")
+
+    # -- the end --------------------------------------------------------------------------
+
+    def _end(self, status: str, error: str | None) -> None:
+        with database.atomic():
+            self.log.write()
+            if not self.run.finish(status, error, self.claim.owner):
+                self.lost = True
+                raise LeaseLost(f"run {self.run.id} was taken over by another worker")
+
+    async def end(self, status: str, error: str | None, event: events.RunEvent | None) -> None:
+        """Record the run's end (with ``event``, if any) together with its last events."""
+        if event is not None:
+            self.log.record(event)
+        try:
+            await self.db(self._end, status, error)
+        except LeaseLost as lost:
+            self.logger.warning("run %s: %s", self.run.id, lost)
+
+    async def fail(self, error: str) -> None:
+        """End the run as failed with ``error`` (an event says why)."""
+        await self.end(FAILED, error, events.RunFailed(error=error))
+
+    # -- the turns ------------------------------------------------------------------------
+
+    async def turns(self, model: ModelClient | None) -> None:
+        config = self.config
+        limits = config.runs
+        claim = self.claim
+        if claim.taken_over:
+            self.log.record(
+                events.RunResumed(
+                    attempt=claim.attempts,
+                    reason="taken over: its worker stopped renewing the lease",
+                )
             )
-        )
-        reply = model.complete(messages, tools)
-        log.record(
-            events.ModelResponse(
-                turn=turn,
-                content=reply.content,
-                tool_calls=reply.tool_calls,
-                usage=reply.usage,
-                latency_ms=round(reply.latency_ms, 1),
-                model=reply.model,
-            )
-        )
-        messages.append(reply.as_message())
-        if not reply.tool_calls:
-            _finish(run, DONE)
+            if claim.attempts > limits.max_attempts:
+                raise ProtegeError(
+                    f"given up after {limits.max_attempts} attempts: its worker stopped each "
+                    "time (lease expired)"
+                )
+        model = ModelClient(config.model) if model is None else model
+        setup = await self.db(self._prepare)
+        if setup.finished:
             return
-        calls = reply.tool_calls
-        failures = await _answer(dispatcher, calls, calls, limits, failures, messages, budget)
+        dispatcher, messages = setup.dispatcher, setup.messages
+        failures = setup.failures
+        if setup.pending:
+            failures = await self._answer(
+                dispatcher, setup.pending, setup.turn_calls, failures, messages, setup.budget
+            )
+            if failures > limits.max_tool_failures:
+                return await self._exhausted("max_tool_failures", limits.max_tool_failures)
+        for turn in range(setup.first_turn + 1, limits.max_model_turns + 1):
+            if self.cancellation.is_set():
+                raise _Cancelled("cancelled by an operator")
+            self.log.record(
+                events.ModelRequest(
+                    turn=turn,
+                    model=config.model.model,
+                    messages=len(messages),
+                    tools=list(dispatcher.granted),
+                )
+            )
+            reply = await model.complete(messages, setup.tools)
+            self.log.record(
+                events.ModelResponse(
+                    turn=turn,
+                    content=reply.content,
+                    tool_calls=reply.tool_calls,
+                    usage=reply.usage,
+                    latency_ms=round(reply.latency_ms, 1),
+                    model=reply.model,
+                )
+            )
+            messages.append(reply.as_message())
+            if not reply.tool_calls:
+                return await self.end(DONE, None, None)
+            calls = reply.tool_calls
+            failures = await self._answer(
+                dispatcher, calls, calls, failures, messages, setup.budget
+            )
+            if failures > limits.max_tool_failures:
+                return await self._exhausted("max_tool_failures", limits.max_tool_failures)
+        await self._exhausted("max_model_turns", limits.max_model_turns)
+
+    def _prepare(self) -> _Setup:
+        """Everything a run needs before its first model call (in the database's thread)."""
+        run, config = self.run, self.config
+        live = LiveCalls()
+        context = self._context(live)
+        granted = run.agent.resolve_for(context, self.installation.manifest).tools
+        tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": entry.id,
+                    "description": entry.description,
+                    "parameters": entry.tool_class.input_schema,
+                },
+            }
+            for entry in granted
+        ]
+        fence = Fence()
+        budget = PartBudget(config.model, config.files)  # files shown as themselves, per run
+        messages = build_messages(run, fence, config, budget)
+        dispatcher = Dispatcher(
+            granted, context, fence, config.runs.max_result_bytes, live, config.runs.tool_threads
+        )
+        setup = _Setup(context, tools, dispatcher, messages, budget)
+        if self.log.seq:  # a run resumed: nothing done is done again
+            timeline = run.timeline()
+            replayed, pending = replay(timeline, fence)
+            messages += replayed
+            # Turns the model answered: a request whose call failed (the reason for the
+            # retry) got no response and is not held against the budget.
+            trail = [events.read(e.kind, e.payload) for e in timeline]
+            setup.first_turn = sum(1 for e in trail if isinstance(e, events.ModelResponse))
+            setup.failures = sum(1 for e in trail if isinstance(e, events.ToolResult) and e.failed)
+            setup.pending = pending
+            setup.turn_calls = next(
+                (m["tool_calls"] for m in reversed(replayed) if m.get("tool_calls")), []
+            )
+            last = replayed[-1] if replayed else {}
+            if last.get("role") == "assistant" and not last.get("tool_calls"):
+                self._end(DONE, None)  # it had given its final answer before it stopped
+                setup.finished = True
+        return setup
+
+    async def _answer(
+        self,
+        dispatcher: Dispatcher,
+        calls: list[dict[str, Any]],
+        turn_calls: list[dict[str, Any]],
+        failures: int,
+        messages: list[dict[str, Any]],
+        budget: PartBudget,
+    ) -> int:
+        """Answer ``calls`` (all or the rest of ``turn_calls``, one turn's calls in the
+        model's order) with one tool message each; returns the run's tool failures so far.
+
+        The calls run concurrently; their results are recorded and answered in the model's
+        order. Files the results carry (images, PDFs) follow in one user message, since a
+        tool message cannot hold them. Calls past ``max_tool_calls_per_turn`` are declined,
+        not run, and do not count as failures: the model may ask for them again.
+        """
+        limits: RunSettings = self.config.runs
+        cap = limits.max_tool_calls_per_turn
+        position = {call["id"]: index for index, call in enumerate(turn_calls)}
+        for call in calls:
+            dispatcher.announce(call, self.log)
+        await self.step()  # the calls are on record before any of them runs
         if failures > limits.max_tool_failures:
-            _exhausted(run, log, "max_tool_failures", limits.max_tool_failures)
-            return
-    _exhausted(run, log, "max_model_turns", limits.max_model_turns)
-
-
-async def _answer(
-    dispatcher: Dispatcher,
-    calls: list[dict[str, Any]],
-    turn_calls: list[dict[str, Any]],
-    limits: RunSettings,
-    failures: int,
-    messages: list[dict[str, Any]],
-    budget: PartBudget,
-) -> int:
-    """Answer ``calls`` (all or the rest of ``turn_calls``, one turn's calls in the model's
-    order), each with a tool message; returns the run's tool failures so far. Files the
-    results carry (images, PDFs) follow in one user message, since a tool message cannot
-    hold them.
-
-    Calls past ``max_tool_calls_per_turn`` in their turn are declined, not run, and do not
-    count as failures: the model may ask for them again.
-    """
-    cap = limits.max_tool_calls_per_turn
-    position = {call["id"]: index for index, call in enumerate(turn_calls)}
-    files: list[tuple[str, Outcome]] = []
-    for call in calls:
-        if failures > limits.max_tool_failures:
-            content = '{"ok": false, "reason": "not run: the run is out of budget"}'
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
-            continue
-        if position.get(call["id"], 0) >= cap:
-            outcome = dispatcher.decline(
-                call,
-                f"not run: at most {cap} tool calls are run per turn and this turn asked for "
-                f"{len(turn_calls)}; call it again in your next turn if you still need it",
-            )
+            outcomes = [
+                dispatcher.decline(call, "not run: the run is out of budget") for call in calls
+            ]
         else:
-            outcome = await dispatcher.dispatch(call)
-            failures += 0 if outcome.result.ok else 1
-        messages.append(
-            {"role": "tool", "tool_call_id": outcome.call_id, "content": outcome.content}
+            outcomes = await asyncio.gather(
+                *(
+                    dispatcher.dispatch(call)
+                    if position.get(call["id"], 0) < cap
+                    else _declined(dispatcher, call, cap, len(turn_calls))
+                    for call in calls
+                )
+            )
+        files: list[tuple[str, Outcome]] = []
+        for outcome in outcomes:
+            for event in outcome.trail:
+                self.log.record(event)
+            failures += 0 if (outcome.result.ok or outcome.declined) else 1
+            messages.append(
+                {"role": "tool", "tool_call_id": outcome.call_id, "content": outcome.content}
+            )
+            files += [(outcome.call_id, outcome)] if outcome.parts else []
+        await self.step()  # what the tools answered is on record before the next turn
+        if files:
+            messages.append(_files_message(files, budget, dispatcher.fence))
+        return failures
+
+    async def _exhausted(self, budget: str, limit: int) -> None:
+        await self.end(
+            FAILED,
+            f"budget exhausted: {budget} ({limit})",
+            events.BudgetExhausted(budget=budget, limit=limit),
         )
-        files += [(outcome.call_id, outcome)] if outcome.parts else []
-    if files:
-        messages.append(_files_message(files, budget, dispatcher.fence))
-    return failures
+
+    def _context(self, live: LiveCalls) -> RunContext:
+        run, installation, log = self.run, self.installation, self.log
+        agent: Agent = run.agent
+        run_logger = self.logger
+
+        def deliver(mail: Any, attachments: Any = ()) -> dict[str, Any]:
+            try:
+                live.check()
+            except CallOver:
+                run_logger.warning(
+                    "run %s: a tool call that is over tried to send mail (to %s); refused",
+                    run.id,
+                    _recipients(mail),
+                )
+                raise
+            # The pending mail and the event that asked for it land in one transaction.
+            with database.atomic():
+                outcome = installation.deliver(
+                    agent=agent, run=run, mail=dict(mail), attachments=attachments
+                )
+                if not outcome.get("repeated"):
+                    log.write_now(events.Delivery.from_payload(outcome))
+            return outcome
+
+        return RunContext(
+            agent=agent,
+            message=run.message if run.message_id is not None else None,
+            responsibility=run.responsibility if run.responsibility_id is not None else None,
+            deliver=deliver,
+            config=installation.config,
+            logger=run_logger,
+            correlation_id=run.correlation_id,
+            cancellation=self.cancellation,
+        )
+
+
+async def _declined(dispatcher: Dispatcher, call: dict[str, Any], cap: int, asked: int) -> Outcome:
+    return dispatcher.decline(
+        call,
+        f"not run: at most {cap} tool calls are run per turn and this turn asked for "
+        f"{asked}; call it again in your next turn if you still need it",
+    )
+
+
+def _closing_on_error(work: Callable[..., T], *args: Any) -> T:
+    try:
+        return work(*args)
+    except BaseException:
+        # A broken connection stays broken for this pool thread: the next call opens anew.
+        if not database.in_transaction():
+            database.close()
+        raise
 
 
 _A = {"image": "an image", "pdf": "a PDF"}
@@ -244,38 +547,6 @@ def _files_message(
     return {"role": "user", "content": [{"type": "text", "text": text}, *parts]}
 
 
-def _context(run: Run, installation: RunResources, log: EventLog, live: LiveCalls) -> RunContext:
-    agent: Agent = run.agent
-    run_logger = _CorrelatedLogger(logger, run.correlation_id)
-
-    def deliver(mail: Any, attachments: Any = ()) -> dict[str, Any]:
-        try:
-            live.check()
-        except CallOver:
-            run_logger.warning(
-                "run %s: a tool call that is over tried to send mail (to %s); refused",
-                run.id,
-                _recipients(mail),
-            )
-            raise
-
-        outcome = installation.deliver(
-            agent=agent, run=run, mail=dict(mail), attachments=attachments
-        )
-        log.record(events.Delivery.from_payload(outcome))
-        return outcome
-
-    return RunContext(
-        agent=agent,
-        message=run.message if run.message_id is not None else None,
-        responsibility=run.responsibility if run.responsibility_id is not None else None,
-        deliver=deliver,
-        config=installation.config,
-        logger=run_logger,
-        correlation_id=run.correlation_id,
-    )
-
-
 def _recipients(mail: Any) -> str:
     try:
         fields = dict(mail)
@@ -286,17 +557,3 @@ def _recipients(mail: Any) -> str:
         value = fields.get(key) or []
         found += [value] if isinstance(value, str) else [str(a) for a in value]
     return ", ".join(found) or "nobody"
-
-
-def _exhausted(run: Run, log: EventLog, budget: str, limit: int) -> None:
-    log.record(events.BudgetExhausted(budget=budget, limit=limit))
-    _finish(run, FAILED, f"budget exhausted: {budget} ({limit})")
-
-
-def _fail(run: Run, log: EventLog, error: str) -> None:
-    log.record(events.RunFailed(error=error))
-    _finish(run, FAILED, error)
-
-
-def _finish(run: Run, status: str, error: str | None = None) -> None:
-    run.finish(status, error)

@@ -15,7 +15,8 @@ OUTBOUND = "outbound"
 ACCEPTED = "accepted"  # inbound, a run was queued
 REFUSED = "refused"  # inbound, the agent's access rules refused the sender
 IGNORED = "ignored"  # inbound, an auto-reply or a loop: stored, no run
-SENT = "sent"  # outbound, handed to the transport
+PENDING = "pending"  # outbound, stored and waiting for the delivery loop
+SENT = "sent"  # outbound, the transport took it
 FAILED = "failed"  # outbound, the transport gave up
 SYNTHETIC_ID = "synthetic Message-ID"  # flag: protege made up the Message-ID
 
@@ -62,6 +63,12 @@ class Message(Record):
     delivery_error = peewee.TextField(null=True)
     reply_to_addresses = JSONListField(default=list)
     refused_recipients = JSONListField(default=list)
+    # Outbound delivery: who still waits for the mail, when it is tried next, how often it
+    # was tried, and until when a delivery loop holds it.
+    pending_recipients = JSONListField(default=list)
+    next_attempt_at = peewee.DateTimeField(null=True)
+    delivery_attempts = peewee.IntegerField(default=0)
+    delivery_lease_expires_at = peewee.DateTimeField(null=True)
 
     @property
     def attachments(self) -> list:

@@ -6,6 +6,7 @@ import datetime
 import json
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import peewee
 
 from protege.cron import Schedule, check_timezone, normalize_expression
@@ -15,18 +16,40 @@ from protege.models.agents import Agent
 from protege.models.base import Record, utcnow
 from protege.models.messages import Message
 
-QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
+QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
+ENDED = (DONE, FAILED, CANCELLED)
 
 # The run-state changes and event appends happen on every run, several times: they are
 # plain SQL because building them with peewee's query builder cost more than running them.
-_CLAIM_SQL = (
-    "UPDATE run SET status = 'running', attempts = attempts + 1, started_at = {p} "
-    "WHERE id = {p} AND status = 'queued'"
+# A claim marks the run running under a lease and answers with what the worker needs to go
+# on: the attempt's number and the last event it already has.
+_CLAIMED = (
+    "UPDATE run SET status = 'running', attempts = attempts + 1, started_at = {p}, "
+    "lease_owner = {p}, lease_expires_at = {p} WHERE {where} "
+    "RETURNING id, attempts, (SELECT COALESCE(MAX(seq), 0) FROM event WHERE run_id = run.id)"
 )
-_FINISH_SQL = "UPDATE run SET status = {p}, error = {p}, finished_at = {p} WHERE id = {p}"
-_APPEND_SQL = (
-    "INSERT INTO event (run_id, seq, kind, payload, created_at) VALUES ({p}, {p}, {p}, {p}, {p})"
+_CLAIM_ONE = "id = {p} AND status = 'queued'"
+# The oldest queued run, and a running run whose worker stopped renewing its lease. On
+# PostgreSQL, SKIP LOCKED lets concurrent workers each take a different row without waiting;
+# SQLite runs one writing statement at a time, which makes the plain subquery just as safe.
+_NEXT_QUEUED = "id = (SELECT id FROM run WHERE status = 'queued' ORDER BY id LIMIT 1{lock})"
+_NEXT_EXPIRED = (
+    "id = (SELECT id FROM run WHERE status = 'running' AND lease_expires_at < {p} "
+    "ORDER BY id LIMIT 1{lock}) AND status = 'running' AND lease_expires_at < {p}"
 )
+_RENEW_SQL = (
+    "UPDATE run SET lease_expires_at = {p} WHERE id = {p} AND lease_owner = {p} "
+    "AND status = 'running' RETURNING cancel_requested_at"
+)
+_FINISH_SQL = (
+    "UPDATE run SET status = {p}, error = {p}, finished_at = {p}, lease_owner = NULL, "
+    "lease_expires_at = NULL WHERE id = {p} AND (lease_owner = {p} OR lease_owner IS NULL)"
+)
+_HAND_BACK_SQL = (
+    "UPDATE run SET status = 'queued', attempts = attempts - 1, lease_owner = NULL, "
+    "lease_expires_at = NULL WHERE id = {p} AND lease_owner = {p} AND status = 'running'"
+)
+_APPEND_SQL = "INSERT INTO event (run_id, seq, kind, payload, created_at) VALUES "
 REPLY, SCHEDULED = "reply", "scheduled"
 
 
@@ -140,19 +163,114 @@ class Run(Record):
         """This run's events, in the order they happened."""
         return list(self.events.order_by(Event.seq))
 
+    lease_owner = peewee.CharField(max_length=64, null=True)  # the worker attempt holding it
+    lease_expires_at = peewee.DateTimeField(null=True)  # taken over by another worker after
+    cancel_requested_at = peewee.DateTimeField(null=True)  # an operator asked it to stop
+
     @staticmethod
-    def claim(run_id: int, started: datetime.datetime) -> bool:
-        """Mark the queued run ``run_id`` running, if it still is queued; whether it was
-        (safe when several workers race for it)."""
-        cursor = database.execute_sql(_CLAIM_SQL.format(p=database.param), (started, run_id))
+    def claim(
+        run_id: int, owner: str, now: datetime.datetime, lease_seconds: float
+    ) -> Claim | None:
+        """Mark the queued run ``run_id`` running under a lease held by ``owner``, if it is
+        still queued (safe when several workers race for it); None if it was not."""
+        sql = _CLAIMED.format(p=database.param, where=_CLAIM_ONE.format(p=database.param))
+        lease = now + datetime.timedelta(seconds=lease_seconds)
+        return _claimed(database.execute_sql(sql, (now, owner, lease, run_id)), owner, False)
+
+    @staticmethod
+    def claim_next(owner: str, now: datetime.datetime, lease_seconds: float) -> Claim | None:
+        """Take the next run for a worker: first a running run whose lease expired before
+        ``now`` (its worker died), then the oldest queued one; None when there is neither."""
+        p = database.param
+        lock = (
+            " FOR UPDATE SKIP LOCKED" if isinstance(database.obj, peewee.PostgresqlDatabase) else ""
+        )
+        lease = now + datetime.timedelta(seconds=lease_seconds)
+        expired = _CLAIMED.format(p=p, where=_NEXT_EXPIRED.format(p=p, lock=lock))
+        found = _claimed(database.execute_sql(expired, (now, owner, lease, now, now)), owner, True)
+        if found is not None:
+            return found
+        queued = _CLAIMED.format(p=p, where=_NEXT_QUEUED.format(lock=lock))
+        return _claimed(database.execute_sql(queued, (now, owner, lease)), owner, False)
+
+    @staticmethod
+    def renew_lease(run_id: int, owner: str, now: datetime.datetime, lease_seconds: float) -> Lease:
+        """Extend ``owner``'s lease on run ``run_id``; says whether it still holds it and
+        whether an operator asked the run to stop."""
+        lease = now + datetime.timedelta(seconds=lease_seconds)
+        rows = database.execute_sql(
+            _RENEW_SQL.format(p=database.param), (lease, run_id, owner)
+        ).fetchall()
+        return Lease(held=bool(rows), cancel_requested=bool(rows) and rows[0][0] is not None)
+
+    @staticmethod
+    def hand_back(run_id: int, owner: str) -> bool:
+        """Put run ``run_id``, held by ``owner``, back in the queue (its worker is shutting
+        down); it resumes from its events. Whether it was still held."""
+        cursor = database.execute_sql(_HAND_BACK_SQL.format(p=database.param), (run_id, owner))
         return cursor.rowcount == 1
 
-    def finish(self, status: str, error: str | None = None) -> None:
-        """Record that this run ended, done or failed, and why."""
+    @staticmethod
+    def request_cancel(run_id: int, now: datetime.datetime) -> str | None:
+        """Stop run ``run_id``: a queued run is cancelled at once, a running one is asked to
+        stop at its next step. Returns the status it had, or None if there is no such run."""
+        p = database.param
+        with database.atomic():
+            found = Run.select(Run.status).where(Run.id == run_id).first()
+            if found is None:
+                return None
+            if found.status == QUEUED:
+                database.execute_sql(
+                    f"UPDATE run SET status = 'cancelled', error = {p}, finished_at = {p} "
+                    f"WHERE id = {p} AND status = 'queued'",
+                    ("cancelled by an operator before it started", now, run_id),
+                )
+            elif found.status == RUNNING:
+                database.execute_sql(
+                    f"UPDATE run SET cancel_requested_at = {p} WHERE id = {p}", (now, run_id)
+                )
+            return found.status
+
+    def finish(self, status: str, error: str | None = None, owner: str | None = None) -> bool:
+        """Record that this run ended (done, failed or cancelled) and why; whether it was
+        recorded (not, when ``owner`` no longer holds the run's lease)."""
         self.status, self.error, self.finished_at = status, error, utcnow()
-        database.execute_sql(
-            _FINISH_SQL.format(p=database.param), (status, error, self.finished_at, self.id)
+        cursor = database.execute_sql(
+            _FINISH_SQL.format(p=database.param),
+            (status, error, self.finished_at, self.id, owner),
         )
+        return cursor.rowcount == 1
+
+
+@attrs.frozen
+class Claim:
+    """A worker's hold on a run it took: the attempt's number, the last event the run has,
+    the lease's owner, and whether it took the run over from a worker that stopped."""
+
+    run_id: int
+    attempts: int
+    last_seq: int
+    owner: str
+    taken_over: bool
+
+
+@attrs.frozen
+class Lease:
+    """What renewing a lease found: whether the worker still holds the run, and whether an
+    operator asked it to stop."""
+
+    held: bool
+    cancel_requested: bool
+
+
+def _claimed(cursor: Any, owner: str, taken_over: bool) -> Claim | None:
+    rows = cursor.fetchall()  # all of them: SQLite finishes the statement only then
+    if not rows:
+        return None
+    run_id, attempts, last_seq = rows[0]
+    return Claim(
+        run_id=run_id, attempts=attempts, last_seq=last_seq, owner=owner, taken_over=taken_over
+    )
 
 
 class Event(Record):
@@ -171,10 +289,16 @@ class Event(Record):
         indexes = ((("run", "seq"), True),)
 
     @staticmethod
-    def append(run_id: int, seq: int, kind: str, payload_json: str) -> None:
-        """Add event number ``seq`` of ``kind`` to the trail of run ``run_id``."""
+    def append(run_id: int, rows: list[tuple[int, str, str]]) -> None:
+        """Add events to the trail of run ``run_id``: each row is its number, kind and
+        payload (JSON text), all written by one statement."""
+        if not rows:
+            return
+        now, p = utcnow(), database.param
+        values = ", ".join([f"({p}, {p}, {p}, {p}, {p})"] * len(rows))
         database.execute_sql(
-            _APPEND_SQL.format(p=database.param), (run_id, seq, kind, payload_json, utcnow())
+            _APPEND_SQL + values,
+            [field for seq, kind, payload in rows for field in (run_id, seq, kind, payload, now)],
         )
 
     @property

@@ -11,6 +11,7 @@ from typing import Any
 from protege import blobs
 from protege.config import Config
 from protege.context import RunContext
+from protege.delivery import send_pending
 from protege.harness import execute
 from protege.harness.dispatch import Dispatcher
 from protege.harness.fence import Fence
@@ -33,8 +34,10 @@ def run_reply(
     installation: Installation | None = None,
     config: Config | None = None,
     manifest: Manifest | None = None,
+    send_mail: bool = True,
 ) -> Run:
-    """Deliver an email from ``sender`` to ``agent`` and run the agent on it to the end.
+    """Deliver an email from ``sender`` to ``agent`` and run the agent on it to the end,
+    then send the mail the run queued (unless ``send_mail`` is false: it stays pending).
 
     ``reply_to`` threads the email as a reply to an earlier message; ``attachments`` are
     (filename, declared content type, bytes), stored as the gateway stores them. The run uses
@@ -45,7 +48,10 @@ def run_reply(
     headers = reply_headers(reply_to) if reply_to is not None else {}
     message = record_inbound(agent, sender=sender, body=body, subject=subject, **headers)
     attach_files(message, attachments, app.config)
-    return execute(queue_reply(message), app)
+    run = execute(queue_reply(message), app)
+    if send_mail:
+        send_pending(app.config)
+    return run
 
 
 def attach_files(message: Message, files: Sequence[tuple[str, str, bytes]], config: Config) -> list:
@@ -68,10 +74,15 @@ def run_scheduled(
     installation: Installation | None = None,
     config: Config | None = None,
     manifest: Manifest | None = None,
+    send_mail: bool = True,
 ) -> Run:
-    """Run ``responsibility`` once, to the end (with an installation as ``run_reply``)."""
+    """Run ``responsibility`` once, to the end, and send its mail (with an installation
+    and ``send_mail`` as ``run_reply``)."""
     app = _installation(installation, config, manifest, "run_scheduled")
-    return execute(queue_scheduled(responsibility), app)
+    run = execute(queue_scheduled(responsibility), app)
+    if send_mail:
+        send_pending(app.config)
+    return run
 
 
 def _installation(
@@ -142,7 +153,7 @@ def run_tool(tool_id: str, *, context: RunContext, manifest: Manifest, **input: 
     entry = manifest.get(tool_id)
     if entry is None:
         raise LookupError(f"no tool {tool_id!r} in the manifest (see `protege tools`)")
-    dispatcher = Dispatcher([entry], context, Fence(), None, max_result_bytes=64 * 1024)
+    dispatcher = Dispatcher([entry], context, Fence(), max_result_bytes=64 * 1024)
     call = {"id": "call_test", "function": {"name": tool_id, "arguments": _json(input)}}
     return asyncio.run(dispatcher.dispatch(call)).result
 

@@ -74,14 +74,15 @@ def test_receive_for_no_agent_is_a_one_line_error(run_protege, env, tmp_path):
 def test_serve_takes_mail_by_smtp_and_runs_it(run_protege, env, scripted_model):
     port = free_port()
     scripted_model.script(tool_call("send_email", mode="reply", body="On it."), say("Sent."))
-    process = start(run_protege, env, "serve", "--port", str(port), "--workers", "1")
+    process = start(run_protege, env, "serve", "--port", str(port), "--concurrency", "1")
     try:
         assert read_line(process) == (
-            f"protege: listening for mail on 127.0.0.1:{port}, 1 worker(s), the scheduler; "
-            "Ctrl-C stops"
+            f"protege: listening for mail on 127.0.0.1:{port}, 1 run(s) at once in each of "
+            "1 process(es), the scheduler; Ctrl-C stops"
         )
         with smtplib.SMTP("127.0.0.1", port, timeout=10) as client:
             client.sendmail("jane@acme.com", ["sundae@thescoop.example"], EML)
+        assert read_line(process) == "mail 1 for Sundae: accepted, run 1 queued"
         assert read_line(process) == "run 1 (Sundae): done"
     finally:
         process.send_signal(signal.SIGTERM)
@@ -89,7 +90,8 @@ def test_serve_takes_mail_by_smtp_and_runs_it(run_protege, env, scripted_model):
     assert process.returncode == 0, err
     assert b"protege: stopping" in out
     (outbound,) = Message.select().where(Message.direction == "outbound")
-    assert outbound.subject == "Re: Melted"
+    assert (outbound.subject, outbound.status) == ("Re: Melted", "sent")
+    assert b"protege: stopped" in out
 
 
 def test_serve_on_a_busy_port_is_a_clear_error(run_protege, env):
@@ -120,7 +122,7 @@ def test_serve_warns_about_a_host_module_that_fails_to_import_and_goes_on(run_pr
     (run_protege.project / "protege.toml").write_text('tool_modules = ["shop_tools"]\n')
     (run_protege.project / "shop_tools.py").write_text("import no_such_dependency\n")
     port = free_port()
-    process = start(run_protege, env, "serve", "--port", str(port), "--workers", "1")
+    process = start(run_protege, env, "serve", "--port", str(port), "--concurrency", "1")
     try:
         assert read_line(process).startswith("protege: listening for mail on ")
     finally:

@@ -207,9 +207,11 @@ def test_serve_queues_due_responsibilities_and_runs_them(run_protege, env, scrip
     )
     scripted_model.script(say("All quiet."))
     port = free_port()
-    process = start(run_protege, env, "serve", "--port", str(port), "--workers", "1")
+    process = start(run_protege, env, "serve", "--port", str(port), "--concurrency", "1")
     try:
-        assert read_line(process).endswith("1 worker(s), the scheduler; Ctrl-C stops")
+        assert read_line(process).endswith(
+            "1 run(s) at once in each of 1 process(es), the scheduler; Ctrl-C stops"
+        )
         assert read_line(process).startswith("run 1 queued: Scout's 'every minute', due ")
         assert read_line(process) == "run 1 (Scout): done"
     finally:

@@ -128,7 +128,7 @@ def test_start_retry_and_show_a_run_that_sent_mail(run_protege, env, scripted_mo
         "runs", "start", "Sundae", "--sender", "jane@acme.com", "--message", "Hi", env=env
     )
     assert started.returncode == 1, started.stderr  # failed after sending, and shown
-    delivery = "   4   delivery sent to jane@acme.com, subject Re: <"
+    delivery = "   4   delivery queued to jane@acme.com, subject Re: <"
     assert any(line.startswith(delivery) for line in started.stdout.splitlines())
     assert started.stderr == ""
 
@@ -143,9 +143,12 @@ def test_start_retry_and_show_a_run_that_sent_mail(run_protege, env, scripted_mo
         "run 1: Sundae, reply (message from jane@acme.com), done"
     )
     assert any(line.startswith(delivery) for line in shown.stdout.splitlines())
-    events = json.loads(run_protege("runs", "show", "1", "--json", env=env).stdout)["events"]
-    (sent,) = [e for e in events if e["kind"] == "delivery"]
-    assert (sent["status"], sent["to"]) == ("sent", ["jane@acme.com"])
+    assert shown.stdout.splitlines()[-1].endswith(": sent")  # where the mail is now
+    shown_json = json.loads(run_protege("runs", "show", "1", "--json", env=env).stdout)
+    (queued,) = [e for e in shown_json["events"] if e["kind"] == "delivery"]
+    assert (queued["status"], queued["to"]) == ("queued", ["jane@acme.com"])
+    (mail,) = shown_json["mail"]
+    assert (mail["status"], mail["message_id"]) == ("sent", queued["message_id"])
 
 
 def test_show_renders_every_run_the_demo_makes(run_protege, tmp_path):
@@ -159,15 +162,18 @@ def test_show_renders_every_run_the_demo_makes(run_protege, tmp_path):
         lines = text.stdout.splitlines()
         assert lines[0].startswith(f"run {run_id}: Sundae, reply (message from {sender} <")
         assert lines[0].endswith(", done")
-        deliveries = [line for line in lines if line[5:].startswith("  delivery sent to ")]
+        deliveries = [line for line in lines if line[5:].startswith("  delivery queued to ")]
         assert len(deliveries) == 1
         assert "subject Re: Melted order <" in deliveries[0]
+        assert lines[-1].startswith("mail <")
+        assert lines[-1].endswith(": sent")
 
         shown = json.loads(run_protege("runs", "show", str(run_id), "--json", env=env).stdout)
         assert shown["status"] == "done"
         kinds = [e["kind"] for e in shown["events"]]
         assert kinds.count("delivery") == 1
-        assert len(kinds) == len(lines) - 1
+        assert len(kinds) == len(lines) - 2  # the heading and the mail's line
+        assert [m["status"] for m in shown["mail"]] == ["sent"]
     refused = run_protege("runs", "show", "3", env=env).stdout
     assert "REFUSED process_refund: the tool 'process_refund' is not available" in refused
 

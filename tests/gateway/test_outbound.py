@@ -1,5 +1,6 @@
 """context.deliver's gateway: From forced, stored in its thread, sent once per tool call."""
 
+import datetime
 import email
 import email.parser
 import ssl
@@ -13,10 +14,12 @@ from aiosmtpd.controller import Controller
 from protege import blobs
 from protege.config import load_config
 from protege.context import current_tool_call
-from protege.gateway.outbound import DeliveryRefused, deliver
+from protege.delivery import send_pending
+from protege.gateway.outbound import DeliveryRefused, deliver, describe
 from protege.gateway.smtp import free_port
 from protege.mail import record_inbound
 from protege.models import Message
+from protege.models.base import utcnow
 from protege.queue import queue_reply
 from protege.testing import make_context, run_tool
 
@@ -83,7 +86,19 @@ def smtp_config(config, relay, **changes):
 
 
 def send(agent, config, mail):
-    return deliver(agent=agent, run=None, config=config, mail=mail)
+    """Queue ``mail`` and deliver it to the end; what became of it."""
+    queued = deliver(agent=agent, run=None, config=config, mail=mail)
+    assert queued["status"] == "queued"
+    return settle(config, queued)
+
+
+def settle(config, queued):
+    """Run the delivery loop's passes until the mail is sent or failed, the clock jumping
+    past each backoff; the mail's outcome then."""
+    moments = iter(utcnow() + datetime.timedelta(hours=hour) for hour in range(100))
+    while Message.get(Message.message_id == queued["message_id"]).status == "pending":
+        send_pending(config, clock=lambda: next(moments))
+    return describe(Message.get(Message.message_id == queued["message_id"]))
 
 
 def outbox(config):
@@ -106,6 +121,9 @@ def test_mail_goes_to_the_outbox_from_the_agent(sundae, config):
             "from": "ceo@thescoop.example",
         },
     )
+    assert outcome["status"] == "queued"
+    assert not outbox(config)  # the delivery loop sends it, not the tool call
+    outcome = settle(config, outcome)
     assert outcome["status"] == "sent"
     (path,) = outbox(config)
     sent = parse(path)
@@ -137,6 +155,7 @@ def test_a_reply_is_threaded(sundae, config):
             "references": ["<j1@acme.com>"],
         },
     )
+    settle(config, outcome)
     sent = parse(outbox(config)[0])
     assert sent["In-Reply-To"] == "<j1@acme.com>"
     assert sent["References"] == "<j1@acme.com>"
@@ -155,6 +174,7 @@ def test_attachments_travel_and_are_linked(sundae, config):
         mail={"to": ["j@acme.com"], "subject": "s", "body": "b"},
         attachments=[blob],
     )
+    settle(config, outcome)
     (attached,) = parse(outbox(config)[0]).iter_attachments()
     assert (attached.get_filename(), attached.get_content()) == ("r.csv", "a,b\n")
     stored = Message.get(Message.message_id == outcome["message_id"])
@@ -202,6 +222,7 @@ def test_the_same_tool_call_sends_once(sundae, config):
     finally:
         current_tool_call.reset(token)
     assert again == {**first, "repeated": True}
+    settle(config, first)
     assert len(outbox(config)) == 1
     assert Message.select().where(Message.direction == "outbound").count() == 1
 
@@ -426,7 +447,9 @@ def real_delivery_context(agent, config, inbound):
     return make_context(agent, message=inbound, config=config, deliver=deliver_for_real)
 
 
-def test_send_email_tells_the_model_who_the_relay_refused(sundae, config, smtp_server, protege_app):
+def test_send_email_reports_the_mail_queued_and_refusals_land_on_the_message(
+    sundae, config, smtp_server, protege_app
+):
     capture, relay = smtp_server(refuse={"bob@acme.com": "550 5.1.1 no such user"})
     inbound = record_inbound(sundae, sender="jane@acme.com", cc=["bob@acme.com"], body="?")
     context = real_delivery_context(sundae, smtp_config(config, relay), inbound)
@@ -434,25 +457,29 @@ def test_send_email_tells_the_model_who_the_relay_refused(sundae, config, smtp_s
         "send_email", context=context, mode="reply", body="Noted.", manifest=protege_app.manifest
     )
     assert result.ok
-    assert result.data["refused"] == [
+    assert result.data["status"] == "queued"
+    assert not capture.received  # the tool call only queued it
+    outcome = settle(smtp_config(config, relay), result.data)
+    assert outcome["refused"] == [
         {"address": "bob@acme.com", "code": 550, "reason": "5.1.1 no such user"}
     ]
     (envelope,) = capture.received
     assert envelope.rcpt_tos == ["jane@acme.com"]
 
 
-def test_send_email_fails_when_nobody_got_the_mail(sundae, config, smtp_server, protege_app):
+def test_mail_nobody_got_is_failed_with_the_reason(sundae, config, smtp_server, protege_app):
     _, relay = smtp_server(refuse={"jane@acme.com": "550 5.1.1 no such user"})
     inbound = record_inbound(sundae, sender="jane@acme.com", body="?")
     context = real_delivery_context(sundae, smtp_config(config, relay), inbound)
     result = run_tool(
         "send_email", context=context, mode="reply", body="Noted.", manifest=protege_app.manifest
     )
-    assert result.reason == (
-        "the mail was not sent: the relay refused every recipient: "
-        "jane@acme.com (550 5.1.1 no such user)"
+    outcome = settle(smtp_config(config, relay), result.data)
+    assert outcome["status"] == "failed"
+    assert outcome["error"] == (
+        "the relay refused every recipient: jane@acme.com (550 5.1.1 no such user)"
     )
-    assert result.data["refused"][0]["address"] == "jane@acme.com"
+    assert outcome["refused"][0]["address"] == "jane@acme.com"
 
 
 def test_an_internationalised_address_goes_out_with_smtputf8(sundae, config, smtp_server):

@@ -242,7 +242,7 @@ def test_untrusted_result_is_fenced_and_its_fake_fence_defused(run, scripted_mod
 def test_deliver_sends_through_the_gateway_and_records_it(run, scripted_model, config):
     done = run(tool_call("send"), say("ok"))
     (delivery,) = [e.payload for e in done.timeline() if e.kind == "delivery"]
-    assert (delivery["status"], delivery["to"]) == ("sent", ["mara@thescoop.com"])
+    assert (delivery["status"], delivery["to"]) == ("queued", ["mara@thescoop.com"])
     outcome = json.loads(results(scripted_model)[0])["outcome"]
     assert outcome["message_id"] == delivery["message_id"]
     (sent,) = (config.data_dir / "outbox").glob("*.eml")

@@ -54,6 +54,14 @@ RECORDED = {
         "<m1@thescoop.example>",
     ),
     events.ERROR: ({"error": "the model endpoint refused the API key (401)"}, None),
+    events.RESUMED: (
+        {"attempt": 2, "reason": "taken over: its worker stopped renewing the lease"},
+        "resumed (attempt 2): taken over: its worker stopped renewing the lease",
+    ),
+    events.CANCELLED: (
+        {"reason": "cancelled by an operator"},
+        "cancelled: cancelled by an operator",
+    ),
 }
 
 
@@ -187,4 +195,4 @@ def test_a_real_delivery_outcome_fits_the_delivery_event(protege_app):
     )
     fields = {field.name for field in attrs.fields(events.Delivery)}
     assert set(outcome) <= fields  # nothing the gateway reports is lost from the trail
-    assert events.Delivery.from_payload(outcome).status == "sent"
+    assert events.Delivery.from_payload(outcome).status == "queued"

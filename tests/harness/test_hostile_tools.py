@@ -71,10 +71,14 @@ class WaitTool(Tool):
 
     async def use(self, context):
         STARTED.set()
-        await asyncio.Event().wait()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            STOPPED.set()
 
 
-STARTED = None  # an asyncio.Event, made on the test's own loop
+STARTED = threading.Event()  # the waiting tool began (on its own loop, in its own thread)
+STOPPED = threading.Event()  # the waiting tool was cancelled and left
 LET_GO = threading.Event()  # lets the late sender try to send
 TRIED = threading.Event()  # the late sender has tried
 REFUSALS = []
@@ -228,12 +232,14 @@ def test_base_exceptions_leave_the_worker_alive_and_every_run_finished(
     ]
     finished = queue.Queue()
     installation = open_installation(config, manifest=manifest, connect=False)
-    pool = Workers(installation, 1, poll_interval=0.01, on_finished=finished.put).start()
+    pool = Workers(
+        installation, max_concurrent_runs=1, poll_interval=0.01, on_finished=finished.put
+    ).start()
     try:
         ended = [finished.get(timeout=60) for _ in runs]
     finally:
-        pool.stop(timeout=60)
-    assert [r.id for r in ended] == [r.id for r in runs]  # one worker, in order, none lost
+        pool.stop(grace=60)
+    assert [r.id for r in ended] == [r.id for r in runs]  # one at a time, in order, none lost
     assert {r.status for r in ended} == {"done"}
     assert len(scripted_model.requests) == 2 * len(hostile) + 1
 
@@ -243,16 +249,17 @@ def test_a_real_cancellation_of_the_run_still_cancels(agent, config, manifest):
     call = {"id": "call_1", "function": {"name": "wait", "arguments": "{}"}}
 
     async def cancel_mid_call():
-        global STARTED
-        STARTED = asyncio.Event()
-        dispatcher = Dispatcher([entry], make_context(config=config), Fence(), None, 65536)
+        STARTED.clear()
+        STOPPED.clear()
+        dispatcher = Dispatcher([entry], make_context(config=config), Fence(), 65536)
         task = asyncio.create_task(dispatcher.dispatch(call))
-        await STARTED.wait()
+        assert await asyncio.to_thread(STARTED.wait, 30)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
     asyncio.run(cancel_mid_call())
+    assert STOPPED.wait(30)  # the tool itself was cancelled on its own loop, not abandoned
 
 
 def nested(depth):

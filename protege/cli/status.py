@@ -1,0 +1,40 @@
+"""``protege status``: what the workers have before them, per agent."""
+
+from __future__ import annotations
+
+import click
+
+from protege.cli.database import open_database
+from protege.cli.output import echo_json, echo_table
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def status(as_json: bool) -> None:
+    """Show queued, running, stuck and failed runs and pending mail, per agent.
+
+    A run is stuck when it is running but its worker stopped renewing its lease: serve
+    takes it over by itself; `protege runs retry` does at once.
+    """
+    from protege.models import Agent
+    from protege.models.base import utcnow
+    from protege.status import overview
+
+    open_database()
+    counts = overview(utcnow())
+    names = {agent.id: agent.name for agent in Agent.select(Agent.id, Agent.name)}
+    rows = [
+        {"agent": names.get(agent_id, f"#{agent_id}"), **row} for agent_id, row in counts.items()
+    ]
+    rows.sort(key=lambda row: str(row["agent"]))
+    if as_json:
+        echo_json(rows)
+        return
+    if not rows:
+        click.echo("nothing queued, running, stuck, failed or pending")
+        return
+    columns = ["queued", "running", "stuck", "failed", "pending_mail"]
+    echo_table(
+        ["agent", "queued", "running", "stuck", "failed", "pending mail"],
+        [[row["agent"], *(row[c] for c in columns)] for row in rows],
+    )

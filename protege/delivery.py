@@ -1,0 +1,237 @@
+"""Delivery: pending mail handed to the transport, apart from the run that queued it.
+
+``send_email`` stores its mail as pending, with the exact bytes to send, in the same
+transaction as the event that records it. Here those mails are claimed (with a lease, so a
+delivery loop that dies lets another take them over), handed to the outbox or the SMTP
+relay, and marked sent only once the transport has them. Recipients a relay defers are tried
+again later with backoff; the Message-ID and bytes never change between tries.
+
+The outbox delivers each mail exactly once: its file name is fixed by the mail, and a file
+already there is never written again. SMTP delivers at least once: a crash between the
+relay's answer and the commit sends the same mail (same Message-ID) again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import functools
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import Executor
+from pathlib import Path
+
+import peewee
+
+from protege import blobs
+from protege.config import Config
+from protege.db import database
+from protege.gateway import relay
+from protege.models import Message
+from protege.models.base import utcnow
+from protege.models.messages import FAILED, PENDING, SENT
+
+logger = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime.datetime]
+
+_CLAIM_SQL = (
+    "UPDATE message SET delivery_lease_expires_at = {p} WHERE id IN ("
+    "SELECT id FROM message WHERE status = 'pending' AND next_attempt_at <= {p} "
+    "AND (delivery_lease_expires_at IS NULL OR delivery_lease_expires_at < {p}) "
+    "ORDER BY id LIMIT {p}{lock}) RETURNING id"
+)
+
+
+def lease_seconds(config: Config) -> float:
+    """How long a delivery loop holds a mail it is sending: a slow relay's whole answer."""
+    return max(60.0, 4 * config.mail.smtp_timeout)
+
+
+def claim_due(config: Config, now: datetime.datetime, limit: int) -> list[int]:
+    """Take up to ``limit`` pending mails whose time has come and that no live delivery
+    loop holds; returns their ids. Several loops, in several processes, may share them."""
+    p = database.param
+    lock = " FOR UPDATE SKIP LOCKED" if isinstance(database.obj, peewee.PostgresqlDatabase) else ""
+    until = now + datetime.timedelta(seconds=lease_seconds(config))
+    cursor = database.execute_sql(_CLAIM_SQL.format(p=p, lock=lock), (until, now, now, limit))
+    return sorted(row[0] for row in cursor.fetchall())
+
+
+def hand_off(message_id: int, config: Config, now: datetime.datetime | None = None) -> Message:
+    """Send one claimed pending mail to its waiting recipients and record the outcome."""
+    now = utcnow() if now is None else now
+    message = Message.get_by_id(message_id)
+    if message.status != PENDING:
+        return message
+    raw = blobs.read(message.raw_blob, config.data_dir)
+    waiting = list(message.pending_recipients)
+    if config.mail.transport == "outbox":
+        write_to_outbox(raw, message, Path(config.data_dir) / "outbox")
+        handover = relay.Handover(delivered=tuple(waiting))
+    else:
+        sender = message.agent.address
+        international = not all(a.isascii() for a in (sender, *waiting))
+        handover = relay.send(
+            raw, sender, waiting, config.mail, root=config.root, international=international
+        )
+    _record(message, handover, config, now)
+    return message
+
+
+def _record(
+    message: Message, handover: relay.Handover, config: Config, now: datetime.datetime
+) -> None:
+    attempts = message.delivery_attempts + 1
+    refused = [*message.refused_recipients, *(r.as_dict() for r in handover.refused)]
+    waiting = list(handover.deferred)
+    error = handover.error
+    if error is not None:  # the whole mail failed: nobody still waiting will get it
+        taken = {*handover.delivered, *(r.address for r in handover.refused)}
+        refused += [
+            {"address": a, "code": 0, "reason": error}
+            for a in message.pending_recipients
+            if a not in taken
+        ]
+        waiting = []
+    elif waiting and attempts > config.mail.smtp_retries:
+        error = f"gave up after {attempts} attempts: {relay.reason(waiting[0])}"
+        refused += [r.as_dict() for r in waiting]
+        waiting = []
+    everyone = set(message.to_addresses + message.cc_addresses + message.bcc_addresses)
+    received = len(everyone) - len({r["address"] for r in refused}) - len(waiting)
+    if waiting:
+        status, next_attempt = PENDING, now + _backoff(config, attempts)
+    elif received > 0:
+        status, next_attempt = SENT, None
+    else:
+        status, next_attempt = FAILED, None
+        error = error or "the relay refused every recipient: " + "; ".join(
+            f"{r['address']} ({r['code']} {r['reason']})" for r in refused
+        )
+    message.status = status
+    message.pending_recipients = [r.address for r in waiting]
+    message.refused_recipients = refused
+    message.delivery_attempts = attempts
+    message.next_attempt_at = next_attempt
+    message.delivery_error = error if status == FAILED else None
+    message.delivery_lease_expires_at = None
+    message.save(
+        only=[
+            Message.status,
+            Message.pending_recipients,
+            Message.refused_recipients,
+            Message.delivery_attempts,
+            Message.next_attempt_at,
+            Message.delivery_error,
+            Message.delivery_lease_expires_at,
+        ]
+    )
+
+
+def _backoff(config: Config, attempts: int) -> datetime.timedelta:
+    return datetime.timedelta(seconds=config.mail.smtp_backoff_seconds * 2 ** (attempts - 1))
+
+
+def send_pending(config: Config, *, clock: Clock = utcnow, limit: int = 100) -> list[Message]:
+    """Hand every pending mail whose time has come to the transport, in this thread; the
+    mails it tried, as they are now. For the command line, scripts and tests; ``serve``
+    runs ``DeliveryLoop``."""
+    tried: list[Message | None] = []
+    while ids := claim_due(config, clock(), limit):
+        tried += [_safely(hand_off, message_id, config, clock()) for message_id in ids]
+    return [m for m in tried if m is not None]
+
+
+def _safely(work: Callable[..., Message], *args: object) -> Message | None:
+    try:
+        return work(*args)
+    except Exception:  # left pending under its lease: tried again once the lease runs out
+        logger.exception("delivery of mail %s failed; it stays pending", args[0])
+        return None
+
+
+def write_to_outbox(raw: bytes, message: Message, outbox: Path) -> Path:
+    """Put ``raw`` in the outbox under a name fixed by ``message``, once: a mail whose file
+    is there already (written before a crash) is not written again."""
+    outbox.mkdir(parents=True, exist_ok=True)
+    # The name sorts in queueing order: the second, then microseconds within it.
+    stamp = message.created_at.strftime("%Y%m%d-%H%M%S-%f")
+    name = re.sub(r"[^\w.@-]+", "_", message.message_id.strip("<>"))
+    path = outbox / f"{stamp}-{name}.eml"
+    with tempfile.NamedTemporaryFile(dir=outbox, prefix=".", suffix=".tmp", delete=False) as tmp:
+        tmp.write(raw)
+    try:
+        os.link(tmp.name, path)  # atomic, and refuses to replace what is there
+    except FileExistsError:
+        logger.info("mail %s was in the outbox already", message.message_id)
+    finally:
+        os.unlink(tmp.name)
+    return path
+
+
+class DeliveryLoop:
+    """Hands pending mail to the transport from a running event loop, a few at a time,
+    looking again every ``poll_interval`` seconds or when ``wake`` is called."""
+
+    def __init__(
+        self,
+        config: Config,
+        io: Executor,
+        *,
+        clock: Clock = utcnow,
+        poll_interval: float | None = None,
+    ) -> None:
+        self.config = config
+        self.io = io
+        self.clock = clock
+        self.poll_interval = config.serve.poll_interval if poll_interval is None else poll_interval
+        self.width = config.serve.max_concurrent_deliveries
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self.sent = 0
+
+    def wake(self) -> None:
+        """Look for pending mail now (call on the loop's thread)."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Finish the mails being sent, then end ``run``."""
+        self._stopping = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Deliver until stopped; a last pass sends what was due when ``stop`` came."""
+        loop = asyncio.get_running_loop()
+        last_pass = False
+        while not last_pass:
+            last_pass = self._stopping
+            try:
+                ids = await loop.run_in_executor(
+                    self.io, claim_due, self.config, self.clock(), self.width
+                )
+            except Exception:
+                logger.exception("could not look for pending mail")
+                ids = []
+            if ids:
+                sent = await asyncio.gather(
+                    *(
+                        loop.run_in_executor(
+                            self.io,
+                            functools.partial(_safely, hand_off, i, self.config, self.clock()),
+                        )
+                        for i in ids
+                    )
+                )
+                self.sent += sum(1 for m in sent if m is not None and m.status == SENT)
+                last_pass = False  # there may be more
+                continue
+            if self._stopping:
+                continue
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.poll_interval)
