@@ -3,11 +3,13 @@ file tests run against, the local folder and S3 (moto's server, on loopback, sta
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from protege import blobs
@@ -48,12 +50,44 @@ class S3Server:
         self.client().create_bucket(Bucket=name)
         return name
 
+    credentials = {S3_KEY_ID_VARIABLE: S3_KEY_ID, S3_SECRET_VARIABLE: S3_SECRET}
+    """The environment variables the configurations ``write_config`` writes name, and values."""
+
+    def write_config(self, folder: Path, bucket: str, **settings: str) -> Path:
+        """A ``protege.toml`` in ``folder`` choosing the S3 blob store in ``bucket`` here
+        (its credentials named by ``credentials``); ``settings`` adds to ``[blobs]``."""
+        lines = {
+            "store": "s3",
+            "bucket": bucket,
+            "endpoint_url": self.endpoint_url,
+            "region": S3_REGION,
+            "prefix": "blobs/",
+            "access_key_id_env": S3_KEY_ID_VARIABLE,
+            "secret_access_key_env": S3_SECRET_VARIABLE,
+            **settings,
+        }
+        path = folder / "protege.toml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        body = "".join(f'{key} = "{value}"\n' for key, value in lines.items())
+        path.write_text(f"[blobs]\n{body}")
+        return path
+
     def keys(self, bucket: str) -> set[str]:
         """Every object key in ``bucket``."""
         found: set[str] = set()
         for page in self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket):
             found.update(item["Key"] for item in page.get("Contents", ()))
         return found
+
+    @contextlib.contextmanager
+    def checking_credentials(self) -> Iterator[None]:
+        """Within the block the server refuses any key it has not issued (by default it takes
+        any); a setting of the whole server, so only for tests that run one at a time."""
+        httpx.post(f"{self.endpoint_url}/moto-api/reset-auth", content=b"0").raise_for_status()
+        try:
+            yield
+        finally:
+            httpx.post(f"{self.endpoint_url}/moto-api/reset-auth", content=b"inf")
 
     def stop(self) -> None:
         """Stop serving."""
@@ -68,25 +102,6 @@ def s3_server() -> Iterator[S3Server]:
     server.stop()
 
 
-def write_s3_config(folder: Path, server: S3Server, bucket: str, **settings: str) -> Path:
-    """A ``protege.toml`` in ``folder`` choosing the S3 blob store on ``server``."""
-    lines = {
-        "store": "s3",
-        "bucket": bucket,
-        "endpoint_url": server.endpoint_url,
-        "region": S3_REGION,
-        "prefix": "blobs/",
-        "access_key_id_env": S3_KEY_ID_VARIABLE,
-        "secret_access_key_env": S3_SECRET_VARIABLE,
-        **settings,
-    }
-    path = folder / "protege.toml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    body = "".join(f'{key} = "{value}"\n' for key, value in lines.items())
-    path.write_text(f"[blobs]\n{body}")
-    return path
-
-
 @pytest.fixture(params=["local", "s3"])
 def blob_store(
     request: pytest.FixtureRequest, protege_db: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -96,11 +111,11 @@ def blob_store(
     server, through a ``protege.toml`` named by ``PROTEGE_CONFIG``. Gives the store's kind."""
     if request.param == "s3":
         server: S3Server = request.getfixturevalue("s3_server")
-        path = write_s3_config(tmp_path / "s3-config", server, server.new_bucket())
+        path = server.write_config(tmp_path / "s3-config", server.new_bucket())
         monkeypatch.setenv(CONFIG_VARIABLE, str(path))
         monkeypatch.setenv(BLOB_STORE_VARIABLE, "s3")
-        monkeypatch.setenv(S3_KEY_ID_VARIABLE, S3_KEY_ID)
-        monkeypatch.setenv(S3_SECRET_VARIABLE, S3_SECRET)
+        for name, value in server.credentials.items():
+            monkeypatch.setenv(name, value)
     return str(request.param)
 
 
