@@ -119,3 +119,15 @@ def test_without_boto3_the_error_says_what_to_install(monkeypatch):
     assert str(raised.value) == (
         "the S3 blob store needs boto3, which is not installed: pip install 'protege[s3]'"
     )
+
+
+def test_mail_arriving_while_the_store_fails_is_deferred_and_nothing_is_kept(s3_config):
+    from protege.gateway.inbound import StorageUnavailable, ingest
+    from protege.models import Agent, Blob, Message
+
+    sundae = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    config = s3_config(bucket="protege-gone")
+    raw = b"From: jane@acme.com\r\nTo: sundae@thescoop.example\r\nSubject: Hi\r\n\r\nHello.\r\n"
+    with pytest.raises(StorageUnavailable, match="the S3 bucket 'protege-gone'"):
+        ingest(raw, config=config, recipients=[sundae.address])
+    assert (Message.select().count(), Blob.select().count()) == (0, 0)
