@@ -15,7 +15,7 @@ import pytest
 from protege import blobs
 from protege.config import BLOB_STORE_VARIABLE, CONFIG_VARIABLE, Config
 
-# The test server takes any credentials until told to check them (see ``s3_refusing``).
+# The test server takes any credentials until told to check them (checking_credentials).
 S3_KEY_ID, S3_SECRET = "protege-test-key", "protege-test-secret"
 S3_KEY_ID_VARIABLE, S3_SECRET_VARIABLE = "PROTEGE_TEST_S3_KEY_ID", "PROTEGE_TEST_S3_SECRET"
 S3_REGION = "us-east-1"
@@ -23,6 +23,9 @@ S3_REGION = "us-east-1"
 
 class S3Server:
     """An S3-compatible server on loopback (moto), for this test session or xdist worker."""
+
+    credentials = {S3_KEY_ID_VARIABLE: S3_KEY_ID, S3_SECRET_VARIABLE: S3_SECRET}
+    """The environment variables the configurations ``write_config`` writes name, and values."""
 
     def __init__(self) -> None:
         from moto.server import ThreadedMotoServer
@@ -49,9 +52,6 @@ class S3Server:
         name = f"protege-test-{uuid.uuid4().hex[:16]}"
         self.client().create_bucket(Bucket=name)
         return name
-
-    credentials = {S3_KEY_ID_VARIABLE: S3_KEY_ID, S3_SECRET_VARIABLE: S3_SECRET}
-    """The environment variables the configurations ``write_config`` writes name, and values."""
 
     def write_config(self, folder: Path, bucket: str, **settings: str) -> Path:
         """A ``protege.toml`` in ``folder`` choosing the S3 blob store in ``bucket`` here
