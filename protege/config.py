@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any, TypeVar
 
 import attrs
 import cattrs
+import cattrs.gen
 
 from protege.addresses import canonical_address
 from protege.errors import ConfigError
@@ -24,6 +26,7 @@ OPENAI_BASE_URL_VARIABLE = "OPENAI_BASE_URL"
 MODEL_BASE_URL_VARIABLE = "PROTEGE_MODEL_BASE_URL"
 MODEL_API_KEY_ENV_VARIABLE = "PROTEGE_MODEL_API_KEY_ENV"
 MAIL_TRANSPORT_VARIABLE = "PROTEGE_MAIL_TRANSPORT"
+BLOB_STORE_VARIABLE = "PROTEGE_BLOB_STORE"
 DEFAULT_DATA_DIR = ".protege"
 TEXT, IMAGE, PDF = "text", "image", "pdf"
 MODEL_INPUTS = (TEXT, IMAGE, PDF)
@@ -243,6 +246,72 @@ class FilesSettings:
     )
 
 
+LOCAL, S3 = "local", "s3"
+# S3's own rules for a bucket name: 3 to 63 lower-case letters, digits, dots and hyphens.
+_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
+# The keys that hold secrets: read from the variables their ``_env`` keys name, never written.
+BLOB_SECRETS = ("access_key_id", "secret_access_key", "session_token")
+
+
+def _check_bucket(instance: object, attribute: attrs.Attribute, value: str | None) -> None:
+    if value is not None and not _BUCKET_NAME.fullmatch(value):
+        raise ValueError(
+            f"bucket: {value!r} is not an S3 bucket name (3 to 63 lower-case letters, digits, "
+            "dots and hyphens)"
+        )
+
+
+def _check_prefix(instance: object, attribute: attrs.Attribute, value: str) -> None:
+    if value.startswith("/") or ".." in value.split("/") or any(ord(c) < 32 for c in value):
+        raise ValueError(
+            f"prefix: {value!r} must not start with / or hold .. or control characters"
+        )
+
+
+def _check_optional_http_url(
+    instance: object, attribute: attrs.Attribute, value: str | None
+) -> None:
+    if value is not None:
+        _check_http_url(instance, attribute, value)
+
+
+@attrs.frozen(kw_only=True)
+class BlobSettings:
+    """``[blobs]``: where stored files (attachments, created files) keep their bytes.
+
+    ``store = "local"`` (the default) keeps them under the data directory's ``blobs``
+    folder; ``"s3"`` in the S3 bucket ``bucket`` (any S3-compatible service, at
+    ``endpoint_url`` when it is not AWS), under the key prefix ``prefix``, so that several
+    machines share them. ``PROTEGE_BLOB_STORE`` overrides ``store``. The credentials are read
+    from the environment variables ``access_key_id_env``, ``secret_access_key_env`` and
+    ``session_token_env`` name; when the first two are unset, boto3 finds its own (an
+    instance role, ``~/.aws``). They are never written in ``protege.toml``.
+    """
+
+    store: str = attrs.field(default=LOCAL, validator=attrs.validators.in_((LOCAL, S3)))
+    bucket: str | None = attrs.field(default=None, validator=_check_bucket)
+    prefix: str = attrs.field(default="", validator=_check_prefix)
+    endpoint_url: str | None = attrs.field(default=None, validator=_check_optional_http_url)
+    region: str | None = None
+    addressing_style: str = attrs.field(
+        default="auto", validator=attrs.validators.in_(("auto", "path", "virtual"))
+    )
+    timeout_seconds: float = attrs.field(
+        default=30.0, validator=[attrs.validators.gt(0), attrs.validators.le(300)]
+    )
+    access_key_id_env: str = "AWS_ACCESS_KEY_ID"
+    secret_access_key_env: str = "AWS_SECRET_ACCESS_KEY"
+    session_token_env: str = "AWS_SESSION_TOKEN"
+    # Read from the environment when the configuration is loaded; kept out of repr.
+    access_key_id: str | None = attrs.field(default=None, repr=False)
+    secret_access_key: str | None = attrs.field(default=None, repr=False)
+    session_token: str | None = attrs.field(default=None, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self.store == S3 and self.bucket is None:
+            raise ValueError('bucket: required when store = "s3"')
+
+
 @attrs.frozen(kw_only=True)
 class FileSettings:
     """The keys ``protege.toml`` may hold; any other key is an error, not a silent no-op."""
@@ -257,6 +326,7 @@ class FileSettings:
     web: WebSettings = WebSettings()
     responsibilities: ResponsibilitySettings = ResponsibilitySettings()
     files: FilesSettings = FilesSettings()
+    blobs: BlobSettings = BlobSettings()
 
 
 @attrs.frozen(kw_only=True)
@@ -267,10 +337,11 @@ class Config:
     none); relative paths in the file, and host tool modules, are found from there.
 
     These environment variables override the file: ``PROTEGE_DATABASE_URL``,
-    ``PROTEGE_DATA_DIR``, ``PROTEGE_MAIL_TRANSPORT`` (``outbox`` or ``smtp``), and the model
+    ``PROTEGE_DATA_DIR``, ``PROTEGE_MAIL_TRANSPORT`` (``outbox`` or ``smtp``),
+    ``PROTEGE_BLOB_STORE`` (``local`` or ``s3``), and the model
     variables ``ModelSettings`` lists. ``protege.testing``'s fixtures set them, so that a
-    test of a host app uses its own database, data directory, outbox and scripted model
-    whatever the app's ``protege.toml`` says.
+    test of a host app uses its own database, data directory, local blobs, outbox and
+    scripted model whatever the app's ``protege.toml`` says.
     """
 
     root: Path
@@ -285,6 +356,7 @@ class Config:
     web: WebSettings = WebSettings()
     responsibilities: ResponsibilitySettings = ResponsibilitySettings()
     files: FilesSettings = FilesSettings()
+    blobs: BlobSettings = BlobSettings()
 
     @classmethod
     def defaults(cls, root: Path) -> Config:
@@ -303,12 +375,30 @@ def _structure_names(value: object, _type: object) -> tuple[str, ...]:
 
 
 def _describe(error: BaseException, type_: Any) -> str:
-    if type(error) is ValueError and str(error):
-        return str(error)
+    # attrs' validators raise ValueError(message, attribute, ...): the message alone is for people.
+    if type(error) is ValueError and error.args and str(error.args[0]):
+        return str(error.args[0])
     return cattrs.v.format_exception(error, type_)
 
 
 _converter.register_structure_hook_func(lambda t: t == tuple[str, ...], _structure_names)
+_structure_blob_settings = cattrs.gen.make_dict_structure_fn(
+    BlobSettings, _converter, _cattrs_forbid_extra_keys=True
+)
+
+
+def _structure_blobs(value: object, _type: object) -> BlobSettings:
+    if isinstance(value, Mapping):
+        for key in BLOB_SECRETS:
+            if key in value:
+                raise ValueError(
+                    f"{key} may not be written in protege.toml: name the environment "
+                    f"variable that holds it in {key}_env"
+                )
+    return _structure_blob_settings(value, BlobSettings)  # type: ignore[arg-type]
+
+
+_converter.register_structure_hook(BlobSettings, _structure_blobs)
 
 
 def load_config(start: Path | None = None, environ: Mapping[str, str] | None = None) -> Config:
@@ -378,6 +468,9 @@ def _build(
         web=settings.web,
         responsibilities=settings.responsibilities,
         files=settings.files,
+        blobs=_with_blob_secrets(
+            _overridden(settings.blobs, environ, store=BLOB_STORE_VARIABLE), environ
+        ),
     )
 
 
@@ -394,6 +487,24 @@ def _with_mail_secrets(mail: MailSettings, environ: Mapping[str, str]) -> MailSe
     return attrs.evolve(
         mail, smtp_password=mail.smtp_password or environ.get(mail.smtp_password_env) or None
     )
+
+
+def _with_blob_secrets(blobs: BlobSettings, environ: Mapping[str, str]) -> BlobSettings:
+    if blobs.store != S3:
+        return blobs
+    defaults = BlobSettings()
+    found: dict[str, Any] = {}
+    for key in BLOB_SECRETS:
+        name = getattr(blobs, f"{key}_env")
+        found[key] = environ.get(name) or None
+        if found[key] is None and name != getattr(defaults, f"{key}_env"):
+            raise ConfigError(f"[blobs] {key}_env names {name}, which is not set")
+    if (found["access_key_id"] is None) != (found["secret_access_key"] is None):
+        raise ConfigError(
+            f"[blobs] needs both {blobs.access_key_id_env} and {blobs.secret_access_key_env} "
+            "set, or neither (to let boto3 find its own credentials)"
+        )
+    return attrs.evolve(blobs, **found)
 
 
 def _overridden(section: _Section, environ: Mapping[str, str], **variables: str) -> _Section:

@@ -11,3 +11,14 @@ class ConfigError(ProtegeError):
 
 class InvalidTool(ProtegeError):
     """A tool class breaks the tool contract; the message says how."""
+
+
+class BlobStoreError(ProtegeError, OSError):
+    """The blob store could not keep or give back a file (unreachable, refused, corrupt).
+
+    An ``OSError``, so code that reads files and handles ``OSError`` handles this too.
+    """
+
+
+class BlobMissingError(BlobStoreError, FileNotFoundError):
+    """A blob's bytes are not in the store, whichever store it is."""

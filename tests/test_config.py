@@ -181,3 +181,102 @@ def test_responsibilities_settings_are_read_and_checked(tmp_path):
     (tmp_path / "protege.toml").write_text("[responsibilities]\npoll_seconds = 0\n")
     with pytest.raises(ConfigError, match="poll_seconds"):
         load_config(tmp_path, environ={})
+
+
+S3_SECTION = (
+    '[blobs]\nstore = "s3"\nbucket = "scoop-files"\nprefix = "protege/"\n'
+    'endpoint_url = "https://s3.example"\nregion = "eu-west-1"\n'
+    'access_key_id_env = "SCOOP_S3_KEY"\nsecret_access_key_env = "SCOOP_S3_SECRET"\n'
+)
+
+
+def test_blobs_are_local_files_by_default(tmp_path):
+    blobs = load_config(tmp_path, environ={}).blobs
+    assert (blobs.store, blobs.bucket, blobs.access_key_id) == ("local", None, None)
+
+
+def test_the_s3_blob_store_reads_its_credentials_from_the_variables_named(tmp_path):
+    (tmp_path / "protege.toml").write_text(S3_SECTION)
+    environ = {"SCOOP_S3_KEY": "AKIA-xyzzy", "SCOOP_S3_SECRET": "secret-xyzzy"}
+    config = load_config(tmp_path, environ=environ)
+    blobs = config.blobs
+    assert (blobs.store, blobs.bucket, blobs.prefix) == ("s3", "scoop-files", "protege/")
+    assert (blobs.endpoint_url, blobs.region) == ("https://s3.example", "eu-west-1")
+    assert (blobs.access_key_id, blobs.secret_access_key) == ("AKIA-xyzzy", "secret-xyzzy")
+    assert "xyzzy" not in repr(config)
+
+
+def test_without_credential_variables_boto3_finds_its_own(tmp_path):
+    (tmp_path / "protege.toml").write_text('[blobs]\nstore = "s3"\nbucket = "scoop-files"\n')
+    blobs = load_config(tmp_path, environ={}).blobs
+    assert (blobs.access_key_id, blobs.secret_access_key) == (None, None)
+
+
+def test_protege_blob_store_overrides_the_file(tmp_path):
+    project, bare = tmp_path / "project", tmp_path / "bare"
+    project.mkdir()
+    bare.mkdir()
+    (project / "protege.toml").write_text(S3_SECTION)
+    assert load_config(project, environ={"PROTEGE_BLOB_STORE": "local"}).blobs.store == "local"
+    with pytest.raises(ConfigError) as raised:
+        load_config(project, environ={"PROTEGE_BLOB_STORE": "ftp"})
+    assert str(raised.value) == (
+        "PROTEGE_BLOB_STORE: 'store' must be in ('local', 's3') (got 'ftp')"
+    )
+    with pytest.raises(ConfigError) as raised:
+        load_config(bare, environ={"PROTEGE_BLOB_STORE": "s3"})
+    assert str(raised.value) == 'PROTEGE_BLOB_STORE: bucket: required when store = "s3"'
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('[blobs]\nstore = "s3"\n', 'bucket: required when store = "s3" @ protege.toml.blobs'),
+        ('[blobs]\nstore = "dropbox"\n', "'store' must be in ('local', 's3') (got 'dropbox')"),
+        ('[blobs]\nstore = "s3"\nbucket = "Scoop_Files"\n', "is not an S3 bucket name"),
+        ('[blobs]\nprefix = "/abs/"\n', "prefix: '/abs/' must not start with /"),
+        ('[blobs]\nprefix = "a/../b/"\n', "must not start with / or hold .."),
+        ('[blobs]\nendpoint_url = "s3.example"\n', "endpoint_url must be an http or https URL"),
+        ('[blobs]\naddressing_style = "dns"\n', "'addressing_style' must be in"),
+        ("[blobs]\ntimeout_seconds = 0\n", "timeout_seconds"),
+        ("[blobs]\nbukket = 'x'\n", "extra fields found (bukket)"),
+        (
+            '[blobs]\nstore = "s3"\nbucket = "scoop"\nsecret_access_key = "hunter2"\n',
+            "secret_access_key may not be written in protege.toml: name the environment "
+            "variable that holds it in secret_access_key_env",
+        ),
+    ],
+)
+def test_bad_blob_settings_are_clear_errors(tmp_path, content, message):
+    (tmp_path / "protege.toml").write_text(content)
+    with pytest.raises(ConfigError) as raised:
+        load_config(tmp_path, environ={})
+    assert message in str(raised.value)
+    assert "hunter2" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        (
+            {"SCOOP_S3_KEY": "AKIA"},
+            "[blobs] secret_access_key_env names SCOOP_S3_SECRET, which is not set",
+        ),
+        ({}, "[blobs] access_key_id_env names SCOOP_S3_KEY, which is not set"),
+    ],
+)
+def test_a_credential_variable_named_but_unset_is_an_error(tmp_path, environ, message):
+    (tmp_path / "protege.toml").write_text(S3_SECTION)
+    with pytest.raises(ConfigError) as raised:
+        load_config(tmp_path, environ=environ)
+    assert str(raised.value) == message
+
+
+def test_half_of_the_default_credentials_is_an_error(tmp_path):
+    (tmp_path / "protege.toml").write_text('[blobs]\nstore = "s3"\nbucket = "scoop-files"\n')
+    with pytest.raises(ConfigError) as raised:
+        load_config(tmp_path, environ={"AWS_ACCESS_KEY_ID": "AKIA"})
+    assert str(raised.value) == (
+        "[blobs] needs both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY set, or neither "
+        "(to let boto3 find its own credentials)"
+    )

@@ -52,7 +52,7 @@ def test_the_configuration_examples_are_settings_protege_accepts(tmp_path):
 
     blocks = re.findall(r"```toml\n(.*?)```", README.read_text(), re.DOTALL)
     settings = "\n".join(
-        block for block in blocks if re.match(r"\[(model|runs|mail|files)\]", block)
+        block for block in blocks if re.match(r"\[(model|runs|mail|files|blobs)\]", block)
     )
     assert "[mail]" in settings
     assert "[files]" in settings
@@ -63,6 +63,7 @@ def test_the_configuration_examples_are_settings_protege_accepts(tmp_path):
     assert config.runs.max_tool_calls_per_turn == 16
     assert config.model.input == ("text", "image", "pdf")
     assert config.files == FilesSettings()  # the README gives the defaults
+    assert (config.blobs.store, config.blobs.bucket) == ("s3", "scoop-protege")
 
 
 def test_the_parts_example_returns_the_picture_as_an_image_part(tmp_path, monkeypatch):

@@ -124,12 +124,10 @@ def ingest(
 def _store(raw: bytes, parsed: ParsedMail, agents: list[Agent], config: Config) -> list[Delivered]:
     with blobs.removed_on_failure(), database.atomic():
         raw_blob = blobs.store(
-            raw, filename="message.eml", content_type="message/rfc822", data_dir=config.data_dir
+            raw, filename="message.eml", content_type="message/rfc822", config=config
         )
         stored = [
-            blobs.store(
-                a.data, filename=a.filename, content_type=a.content_type, data_dir=config.data_dir
-            )
+            blobs.store(a.data, filename=a.filename, content_type=a.content_type, config=config)
             for a in parsed.attachments
         ]
         return [_deliver_to(agent, parsed, raw_blob, stored) for agent in agents]

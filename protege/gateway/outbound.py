@@ -70,7 +70,7 @@ def deliver(
         loop=_loop(mail.get("loop")) + 1,
         body=body_text(mail.get("body")),
         attachments=tuple(
-            (header_text(b.filename), b.content_type, blobs.read(b, config.data_dir)) for b in files
+            (header_text(b.filename), b.content_type, blobs.read(b, config)) for b in files
         ),
     )
     outgoing, raw = rendered(outgoing)

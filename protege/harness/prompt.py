@@ -126,7 +126,7 @@ def _viewable(attached: Sequence[Blob], config: Config) -> list[Shown]:
         if blob.size > config.files.max_read_bytes:
             continue
         try:
-            data = blobs.read(blob, config.data_dir)
+            data = blobs.read(blob, config)
         except OSError as error:  # listed anyway; read_attachment reports it if asked
             logger.warning("attachment %s cannot be read: %s", blob.id, error)
             continue

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from protege.config import (
+    BLOB_STORE_VARIABLE,
     DATA_DIR_VARIABLE,
     DATABASE_URL_VARIABLE,
     MAIL_TRANSPORT_VARIABLE,
@@ -81,11 +82,13 @@ def protege_db(
     schema is migrated once per session and emptied for each test; mark a test that changes
     the schema ``@pytest.mark.protege_fresh_db`` to have it migrate a database of its own.
 
-    Also gives the test its own data directory (``protege-data`` in its temporary folder)
-    and writes its outgoing mail to the outbox there, never through the app's SMTP relay.
+    Also gives the test its own data directory (``protege-data`` in its temporary folder),
+    keeps stored files there (never in the app's S3 bucket) and writes its outgoing mail to
+    the outbox there, never through the app's SMTP relay.
     """
     monkeypatch.setenv(DATA_DIR_VARIABLE, str(tmp_path / "protege-data"))
     monkeypatch.setenv(MAIL_TRANSPORT_VARIABLE, "outbox")
+    monkeypatch.setenv(BLOB_STORE_VARIABLE, "local")
     if request.node.get_closest_marker(FRESH_DATABASE_MARKER):
         made = fresh_database(tmp_path, os.environ.get(TEST_DATABASE_VARIABLE))
     else:

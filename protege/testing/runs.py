@@ -60,9 +60,7 @@ def attach_files(message: Message, files: Sequence[tuple[str, str, bytes]], conf
     stored = []
     start = MessageAttachment.select().where(MessageAttachment.message == message.id).count()
     for position, (filename, content_type, data) in enumerate(files, start):
-        blob = blobs.store(
-            data, filename=filename, content_type=content_type, data_dir=config.data_dir
-        )
+        blob = blobs.store(data, filename=filename, content_type=content_type, config=config)
         MessageAttachment.create(message=message, blob=blob, position=position)
         stored.append(blob)
     return stored

@@ -29,3 +29,29 @@ def test_doctor_reports_every_problem_and_exits_1(site, run_protege):
         "is shadowed by plugin alpha-tools 1.0",
     ]
     assert "Traceback" not in result.stderr
+
+
+def test_doctor_says_where_files_are_kept(run_protege):
+    result = run_protege("doctor")
+    assert "blobs: local, in " in result.stdout
+    assert result.stdout.splitlines()[1].endswith(".protege/blobs")
+
+
+def test_doctor_asks_the_s3_service_for_the_bucket(run_protege, s3_server):
+    bucket = s3_server.new_bucket()
+    s3_server.write_config(run_protege.project, bucket)
+    result = run_protege("doctor", env=s3_server.credentials)
+    assert result.returncode == 0, result.stdout + result.stderr
+    where = f"s3://{bucket}/blobs/ at {s3_server.endpoint_url}"
+    assert f"blobs: {where}, reachable" in result.stdout.splitlines()
+
+
+def test_doctor_reports_a_bucket_that_does_not_exist(run_protege, s3_server):
+    s3_server.write_config(run_protege.project, "protege-not-made")
+    result = run_protege("doctor", env=s3_server.credentials)
+    assert result.returncode == 1
+    assert (
+        f"problem: blob store: the S3 bucket 'protege-not-made' at {s3_server.endpoint_url} "
+        "does not exist ([blobs] bucket)"
+    ) in result.stdout.splitlines()
+    assert "Traceback" not in result.stderr

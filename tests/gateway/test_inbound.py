@@ -9,6 +9,9 @@ from protege.models import Agent, Blob, Message, Run
 
 from . import hostile
 
+# Each test runs with the local blob store and with S3 (see the root conftest.py).
+pytestmark = pytest.mark.usefixtures("blob_store")
+
 
 def test_mail_is_stored_with_its_source_and_a_run_is_queued(sundae, config, mail):
     (delivered,) = ingest(mail(), config=config, recipients=["sundae@thescoop.example"])
@@ -18,7 +21,7 @@ def test_mail_is_stored_with_its_source_and_a_run_is_queued(sundae, config, mail
     assert message.body_text.strip() == "SCP-1042 arrived melted."
     assert message.message_id == "<Jane.1@Acme.COM>"  # case kept
     assert message.thread_key == "<Jane.1@Acme.COM>"
-    assert blobs.read(message.raw_blob, config.data_dir) == mail()
+    assert blobs.read(message.raw_blob, config) == mail()
     assert delivered.run.status == "queued"
     assert delivered.run.message_id == message.id
 
@@ -104,7 +107,7 @@ def test_malformed_mail_is_stored_and_flagged(sundae, config):
     (delivered,) = ingest(raw, config=config, recipients=[sundae.address])
     message = delivered.message
     assert any(flag.startswith("malformed: ") for flag in message.flags)
-    assert blobs.read(message.raw_blob, config.data_dir) == raw
+    assert blobs.read(message.raw_blob, config) == raw
     assert delivered.status == "accepted"
 
 
@@ -117,7 +120,7 @@ def test_garbage_is_still_kept(sundae, config):
     assert delivered.status == "ignored"
     assert delivered.run is None
     assert any("'x@y.example'" in flag for flag in delivered.message.flags)
-    assert blobs.read(delivered.message.raw_blob, config.data_dir) == raw  # byte for byte
+    assert blobs.read(delivered.message.raw_blob, config) == raw  # byte for byte
     assert "malformed: NUL characters replaced" in delivered.message.flags
     assert "\x00" not in delivered.message.body_text
 
@@ -136,7 +139,7 @@ def test_attachments_are_stored_with_safe_names(sundae, config, mail):
     (delivered,) = ingest(raw, config=config, recipients=[sundae.address])
     (blob,) = delivered.message.attachments
     assert (blob.filename, blob.content_type, blob.size) == ("pass wd.csv", "text/csv", 8)
-    assert blobs.read(blob, config.data_dir) == b"a,b\n1,2\n"
+    assert blobs.read(blob, config) == b"a,b\n1,2\n"
 
 
 @pytest.mark.parametrize(
@@ -159,13 +162,15 @@ def test_attachments_are_stored_with_safe_names(sundae, config, mail):
         ),
     ],
 )
-def test_mail_over_a_limit_is_refused_whole(sundae, config, mail, limits, attachments, message):
+def test_mail_over_a_limit_is_refused_whole(
+    sundae, config, mail, limits, attachments, message, behind_the_store
+):
     tight = attrs.evolve(config, mail=attrs.evolve(config.mail, **limits))
     with pytest.raises(MailRejected, match=message) as raised:
         ingest(mail(attachments=attachments), config=tight, recipients=[sundae.address])
     assert raised.value.code == 552
     assert Message.select().count() == 0
-    assert not (config.data_dir / "blobs").exists()
+    assert behind_the_store.digests(config) == set()
 
 
 def _fail_message_inserts(database) -> None:
@@ -186,7 +191,9 @@ def _fail_message_inserts(database) -> None:
 
 
 @pytest.mark.protege_fresh_db  # adds a trigger to the schema
-def test_a_storage_failure_leaves_no_file_behind(sundae, config, mail, protege_db):
+def test_a_storage_failure_leaves_no_file_behind(
+    sundae, config, mail, protege_db, behind_the_store
+):
     kept = ingest(mail(body="kept"), config=config, recipients=[sundae.address])
     _fail_message_inserts(protege_db.database)
     doomed = mail(
@@ -195,7 +202,7 @@ def test_a_storage_failure_leaves_no_file_behind(sundae, config, mail, protege_d
     )
     with pytest.raises(StorageUnavailable):
         ingest(doomed, config=config, recipients=[sundae.address])
-    files = {p.parent.name + p.name for p in (config.data_dir / "blobs").glob("*/*")}
+    files = behind_the_store.digests(config)
     assert files == {blob.sha256 for blob in Blob.select()}
     assert kept[0].message.raw_blob.sha256 in files
 

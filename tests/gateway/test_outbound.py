@@ -163,9 +163,10 @@ def test_a_reply_is_threaded(sundae, config):
     assert stored.thread_key == inbound.thread_key
 
 
+@pytest.mark.usefixtures("blob_store")  # from each blob store
 def test_attachments_travel_and_are_linked(sundae, config):
     blob = blobs.store(
-        b"a,b\n", filename="r.csv", content_type="text/csv", agent=sundae, data_dir=config.data_dir
+        b"a,b\n", filename="r.csv", content_type="text/csv", agent=sundae, config=config
     )
     outcome = deliver(
         agent=sundae,
@@ -194,11 +195,10 @@ def test_undeliverable_mail_is_refused_before_anything_is_stored(sundae, config,
     assert Message.select().count() == 0
 
 
+@pytest.mark.usefixtures("blob_store")
 def test_attachment_limits(sundae, config):
     tight = attrs.evolve(config, mail=attrs.evolve(config.mail, max_attachment_bytes=3))
-    blob = blobs.store(
-        b"abcd", filename="x.txt", content_type="text/plain", data_dir=config.data_dir
-    )
+    blob = blobs.store(b"abcd", filename="x.txt", content_type="text/plain", config=config)
     with pytest.raises(DeliveryRefused, match=r"x\.txt is 4 bytes; the limit is 3"):
         deliver(
             agent=sundae,

@@ -72,7 +72,7 @@ class CreateFileTool(Tool):
             filename=name,
             content_type=content_type,
             agent=context.agent,
-            data_dir=context.config.data_dir,
+            config=context.config,
         )
         return self.success(
             blob_id=blob.id, filename=blob.filename, size=blob.size, content_type=content_type

@@ -42,10 +42,13 @@ class ReadAttachmentTool(Tool):
                 **about,
             )
         try:
-            data = read(blob, context.config.data_dir)
-        except OSError:
-            context.logger.exception("blob %s is missing from the data directory", blob.id)
+            data = read(blob, context.config)
+        except FileNotFoundError:
+            context.logger.exception("blob %s is missing from the blob store", blob.id)
             return self.failure("the file's content is missing from storage", **about)
+        except OSError:  # the store is unreachable or refused, or the bytes are damaged
+            context.logger.exception("blob %s cannot be read from the blob store", blob.id)
+            return self.failure("the file's content cannot be read from storage", **about)
         kind = sniff(data)
         if kind in IMAGE_TYPES:
             return self._image(context, data, kind, about)

@@ -36,6 +36,7 @@ def create(protege_app, context_for, sundae):
         ),
     ],
 )
+@pytest.mark.usefixtures("blob_store")  # in each blob store
 def test_each_format_is_stored_as_the_agents_own_file(
     create, sundae, protege_app, format, content, content_type
 ):
@@ -47,7 +48,7 @@ def test_each_format_is_stored_as_the_agents_own_file(
         content_type,
         sundae.id,
     )
-    assert read_blob(blob, protege_app.data_dir) == content.encode()
+    assert read_blob(blob, protege_app.config) == content.encode()
     assert result.data == {
         "blob_id": blob.id,
         "filename": f"report.{format}",
@@ -197,6 +198,7 @@ def test_an_unknown_format_is_refused_by_the_schema(create):
     assert result.reason.startswith("the arguments do not fit the input schema: format:")
 
 
+@pytest.mark.usefixtures("blob_store")
 def test_a_created_file_is_attached_by_send_email_and_in_the_outbox(
     sundae, protege_app, scripted_model, create
 ):

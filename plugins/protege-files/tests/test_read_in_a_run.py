@@ -17,6 +17,9 @@ PNG = (FIXTURES / "photo.png").read_bytes()
 PDF = (FIXTURES / "receipt.pdf").read_bytes()
 FILES = [("photo.png", "image/png", PNG), ("receipt.pdf", "application/pdf", PDF)]
 
+# Each test runs with the local blob store and with S3 (see the root conftest.py).
+pytestmark = pytest.mark.usefixtures("blob_store")
+
 
 @pytest.fixture
 def reader(sundae):
