@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -64,6 +65,13 @@ class ModelSettings:
     input: tuple[str, ...] = attrs.field(
         default=(TEXT,),
         validator=attrs.validators.deep_iterable(attrs.validators.in_(MODEL_INPUTS)),
+    )
+    # What the model's provider charges per million tokens, for ``protege usage``.
+    input_cost_per_million: float | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(0))
+    )
+    output_cost_per_million: float | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(0))
     )
 
     def accepts(self, kind: str) -> bool:
@@ -231,6 +239,8 @@ class FileSettings:
     web: WebSettings = WebSettings()
     responsibilities: ResponsibilitySettings = ResponsibilitySettings()
     files: FilesSettings = FilesSettings()
+    overrides: tuple[str, ...] = ()
+    plugins: dict[str, dict[str, Any]] = attrs.field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)
@@ -258,6 +268,17 @@ class Config:
     web: WebSettings = WebSettings()
     responsibilities: ResponsibilitySettings = ResponsibilitySettings()
     files: FilesSettings = FilesSettings()
+    # Tool ids the host's own tools take from a plugin on purpose: ``doctor`` stays green.
+    overrides: tuple[str, ...] = ()
+    # ``[plugins.NAME]`` tables by normalized distribution name: as the file has them when
+    # loaded; in an installation, each plugin's settings as its declaration made them.
+    plugins: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
+
+    def plugin_settings(self, distribution: str) -> Any:
+        """The settings of the plugin ``distribution`` (``[plugins.NAME]`` in
+        ``protege.toml``), validated against what the plugin declared; None when it
+        declares none and the file has none."""
+        return self.plugins.get(_normalized(distribution))
 
     @classmethod
     def defaults(cls, root: Path) -> Config:
@@ -282,6 +303,34 @@ def _describe(error: BaseException, type_: Any) -> str:
 
 
 _converter.register_structure_hook_func(lambda t: t == tuple[str, ...], _structure_names)
+
+
+def _normalized(distribution: str) -> str:
+    return re.sub(r"[-_.]+", "-", distribution).lower()
+
+
+# Keys that would hold a secret itself; protege.toml names the variable holding it instead.
+_SECRET_KEY = re.compile(
+    r"(^|_)(password|passwd|secret|token|api_key|apikey|private_key|access_key)$"
+)
+
+
+def secret_keys(table: Mapping[str, Any]) -> list[str]:
+    """The keys of a settings table that look like secrets written in the file."""
+    return sorted(k for k in table if isinstance(k, str) and _SECRET_KEY.search(k.lower()))
+
+
+def structure_settings(raw: Mapping[str, Any], section: type[_Section], where: str) -> _Section:
+    """``raw`` (a table of ``protege.toml``) as the attrs class ``section``, or ``ConfigError``
+    naming each key that is wrong as protege names its own (``where`` is the table's path,
+    such as ``protege.toml.plugins.protege-weather``)."""
+    try:
+        return _converter.structure(dict(raw), section)
+    except cattrs.BaseValidationError as error:
+        problems = "; ".join(cattrs.transform_error(error, path=where, format_exception=_describe))
+        raise ConfigError(f"{where}: {problems}") from None
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"{where}: {_describe(error, section)}") from None
 
 
 def load_config(start: Path | None = None, environ: Mapping[str, str] | None = None) -> Config:
@@ -350,6 +399,8 @@ def _build(
         web=settings.web,
         responsibilities=settings.responsibilities,
         files=settings.files,
+        overrides=settings.overrides,
+        plugins={_normalized(name): table for name, table in settings.plugins.items()},
     )
 
 

@@ -1,5 +1,8 @@
 """The exceptions protege raises on purpose; each carries a message meant for a person."""
 
+import difflib
+from collections.abc import Iterable
+
 
 class ProtegeError(Exception):
     """Base of every error protege reports to its user (the CLI prints its message, one line)."""
@@ -11,3 +14,10 @@ class ConfigError(ProtegeError):
 
 class InvalidTool(ProtegeError):
     """A tool class breaks the tool contract; the message says how."""
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """`` (did you mean X?)`` when one of ``candidates`` is close to ``name``, else ``""``:
+    the tail of a message about a name nothing answers to."""
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""

@@ -6,7 +6,7 @@ import click
 
 from protege.cli.database import open_database
 from protege.cli.output import echo_json, echo_table
-from protege.errors import ProtegeError
+from protege.errors import ProtegeError, did_you_mean
 
 
 @click.group()
@@ -17,10 +17,12 @@ def toolkits() -> None:
 def _check_ids(tool_ids: tuple[str, ...], force: bool) -> None:
     from protege.registry import manifest
 
-    unknown = [i for i in tool_ids if i not in manifest()]
+    found = manifest()
+    unknown = [i for i in tool_ids if i not in found]
     if unknown and not force:
+        named = ", ".join(f"{i}{did_you_mean(i, found.ids())}" for i in unknown)
         raise ProtegeError(
-            f"not in the manifest: {', '.join(unknown)} (see `protege tools`; "
+            f"not in the manifest: {named} (see `protege tools`; "
             "--force adds them anyway, and they are skipped until they exist)"
         )
 
