@@ -328,7 +328,7 @@ def structure_settings(raw: Mapping[str, Any], section: type[_Section], where: s
         return _converter.structure(dict(raw), section)
     except cattrs.BaseValidationError as error:
         problems = "; ".join(cattrs.transform_error(error, path=where, format_exception=_describe))
-        raise ConfigError(f"{where}: {problems}") from None
+        raise ConfigError(problems) from None
     except (ValueError, TypeError) as error:
         raise ConfigError(f"{where}: {_describe(error, section)}") from None
 

@@ -95,16 +95,30 @@ def migrate() -> list[str]:
 def require_current() -> None:
     """Raise ``DatabaseError`` unless every migration has been applied."""
     if not applied_versions(database):
-        raise DatabaseError(
-            "there is no protege database here yet: run `protege sync` to create it "
-            f"(at {_redacted(database_url())})"
-        )
+        raise _no_database(database_url())
     waiting = pending(database)
     if waiting:
         raise DatabaseError(
             f"the database schema is out of date ({len(waiting)} migration(s) pending): "
             "run `protege migrate` or `protege sync`"
         )
+
+
+def connect_existing(url: str | None = None) -> peewee.Database:
+    """``connect``, but refusing (``DatabaseError``, saying to run ``protege sync``) where no
+    database is yet, rather than creating an empty SQLite file."""
+    if url is None:
+        url = load_config().database_url
+    if not exists(url):
+        raise _no_database(url)
+    return connect(url)
+
+
+def _no_database(url: str) -> DatabaseError:
+    return DatabaseError(
+        f"there is no protege database here yet: run `protege sync` to create it "
+        f"(at {_redacted(url)})"
+    )
 
 
 def database_url() -> str:

@@ -220,9 +220,7 @@ class PluginHost:
             return self._broken(source, f"implements unknown hook(s): {', '.join(unknown)}")
         return LoadedPlugin(source, PluginStatus.OK, module=module, hooks=hooks)
 
-    def _broken(
-        self, source: PluginSource, error: str, trace: str | None = None
-    ) -> LoadedPlugin:
+    def _broken(self, source: PluginSource, error: str, trace: str | None = None) -> LoadedPlugin:
         logger.warning(
             "plugin %s %s skipped: %s",
             source.distribution,

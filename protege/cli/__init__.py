@@ -43,7 +43,11 @@ COMMANDS = {
     "sync": ("protege.cli.sync", "sync", "Migrate and rebuild the system toolkits (each deploy)."),
     "toolkits": ("protege.cli.toolkits", "toolkits", "Create and edit toolkits of tools."),
     "tools": ("protege.cli.tools", "tools", "List the tools in the manifest and where from."),
-    "uninstall": ("protege.cli.install", "uninstall", "Remove packages from protege's environment."),
+    "uninstall": (
+        "protege.cli.install",
+        "uninstall",
+        "Remove packages from protege's env.",
+    ),
     "usage": ("protege.cli.usage", "usage", "Tokens (and cost) per run and per agent."),
 }
 DEBUG_VARIABLE = "PROTEGE_DEBUG"
@@ -94,9 +98,7 @@ class ProtegeGroup(click.Group):
             owners: dict[str, str] = {}
             for plugin, error in host.call_each(
                 "register_commands",
-                lambda plugin: {
-                    "cli": _CommandSink(collected, owners, plugin.source.distribution)
-                },
+                lambda plugin: {"cli": _CommandSink(collected, owners, plugin.source.distribution)},
             ):
                 if error is not None:
                     host.mark_broken(plugin, error)

@@ -17,9 +17,11 @@ if TYPE_CHECKING:
 
 def open_database(*, migrated: bool = True) -> None:
     """Connect to the configured database; unless told otherwise, insist it is migrated."""
-    db.connect()
     if migrated:
+        db.connect_existing()
         db.require_current()
+    else:
+        db.connect()
 
 
 def open_installation() -> Installation:
@@ -30,7 +32,7 @@ def open_installation() -> Installation:
     from protege.installation import open_installation as build
 
     config = load_config()
-    db.connect(config.database_url)
+    db.connect_existing(config.database_url)
     db.require_current()
     installation = build(config, connect=False)
     warn_missing_host_tools(installation.manifest)

@@ -11,7 +11,7 @@ from protege.cli.output import echo_json
 
 NO_REPLY = (
     "no send_email tool is installed: agents cannot answer anyone; install the built-in "
-    "tools with `pip install \"protege[builtins]\"` (or `protege install protege-mail`)"
+    'tools with `pip install "protege[builtins]"` (or `protege install protege-mail`)'
 )
 
 

@@ -11,11 +11,10 @@ from protege.cli.output import echo_json, echo_table
 @click.option("--json", "as_json", is_flag=True, help="Print the plugins as JSON.")
 def plugins(as_json: bool) -> None:
     """List installed plugins: version, entry point, hooks, tools, and status."""
-    from protege.registry import manifest
-
     import os
 
     from protege.cli.doctor import print_tracebacks
+    from protege.registry import manifest
 
     found = manifest()
     reports = found.plugins
@@ -37,9 +36,7 @@ def plugins(as_json: bool) -> None:
                 ", ".join(r.plugin.hooks) or "-",
                 ", ".join(r.tool_ids) or "-",
                 "; ".join(r.rejected) or "-",
-                r.plugin.status
-                if r.plugin.error is None
-                else f"{r.plugin.status}: {r.plugin.error}",
+                r.status if r.error is None else f"{r.status}: {r.error}",
             )
             for r in reports
         ],

@@ -52,10 +52,13 @@ def create(name: str, description: str, tool_ids: tuple[str, ...], force: bool) 
 @toolkits.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def list_toolkits(as_json: bool) -> None:
-    """List toolkits, their members and how many agents hold each."""
+    """List toolkits, their members (marking those no installed tool answers to) and how
+    many agents hold each."""
     from protege.models import Agent, AgentToolkit, Toolkit
+    from protege.registry import manifest
 
     open_database()
+    found = manifest()
     holders: dict[int, list[str]] = {}
     for grant in AgentToolkit.select(AgentToolkit, Agent).join(Agent).order_by(Agent.name):
         holders.setdefault(grant.toolkit_id, []).append(grant.agent.name)
@@ -64,6 +67,7 @@ def list_toolkits(as_json: bool) -> None:
             "name": t.name,
             "system": t.system_key,
             "tools": t.member_tool_ids,
+            "missing_tools": [i for i in t.member_tool_ids if i not in found],
             "agents": holders.get(t.id, []),
         }
         for t in Toolkit.select().order_by(Toolkit.name)
@@ -75,10 +79,7 @@ def list_toolkits(as_json: bool) -> None:
     else:
         echo_table(
             ["NAME", "SYSTEM", "TOOLS", "AGENTS"],
-            [
-                (r["name"], r["system"] or "-", ", ".join(r["tools"]) or "-", len(r["agents"]))
-                for r in rows
-            ],
+            [(r["name"], r["system"] or "-", _members(r), len(r["agents"])) for r in rows],
         )
 
 
@@ -170,3 +171,9 @@ def delete(name: str, yes: bool) -> None:
         click.confirm(f"Delete toolkit {toolkit.name} (held by {holders} agent(s))?", abort=True)
     toolkit.delete_instance(recursive=True)
     click.echo(f"deleted toolkit {toolkit.name}")
+
+
+def _members(row: dict) -> str:
+    missing = set(row["missing_tools"])
+    shown = [f"{i} (missing)" if i in missing else i for i in row["tools"]]
+    return ", ".join(shown) or "-"

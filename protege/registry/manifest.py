@@ -9,8 +9,7 @@ from typing import Any, cast
 import attrs
 
 from protege.config import Config
-from protege.errors import InvalidTool
-from protege.errors import did_you_mean
+from protege.errors import InvalidTool, did_you_mean
 from protege.plugins import (
     DISABLE_VARIABLE,
     LOAD_VARIABLE,
@@ -18,6 +17,7 @@ from protege.plugins import (
     LoadedPlugin,
     PluginHost,
     PluginStatus,
+    normalize,
 )
 from protege.registry.entries import Origin, Rejected, Shadowed, ToolEntry
 from protege.registry.host import host_tool_classes
@@ -35,6 +35,17 @@ class PluginReport:
     plugin: LoadedPlugin
     tool_ids: tuple[str, ...]
     rejected: tuple[str, ...] = ()  # why each class it offered was not registered
+    settings_error: str | None = None  # its [plugins.NAME] table was refused: skipped
+
+    @property
+    def status(self) -> PluginStatus:
+        """How the plugin stands in this manifest."""
+        return PluginStatus.ERROR if self.settings_error else self.plugin.status
+
+    @property
+    def error(self) -> str | None:
+        """Why it is not in use, if it is not."""
+        return self.settings_error or self.plugin.error
 
     def as_dict(self) -> dict[str, object]:
         """The report as plain JSON data."""
@@ -47,8 +58,8 @@ class PluginReport:
             "hooks": list(self.plugin.hooks),
             "tools": list(self.tool_ids),
             "rejected": list(self.rejected),
-            "status": str(self.plugin.status),
-            "error": self.plugin.error,
+            "status": str(self.status),
+            "error": self.error,
         }
 
 
@@ -109,9 +120,9 @@ class Manifest:
         """Every problem an operator should look at, one line each."""
         installed = [r.plugin.source.distribution for r in self.plugins]
         lines = [
-            f"plugin {r.plugin.source.distribution} {r.plugin.source.version}: {r.plugin.error}"
+            f"plugin {r.plugin.source.distribution} {r.plugin.source.version}: {r.error}"
             for r in self.plugins
-            if r.plugin.status is PluginStatus.ERROR
+            if r.status is PluginStatus.ERROR
         ]
         lines += [
             f"{LOAD_VARIABLE} names {name}, which is not installed{did_you_mean(name, installed)}"
@@ -173,7 +184,7 @@ def build_manifest(config: Config, plugins: PluginHost) -> Manifest:
         for tool_class in classes:
             collector.offer(tool_class, Origin.HOST, tool_class.__module__, None)
     settings = read_plugin_settings(config, plugins)
-    reports = _register_plugin_tools(plugins, collector)
+    reports = _register_plugin_tools(plugins, collector, settings.errors)
     tools, shadowed = _resolve(collector.candidates)
     for loser in shadowed:
         if loser.winner.origin is Origin.HOST and loser.entry.id in config.overrides:
@@ -199,7 +210,9 @@ def build_manifest(config: Config, plugins: PluginHost) -> Manifest:
     )
 
 
-def _register_plugin_tools(plugins: PluginHost, collector: _Collector) -> tuple[PluginReport, ...]:
+def _register_plugin_tools(
+    plugins: PluginHost, collector: _Collector, refused: Mapping[str, str]
+) -> tuple[PluginReport, ...]:
     registered: dict[int, list[ToolEntry]] = {}
 
     def arguments(plugin: LoadedPlugin) -> dict[str, object]:
@@ -217,6 +230,7 @@ def _register_plugin_tools(plugins: PluginHost, collector: _Collector) -> tuple[
     for plugin, error in plugins.call_each("register_tools", arguments):
         if error is not None:
             plugins.mark_broken(plugin, error)
+        if error is not None or normalize(plugin.source.distribution) in refused:
             withdrawn = registered.pop(id(plugin), [])
             collector.candidates[:] = [c for c in collector.candidates if c not in withdrawn]
     return tuple(
@@ -228,6 +242,7 @@ def _register_plugin_tools(plugins: PluginHost, collector: _Collector) -> tuple[
                 for r in collector.rejected
                 if r.origin is not Origin.HOST and r.source == plugin.source.distribution
             ),
+            refused.get(normalize(plugin.source.distribution)),
         )
         for plugin in plugins.plugins
     )

@@ -17,9 +17,11 @@ from protege.plugins import LoadedPlugin, PluginHost, normalize
 @attrs.frozen
 class PluginSettings:
     """The checked settings of every plugin that declares some, by normalized distribution
-    name, and the problems of tables that name no plugin able to take them."""
+    name; why a plugin's settings were refused (that plugin is skipped); and the problems of
+    tables that name no plugin able to take them."""
 
     values: Mapping[str, Any]
+    errors: Mapping[str, str] = attrs.field(factory=dict)
     problems: tuple[str, ...] = ()
 
 
@@ -27,7 +29,8 @@ def read_plugin_settings(config: Config, plugins: PluginHost) -> PluginSettings:
     """Ask each loaded plugin for its declaration and check its table against it.
 
     A plugin whose table is wrong, or whose declaration is not one protege can use, is
-    marked broken (reported, skipped, its tools never registered).
+    named in ``errors``: the manifest reports it and registers none of its tools. The plugin
+    host is left as it was, since another configuration may suit the plugin.
     """
     declared: dict[str, Any] = {}
 
@@ -38,13 +41,13 @@ def read_plugin_settings(config: Config, plugins: PluginHost) -> PluginSettings:
         if error is not None:
             plugins.mark_broken(plugin, error)
     values: dict[str, Any] = {}
+    errors: dict[str, str] = {}
     by_name = {normalize(p.source.distribution): p for p in plugins.plugins}
     for name, declaration in declared.items():
-        plugin = by_name[name]
         try:
             values[name] = checked(declaration, config.plugins.get(name) or {}, f"plugins.{name}")
         except ConfigError as error:
-            plugins.mark_broken(plugin, f"protege.toml has settings it cannot use: {error}")
+            errors[name] = f"protege.toml has settings it cannot use: {error}"
     problems = []
     for name in sorted(config.plugins):
         if name in declared:
@@ -59,7 +62,7 @@ def read_plugin_settings(config: Config, plugins: PluginHost) -> PluginSettings:
                 f"protege.toml has [plugins.{name}], but {name} declares no settings "
                 "(no plugin_settings hook): the table is not used"
             )
-    return PluginSettings(values=values, problems=tuple(problems))
+    return PluginSettings(values=values, errors=errors, problems=tuple(problems))
 
 
 def checked(declaration: Any, raw: Mapping[str, Any], where: str) -> Any:
@@ -89,7 +92,9 @@ def _checked_by_schema(schema: dict[str, Any], raw: dict[str, Any], where: str) 
     try:
         validator_class.check_schema(schema)
     except jsonschema.SchemaError as error:
-        raise ConfigError(f"{where}: the plugin's settings schema is invalid: {error.message}")
+        raise ConfigError(
+            f"{where}: the plugin's settings schema is invalid: {error.message}"
+        ) from None
     properties = schema.get("properties") or {}
     problems = []
     if "additionalProperties" not in schema:  # unknown keys are errors, as protege's own are
@@ -98,9 +103,9 @@ def _checked_by_schema(schema: dict[str, Any], raw: dict[str, Any], where: str) 
             + did_you_mean(key, properties)
             for key in sorted(set(raw) - set(properties))
         ]
-    for error in sorted(validator_class(schema).iter_errors(raw), key=lambda e: list(e.path)):
-        path = ".".join(str(part) for part in (where, *error.absolute_path))
-        problems.append(f"{path}: {error.message}")
+    for invalid in sorted(validator_class(schema).iter_errors(raw), key=lambda e: list(e.path)):
+        path = ".".join(str(part) for part in (where, *invalid.absolute_path))
+        problems.append(f"{path}: {invalid.message}")
     if problems:
         raise ConfigError("; ".join(problems))
     defaults = {
