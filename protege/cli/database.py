@@ -24,14 +24,18 @@ def open_database(*, migrated: bool = True) -> None:
         db.connect()
 
 
-def open_installation() -> Installation:
+def open_installation(*, mail_transport: str | None = None) -> Installation:
     """The installation of this folder's ``protege.toml``: its database connected and
     checked current, its manifest built once (with a warning per host module that failed
-    to import)."""
+    to import). ``mail_transport``, when given, replaces ``[mail] transport``."""
+    import attrs
+
     from protege.config import load_config
     from protege.installation import open_installation as build
 
     config = load_config()
+    if mail_transport is not None:
+        config = attrs.evolve(config, mail=attrs.evolve(config.mail, transport=mail_transport))
     db.connect_existing(config.database_url)
     db.require_current()
     installation = build(config, connect=False)
