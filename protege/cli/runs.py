@@ -120,7 +120,7 @@ def list_runs(
                     r["kind"],
                     r["status"],
                     local(run.created_at),
-                    duration(r["duration_seconds"]),
+                    duration(seconds_between(run.started_at, run.finished_at)),
                     r["total_tokens"],
                     local(run.due_at),
                     _one_line(r["error"]),

@@ -75,10 +75,10 @@ def tokens_by_run(run_ids: Iterable[int]) -> dict[int, Tokens]:
     ids = list(run_ids)
     found: dict[int, Tokens] = {run_id: Tokens() for run_id in ids}
     for start in range(0, len(ids), 500):  # bounded IN lists
-        rows = (
+        rows: Iterable[tuple[int, str]] = (
             Event.select(Event.run, Event.payload_json)
             .where((Event.kind == MODEL_RESPONSE) & (Event.run.in_(ids[start : start + 500])))
-            .tuples()
+            .tuples()  # type: ignore[assignment]  # peewee has no types
         )
         for run_id, payload in rows:
             try:
