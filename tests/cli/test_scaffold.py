@@ -129,3 +129,16 @@ def readme_block(name: str, language: str = "python") -> str:
     match = re.search(pattern, (REPO / "README.md").read_text(), re.DOTALL)
     assert match, f"README has no block marked {name}"
     return match.group(1)
+
+
+def test_uninstall_will_not_remove_protege_itself(run_protege):
+    result = run_protege("uninstall", "--yes", "Protege")
+    assert result.returncode == 1
+    assert result.stderr.startswith("Error: protege uninstall will not remove Protege")
+
+
+def test_install_exits_with_pips_status_when_pip_fails(run_protege, tmp_path):
+    missing = tmp_path / "no-such-plugin"
+    result = run_protege("install", "--no-index", "--quiet", str(missing))
+    assert result.returncode != 0
+    assert "Run `protege plugins`" not in result.stdout
