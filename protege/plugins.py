@@ -17,6 +17,7 @@ import attrs
 import pluggy
 
 from protege import hookspecs
+from protege.errors import REPORTED
 
 logger = logging.getLogger(__name__)
 
@@ -70,11 +71,6 @@ class LoadedPlugin:
     hooks: tuple[str, ...] = ()
     # The full traceback of what broke it, for PROTEGE_DEBUG=1; reports show ``error``.
     traceback: str | None = None
-
-
-# Set on log records of problems the commands report themselves (``protege doctor``,
-# ``protege plugins``): the command line does not print those records a second time.
-REPORTED = "protege_reported"
 
 
 def _traceback(error: BaseException) -> str:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import difflib
 import importlib
-import logging
 import os
 import sys
 from typing import Any
@@ -75,6 +73,8 @@ class ProtegeGroup(click.Group):
     ) -> tuple[str | None, click.Command | None, list[str]]:
         name = args[0] if args else ""
         if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            import difflib
+
             known = [*COMMANDS, *self.plugin_commands()]
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
             hint = f" Did you mean {close[0]!r}?" if close else ""
@@ -115,6 +115,7 @@ class ProtegeGroup(click.Group):
         return self._plugin_commands
 
     def invoke(self, ctx: click.Context) -> Any:
+        _log_to_stderr()  # here, not at import: `protege --help` stays free of logging
         try:
             return super().invoke(ctx)
         except ProtegeError as error:
@@ -159,37 +160,32 @@ def cli() -> None:
     """protege: AI colleagues that live in your application and are reached by email."""
 
 
-class _LowerLevel(logging.Formatter):
-    """``warning: ...``, as the command line's own warnings read."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return f"{record.levelname.lower()}: {super().format(record)}"
-
-
-class _Unreported(logging.Filter):
-    """Leaves out the log records of problems the commands report themselves."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        from protege.plugins import REPORTED
-
-        return not getattr(record, REPORTED, False)
-
-
 def _log_to_stderr() -> None:
     # Warnings go to standard error, never into output a script reads; the problems that
     # `doctor`, `plugins` and `tools` list are not printed a second time as log lines.
+    import logging
+
+    from protege.errors import REPORTED
+
+    class LowerLevel(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return f"{record.levelname.lower()}: {super().format(record)}"
+
+    def unreported(record: logging.LogRecord) -> bool:
+        return not getattr(record, REPORTED, False)
+
+    root = logging.getLogger("protege")
+    if root.handlers:
+        return
     handler = logging.StreamHandler(sys.stderr)
     handler.setLevel(logging.WARNING)
-    handler.setFormatter(_LowerLevel("%(message)s"))
-    handler.addFilter(_Unreported())
-    root = logging.getLogger("protege")
-    if not root.handlers:
-        root.addHandler(handler)
+    handler.setFormatter(LowerLevel("%(message)s"))
+    handler.addFilter(unreported)
+    root.addHandler(handler)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the command line (the ``protege`` console script)."""
-    _log_to_stderr()
     try:
         cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="protege")
     except BrokenPipeError:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import click
+
 from protege import db
 from protege.cli.output import warn_missing_host_tools
 
@@ -40,6 +42,11 @@ def open_installation(*, mail_transport: str | None = None) -> Installation:
     db.require_current()
     installation = build(config, connect=False)
     warn_missing_host_tools(installation.manifest)
+    others = len(installation.manifest.problems()) - len(installation.manifest.host_import_errors)
+    if others > 0:
+        click.echo(
+            f"warning: {others} problem(s) with plugins or tools: run `protege doctor`", err=True
+        )
     return installation
 
 

@@ -9,11 +9,10 @@ from typing import Any, cast
 import attrs
 
 from protege.config import Config
-from protege.errors import InvalidTool, did_you_mean
+from protege.errors import REPORTED, InvalidTool, did_you_mean
 from protege.plugins import (
     DISABLE_VARIABLE,
     LOAD_VARIABLE,
-    REPORTED,
     LoadedPlugin,
     PluginHost,
     PluginStatus,

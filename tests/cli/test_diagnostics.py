@@ -81,3 +81,42 @@ def test_members_no_tool_answers_to_are_reported_by_sync_doctor_and_toolkits_lis
     assert weather["missing_tools"] == ["get_forecast"]
     table = run_protege("toolkits", "list", env=gone).stdout
     assert "get_forecast (missing)" in table
+
+
+def test_every_listing_command_prints_one_json_array_even_when_empty(run_protege, protege_db):
+    env = {"PROTEGE_DATABASE_URL": protege_db.url}
+    Agent.create(name="Sundae", address="sundae@thescoop.example")
+    Toolkit.create(name="Finance", member_tool_ids=[])
+    run_protege("grants", "attach", "Sundae", "Finance", env=env)
+    listings = [
+        ("tools",),
+        ("plugins",),
+        ("agents", "list"),
+        ("toolkits", "list"),
+        ("runs", "list"),
+        ("responsibilities", "list"),
+        ("rules", "list", "Sundae", "Finance"),
+        ("access-rules", "list", "Sundae"),
+        ("usage",),
+    ]
+    for command in listings:
+        result = run_protege(*command, "--json", env=env)
+        assert result.returncode == 0, (command, result.stderr)
+        rows = json.loads(result.stdout)
+        assert isinstance(rows, list), command
+        assert all(isinstance(row, dict) for row in rows), command
+
+
+def test_plugin_settings_protege_cannot_use_are_reported_by_doctor(run_protege):
+    (run_protege.project / "protege.toml").write_text(
+        "[plugins.protege-weather]\ntimeout_seconds = 0\n\n[plugins.protege-wether]\n"
+    )
+    result = run_protege("doctor")
+    problems = [line for line in result.stdout.splitlines() if line.startswith("problem: ")]
+    assert problems == [
+        "problem: plugin protege-weather 0.1.0: protege.toml has settings it cannot use: "
+        "'timeout_seconds' must be > 0: 0.0 @ plugins.protege-weather",
+        "problem: protege.toml has [plugins.protege-wether], but no installed plugin is named "
+        "protege-wether (did you mean protege-weather?)",
+    ]
+    assert "get_forecast" not in run_protege("tools", "--json").stdout
