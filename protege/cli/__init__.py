@@ -44,7 +44,7 @@ COMMANDS = {
     "uninstall": (
         "protege.cli.install",
         "uninstall",
-        "Remove packages from protege's env.",
+        "Remove plugins from protege's environment.",
     ),
     "usage": ("protege.cli.usage", "usage", "Tokens (and cost) per run and per agent."),
 }
