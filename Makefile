@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml examples/*/pyproject.toml)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check \
-		-e '.[test]' $(addprefix -e ,$(filter-out .,$(DISTRIBUTIONS)))
+		-e '.[test,docs]' $(addprefix -e ,$(filter-out .,$(DISTRIBUTIONS)))
 	@touch $@
 
 install: $(STAMP)

@@ -68,6 +68,13 @@ class ModelSettings:
         default=(TEXT,),
         validator=attrs.validators.deep_iterable(attrs.validators.in_(MODEL_INPUTS)),
     )
+    # What the model's provider charges per million tokens, for ``protege usage``.
+    input_cost_per_million: float | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(0))
+    )
+    output_cost_per_million: float | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(0))
+    )
 
     def accepts(self, kind: str) -> bool:
         """Whether the model may be sent content of ``kind`` (``"image"``, ``"pdf"``)."""
@@ -327,6 +334,8 @@ class FileSettings:
     responsibilities: ResponsibilitySettings = ResponsibilitySettings()
     files: FilesSettings = FilesSettings()
     blobs: BlobSettings = BlobSettings()
+    overrides: tuple[str, ...] = ()
+    plugins: dict[str, dict[str, Any]] = attrs.field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)
@@ -357,6 +366,17 @@ class Config:
     responsibilities: ResponsibilitySettings = ResponsibilitySettings()
     files: FilesSettings = FilesSettings()
     blobs: BlobSettings = BlobSettings()
+    # Tool ids the host's own tools take from a plugin on purpose: ``doctor`` stays green.
+    overrides: tuple[str, ...] = ()
+    # ``[plugins.NAME]`` tables by normalized distribution name: as the file has them when
+    # loaded; in an installation, each plugin's settings as its declaration made them.
+    plugins: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
+
+    def plugin_settings(self, distribution: str) -> Any:
+        """The settings of the plugin ``distribution`` (``[plugins.NAME]`` in
+        ``protege.toml``), validated against what the plugin declared; None when it
+        declares none and the file has none."""
+        return self.plugins.get(_normalized(distribution))
 
     @classmethod
     def defaults(cls, root: Path) -> Config:
@@ -399,6 +419,34 @@ def _structure_blobs(value: object, _type: object) -> BlobSettings:
 
 
 _converter.register_structure_hook(BlobSettings, _structure_blobs)
+
+
+def _normalized(distribution: str) -> str:
+    return re.sub(r"[-_.]+", "-", distribution).lower()
+
+
+# Keys that would hold a secret itself; protege.toml names the variable holding it instead.
+_SECRET_KEY = re.compile(
+    r"(^|_)(password|passwd|secret|token|api_key|apikey|private_key|access_key)$"
+)
+
+
+def secret_keys(table: Mapping[str, Any]) -> list[str]:
+    """The keys of a settings table that look like secrets written in the file."""
+    return sorted(k for k in table if isinstance(k, str) and _SECRET_KEY.search(k.lower()))
+
+
+def structure_settings(raw: Mapping[str, Any], section: type[_Section], where: str) -> _Section:
+    """``raw`` (a table of ``protege.toml``) as the attrs class ``section``, or ``ConfigError``
+    naming each key that is wrong as protege names its own (``where`` is the table's path,
+    such as ``protege.toml.plugins.protege-weather``)."""
+    try:
+        return _converter.structure(dict(raw), section)
+    except cattrs.BaseValidationError as error:
+        problems = "; ".join(cattrs.transform_error(error, path=where, format_exception=_describe))
+        raise ConfigError(problems) from None
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"{where}: {_describe(error, section)}") from None
 
 
 def load_config(start: Path | None = None, environ: Mapping[str, str] | None = None) -> Config:
@@ -471,6 +519,8 @@ def _build(
         blobs=_with_blob_secrets(
             _overridden(settings.blobs, environ, store=BLOB_STORE_VARIABLE), environ
         ),
+        overrides=settings.overrides,
+        plugins={_normalized(name): table for name, table in settings.plugins.items()},
     )
 
 

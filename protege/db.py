@@ -12,7 +12,7 @@ import peewee
 from protege.config import load_config
 from protege.dblock import exclusive_on
 from protege.errors import ProtegeError
-from protege.migrations import apply_pending, pending
+from protege.migrations import applied_versions, apply_pending, pending
 
 database = peewee.DatabaseProxy()
 
@@ -94,12 +94,59 @@ def migrate() -> list[str]:
 
 def require_current() -> None:
     """Raise ``DatabaseError`` unless every migration has been applied."""
+    if not applied_versions(database):
+        raise _no_database(database_url())
     waiting = pending(database)
     if waiting:
         raise DatabaseError(
             f"the database schema is out of date ({len(waiting)} migration(s) pending): "
             "run `protege migrate` or `protege sync`"
         )
+
+
+def connect_existing(url: str | None = None) -> peewee.Database:
+    """``connect``, but refusing (``DatabaseError``, saying to run ``protege sync``) where no
+    database is yet, rather than creating an empty SQLite file."""
+    if url is None:
+        url = load_config().database_url
+    if not exists(url):
+        raise _no_database(url)
+    return connect(url)
+
+
+def _no_database(url: str) -> DatabaseError:
+    return DatabaseError(
+        f"there is no protege database here yet: run `protege sync` to create it "
+        f"(at {_redacted(url)})"
+    )
+
+
+def database_url() -> str:
+    """The URL of the database protege's records are bound to, as a message may show it."""
+    bound = database.obj
+    if isinstance(bound, peewee.SqliteDatabase):
+        return f"sqlite:///{bound.database}"
+    if isinstance(bound, peewee.PostgresqlDatabase):
+        params = bound.connect_params
+        host = params.get("host") or "localhost"
+        return f"postgresql://{host}/{bound.database}"
+    return "an unknown database"
+
+
+def exists(url: str) -> bool:
+    """Whether the database at ``url`` may already exist: False only for a SQLite file that
+    is not there (connecting would create it)."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "sqlite":
+        return True
+    raw = unquote(parts.path)
+    path = raw[1:] if raw.startswith("/") else raw
+    return path in ("", ":memory:") or Path(path).expanduser().exists()
+
+
+def redacted(url: str) -> str:
+    """``url`` with any password in it starred out, as messages show it."""
+    return _redacted(url)
 
 
 def _redacted(url: str) -> str:

@@ -42,7 +42,7 @@ Clock = Callable[[], datetime.datetime]
 _CLAIM_SQL = (
     "UPDATE message SET delivery_lease_expires_at = {p} WHERE id IN ("
     "SELECT id FROM message WHERE status = 'pending' AND next_attempt_at <= {p} "
-    "AND (delivery_lease_expires_at IS NULL OR delivery_lease_expires_at < {p}) "
+    "AND (delivery_lease_expires_at IS NULL OR delivery_lease_expires_at < {p}){of_run} "
     "ORDER BY id LIMIT {p}{lock}) RETURNING id"
 )
 
@@ -52,13 +52,19 @@ def lease_seconds(config: Config) -> float:
     return max(60.0, 4 * config.mail.smtp_timeout)
 
 
-def claim_due(config: Config, now: datetime.datetime, limit: int) -> list[int]:
+def claim_due(
+    config: Config, now: datetime.datetime, limit: int, run_id: int | None = None
+) -> list[int]:
     """Take up to ``limit`` pending mails whose time has come and that no live delivery
-    loop holds; returns their ids. Several loops, in several processes, may share them."""
+    loop holds (of run ``run_id`` only, if given); returns their ids. Several loops, in
+    several processes, may share them."""
     p = database.param
     lock = " FOR UPDATE SKIP LOCKED" if isinstance(database.obj, peewee.PostgresqlDatabase) else ""
+    of_run = "" if run_id is None else f" AND run_id = {p}"
     until = now + datetime.timedelta(seconds=lease_seconds(config))
-    cursor = database.execute_sql(_CLAIM_SQL.format(p=p, lock=lock), (until, now, now, limit))
+    sql = _CLAIM_SQL.format(p=p, lock=lock, of_run=of_run)
+    params = (until, now, now, *(() if run_id is None else (run_id,)), limit)
+    cursor = database.execute_sql(sql, params)
     return sorted(row[0] for row in cursor.fetchall())
 
 

@@ -52,3 +52,18 @@ def register_commands(cli: click.Group) -> None:
     are never imported to print ``protege --help``. A command whose name protege already uses
     is ignored.
     """
+
+
+@hookspec
+def plugin_settings() -> Any:
+    """Declare the plugin's settings: return an attrs class, or a JSON Schema (a dict) of
+    an object.
+
+    The operator writes them in ``[plugins.DISTRIBUTION]`` of ``protege.toml``; they are
+    checked when the manifest is built, with errors naming each wrong key as protege names its
+    own, and reach the plugin's tools as ``context.config.plugin_settings("DISTRIBUTION")``
+    (an instance of the attrs class, or the checked dict with the schema's defaults filled
+    in). A key that would hold a secret (``password``, ``token``, ``api_key``...) is refused:
+    declare ``..._env`` naming the environment variable that holds it. A plugin whose
+    settings are wrong is reported and skipped, like one that fails to import.
+    """

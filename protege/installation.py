@@ -54,6 +54,8 @@ def open_installation(
         db.connect(config.database_url)
     if manifest is None:
         manifest = build_manifest(config, plugin_host() if plugins is None else plugins)
+    # From here on, each plugin's table is its checked settings (what its tools read).
+    config = attrs.evolve(config, plugins=manifest.settings)
     return Installation(
         config=config,
         manifest=manifest,

@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import threading
+import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
@@ -16,6 +17,7 @@ import attrs
 import pluggy
 
 from protege import hookspecs
+from protege.errors import REPORTED
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +69,12 @@ class LoadedPlugin:
     error: str | None = None
     module: Any = None
     hooks: tuple[str, ...] = ()
+    # The full traceback of what broke it, for PROTEGE_DEBUG=1; reports show ``error``.
+    traceback: str | None = None
+
+
+def _traceback(error: BaseException) -> str:
+    return "".join(traceback.format_exception(error))
 
 
 def error_line(error: BaseException) -> str:
@@ -168,10 +176,20 @@ class PluginHost:
             self.plugins.append(self._load(source, claimed))
 
     @property
+    def installed(self) -> tuple[str, ...]:
+        """The normalized names of the installed plugin distributions."""
+        return tuple(sorted({normalize(p.source.distribution) for p in self.plugins}))
+
+    @property
     def missing(self) -> tuple[str, ...]:
         """Names in ``PROTEGE_LOAD_PLUGINS`` that no installed distribution has."""
-        installed = {normalize(p.source.distribution) for p in self.plugins}
-        return tuple(sorted((self.selection.only or frozenset()) - installed))
+        return tuple(sorted((self.selection.only or frozenset()) - set(self.installed)))
+
+    @property
+    def unmatched_disabled(self) -> tuple[str, ...]:
+        """Names in ``PROTEGE_DISABLE_PLUGINS`` that no installed distribution has: a typo
+        there would leave the plugin meant loaded."""
+        return tuple(sorted(self.selection.disabled - set(self.installed)))
 
     def _load(self, source: PluginSource, claimed: dict[str, PluginSource]) -> LoadedPlugin:
         refusal = self.selection.refusal(source)
@@ -189,7 +207,7 @@ class PluginHost:
             ).load()
             self.manager.register(module, name=f"{source.distribution}:{source.entry_point}")
         except BaseException as error:  # even KeyboardInterrupt: one plugin's fault
-            return self._broken(source, error_line(error))
+            return self._broken(source, error_line(error), _traceback(error))
         callers = self.manager.get_hookcallers(module) or []
         hooks = tuple(sorted(caller.name for caller in callers))
         unknown = sorted(caller.name for caller in callers if caller.spec is None)
@@ -198,17 +216,27 @@ class PluginHost:
             return self._broken(source, f"implements unknown hook(s): {', '.join(unknown)}")
         return LoadedPlugin(source, PluginStatus.OK, module=module, hooks=hooks)
 
-    def _broken(self, source: PluginSource, error: str) -> LoadedPlugin:
-        logger.warning("plugin %s %s skipped: %s", source.distribution, source.version, error)
-        return LoadedPlugin(source, PluginStatus.ERROR, error=error)
+    def _broken(self, source: PluginSource, error: str, trace: str | None = None) -> LoadedPlugin:
+        logger.warning(
+            "plugin %s %s skipped: %s",
+            source.distribution,
+            source.version,
+            error,
+            extra={REPORTED: True},
+        )
+        return LoadedPlugin(source, PluginStatus.ERROR, error=error, traceback=trace)
 
     def call_each(
-        self, hook: str, arguments: Callable[[LoadedPlugin], dict[str, Any]]
+        self,
+        hook: str,
+        arguments: Callable[[LoadedPlugin], dict[str, Any]],
+        returned: Callable[[LoadedPlugin, Any], None] | None = None,
     ) -> Iterator[tuple[LoadedPlugin, BaseException | None]]:
         """Call ``hook`` on each loaded plugin on its own, yielding the plugin and what it raised.
 
         Each plugin gets its own arguments, so a caller can tell whose call did what; one
-        plugin raising does not stop the calls to the next.
+        plugin raising does not stop the calls to the next. ``returned``, when given, is
+        handed each plugin's return value.
         """
         implementations: dict[int, list[Any]] = {}
         for impl in getattr(self.manager.hook, hook).get_hookimpls():
@@ -223,22 +251,29 @@ class PluginHost:
             kwargs = arguments(plugin)
             for impl in impls:
                 try:
-                    impl.function(**{name: kwargs[name] for name in impl.argnames})
+                    value = impl.function(**{name: kwargs[name] for name in impl.argnames})
+                    if returned is not None:
+                        returned(plugin, value)
                 except BaseException as error:  # even KeyboardInterrupt: one plugin's fault
                     yield plugin, error
                     break
             else:
                 yield plugin, None
 
-    def mark_broken(self, plugin: LoadedPlugin, error: BaseException) -> None:
-        """Record that ``plugin`` failed in a hook, and stop calling it."""
+    def mark_broken(self, plugin: LoadedPlugin, error: BaseException | str) -> None:
+        """Record that ``plugin`` failed in a hook (or has settings it cannot use), and stop
+        calling it."""
         plugin.status = PluginStatus.ERROR
-        plugin.error = error_line(error)
+        if isinstance(error, BaseException):
+            plugin.error, plugin.traceback = error_line(error), _traceback(error)
+        else:
+            plugin.error = error
         logger.warning(
             "plugin %s %s skipped: %s",
             plugin.source.distribution,
             plugin.source.version,
             plugin.error,
+            extra={REPORTED: True},
         )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import attrs
 
 from protege import db
-from protege.errors import ProtegeError
+from protege.errors import ProtegeError, did_you_mean
 from protege.models.toolkits import (
     ALL_TOOLS,
     DEFAULT_TOOLS,
@@ -39,6 +39,7 @@ class SyncReport:
     added: list[str]
     removed: list[str]
     default_tools_lacks: list[str] = attrs.field(factory=list)  # built-ins; not added
+    stale: dict[str, list[str]] = attrs.field(factory=dict)  # toolkit: ids nothing offers
 
     @property
     def changed(self) -> bool:
@@ -53,6 +54,7 @@ class SyncReport:
             "all_tools_added": self.added,
             "all_tools_removed": self.removed,
             "default_tools_lacks_builtins": self.default_tools_lacks,
+            "stale_members": self.stale,
         }
 
 
@@ -87,6 +89,27 @@ def sync(manifest: Manifest) -> SyncReport:
         added=added,
         removed=removed,
         default_tools_lacks=lacks,
+        stale=stale_members(manifest),
+    )
+
+
+def stale_members(manifest: Manifest) -> dict[str, list[str]]:
+    """Each toolkit's members that no tool in ``manifest`` answers to (an uninstalled
+    plugin, a renamed tool), by toolkit name; they are skipped when tools are resolved."""
+    found: dict[str, list[str]] = {}
+    for toolkit in Toolkit.select().order_by(Toolkit.name):
+        gone = [i for i in toolkit.member_tool_ids if i not in manifest]
+        if gone:
+            found[toolkit.name] = gone
+    return found
+
+
+def describe_stale(toolkit: str, tool_ids: list[str], manifest: Manifest) -> str:
+    """One line saying that ``toolkit`` lists tools nothing offers, and how to clean it up."""
+    named = ", ".join(f"{i}{did_you_mean(i, manifest.ids())}" for i in tool_ids)
+    return (
+        f"toolkit {toolkit} lists {named}, which no installed tool has (skipped; "
+        f'`protege toolkits remove-tools "{toolkit}" {" ".join(tool_ids)}` drops them)'
     )
 
 

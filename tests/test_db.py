@@ -47,7 +47,7 @@ def test_migrate_is_recorded_and_idempotent(protege_db):
 
 def test_an_unmigrated_database_is_refused_with_what_to_run(tmp_path):
     db.connect(f"sqlite:///{tmp_path}/fresh.db")
-    with pytest.raises(db.DatabaseError, match="run `protege migrate` or `protege sync`"):
+    with pytest.raises(db.DatabaseError, match="no protege database here yet: run `protege sync`"):
         db.require_current()
     assert db.migrate() == [
         "0001 agents and toolkits",
@@ -59,6 +59,13 @@ def test_an_unmigrated_database_is_refused_with_what_to_run(tmp_path):
         "0007 run leases, pending deliveries",
     ]
     db.require_current()
+    # A database one migration behind is told what to run, and how many are waiting.
+    from protege.migrations import MIGRATIONS, VERSION_TABLE
+
+    last = MIGRATIONS[-1].version
+    db.database.execute_sql(f"DELETE FROM {VERSION_TABLE} WHERE version = {last}")
+    with pytest.raises(db.DatabaseError, match=r"\(1 migration\(s\) pending\): run `protege"):
+        db.require_current()
     db.database.close()
 
 

@@ -84,3 +84,15 @@ def test_the_parts_example_returns_the_picture_as_an_image_part(tmp_path, monkey
         "B.png",
         picture,
     )
+
+
+def test_the_install_line_brings_the_built_in_tools():
+    import tomllib
+
+    assert 'pip install "protege[builtins]"' in README.read_text()
+    project = tomllib.loads((README.parent / "pyproject.toml").read_text())["project"]
+    builtins = project["optional-dependencies"]["builtins"]
+    assert sorted(builtins) == ["protege-files", "protege-mail", "protege-web"]
+    for name in builtins:  # each is a distribution of this repository, of that name
+        plugin = tomllib.loads((README.parent / "plugins" / name / "pyproject.toml").read_text())
+        assert plugin["project"]["name"] == name

@@ -24,6 +24,7 @@ def test_sync_is_idempotent(protege_db, scoop_manifest):
         "all_tools_added": [],
         "all_tools_removed": [],
         "default_tools_lacks_builtins": [],
+        "stale_members": {},
     }
 
 
@@ -33,6 +34,8 @@ def test_all_tools_follows_the_live_manifest(protege_db, scoop_manifest):
     report = sync(smaller)
     assert (report.added, report.removed) == ([], ["process_refund"])
     assert "process_refund" not in Toolkit.all_tools().member_tool_ids
+    Toolkit.create(name="Finance", member_tool_ids=["process_refund", "lookup_order"])
+    assert sync(smaller).stale == {"Finance": ["process_refund"]}
     report = sync(scoop_manifest)
     assert (report.added, report.removed) == (["process_refund"], [])
 

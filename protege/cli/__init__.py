@@ -19,7 +19,10 @@ COMMANDS = {
     "agents": ("protege.cli.agents", "agents", "Create, list, show and delete agents."),
     "doctor": ("protege.cli.doctor", "doctor", "Report every problem with tools and plugins."),
     "grants": ("protege.cli.grants", "grants", "Attach toolkits to agents, set their terms."),
+    "init": ("protege.cli.scaffold", "init", "Write a commented protege.toml for a host app."),
+    "install": ("protege.cli.install", "install", "Install plugins into protege's environment."),
     "migrate": ("protege.cli.sync", "migrate", "Apply pending database migrations."),
+    "plugin": ("protege.cli.scaffold", "plugin", "Start a new plugin distribution."),
     "plugins": ("protege.cli.plugins", "plugins", "List installed plugins and their status."),
     "receive": ("protege.cli.mail", "receive", "Take one email from a file or standard input."),
     "responsibilities": (
@@ -39,6 +42,12 @@ COMMANDS = {
     "sync": ("protege.cli.sync", "sync", "Migrate and rebuild the system toolkits (each deploy)."),
     "toolkits": ("protege.cli.toolkits", "toolkits", "Create and edit toolkits of tools."),
     "tools": ("protege.cli.tools", "tools", "List the tools in the manifest and where from."),
+    "uninstall": (
+        "protege.cli.install",
+        "uninstall",
+        "Remove plugins from protege's environment.",
+    ),
+    "usage": ("protege.cli.usage", "usage", "Tokens (and cost) per run and per agent."),
 }
 DEBUG_VARIABLE = "PROTEGE_DEBUG"
 
@@ -49,6 +58,7 @@ class ProtegeGroup(click.Group):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._plugin_commands: dict[str, click.Command] | None = None
+        self.clashes: list[str] = []  # one line per plugin command a built-in one hides
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -58,6 +68,19 @@ class ProtegeGroup(click.Group):
             module_name, attribute, _ = COMMANDS[cmd_name]
             return getattr(importlib.import_module(module_name), attribute)
         return self.plugin_commands().get(cmd_name)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            import difflib
+
+            known = [*COMMANDS, *self.plugin_commands()]
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            ctx.fail(f"No such command {name!r}.{hint}")
+        return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, summary) for name, (_, _, summary) in sorted(COMMANDS.items())]
@@ -73,23 +96,32 @@ class ProtegeGroup(click.Group):
 
             host = plugin_host()
             collected: dict[str, click.Command] = {}
+            owners: dict[str, str] = {}
             for plugin, error in host.call_each(
-                "register_commands", lambda _plugin: {"cli": _CommandSink(collected)}
+                "register_commands",
+                lambda plugin: {"cli": _CommandSink(collected, owners, plugin.source.distribution)},
             ):
                 if error is not None:
                     host.mark_broken(plugin, error)
                     click.echo(
                         f"warning: plugin {plugin.source.distribution}: {plugin.error}", err=True
                     )
+            self.clashes = [
+                f"plugin {owners[name]} adds the command `{name}`, which protege already "
+                "has: the plugin's is never run"
+                for name in sorted(collected)
+                if name in COMMANDS
+            ]
             self._plugin_commands = {k: v for k, v in collected.items() if k not in COMMANDS}
         return self._plugin_commands
 
     def invoke(self, ctx: click.Context) -> Any:
+        _log_to_stderr()  # here, not at import: `protege --help` stays free of logging
         try:
             return super().invoke(ctx)
         except ProtegeError as error:
             raise click.ClickException(str(error)) from None
-        except (click.ClickException, click.exceptions.Exit, click.Abort):
+        except (click.ClickException, click.exceptions.Exit, click.Abort, BrokenPipeError):
             raise
         except Exception as error:
             if os.environ.get(DEBUG_VARIABLE):
@@ -104,12 +136,17 @@ class ProtegeGroup(click.Group):
 class _CommandSink(click.Group):
     """The group plugins add commands to; it records them instead of serving them."""
 
-    def __init__(self, collected: dict[str, click.Command]) -> None:
+    def __init__(
+        self, collected: dict[str, click.Command], owners: dict[str, str], distribution: str
+    ) -> None:
         super().__init__(name="protege")
-        self.collected = collected
+        self.collected, self.owners, self.distribution = collected, owners, distribution
 
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
-        self.collected.setdefault(name or cmd.name or "", cmd)
+        name = name or cmd.name or ""
+        if name not in self.collected:
+            self.collected[name] = cmd
+            self.owners[name] = self.distribution
 
 
 def _version() -> str:
@@ -124,6 +161,37 @@ def cli() -> None:
     """protege: AI colleagues that live in your application and are reached by email."""
 
 
+def _log_to_stderr() -> None:
+    # Warnings go to standard error, never into output a script reads; the problems that
+    # `doctor`, `plugins` and `tools` list are not printed a second time as log lines.
+    import logging
+
+    from protege.errors import REPORTED
+
+    class LowerLevel(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return f"{record.levelname.lower()}: {super().format(record)}"
+
+    def unreported(record: logging.LogRecord) -> bool:
+        return not getattr(record, REPORTED, False)
+
+    root = logging.getLogger("protege")
+    if root.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(LowerLevel("%(message)s"))
+    handler.addFilter(unreported)
+    root.addHandler(handler)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the command line (the ``protege`` console script)."""
-    cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="protege")
+    try:
+        cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="protege")
+    except BrokenPipeError:
+        # The reader went away (`protege tools --json | head`): end quietly. Python would
+        # complain again when flushing stdout at exit, so it is pointed at nothing.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(1)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import click
+
 from protege import db
 from protege.cli.output import warn_missing_host_tools
 
@@ -17,23 +19,34 @@ if TYPE_CHECKING:
 
 def open_database(*, migrated: bool = True) -> None:
     """Connect to the configured database; unless told otherwise, insist it is migrated."""
-    db.connect()
     if migrated:
+        db.connect_existing()
         db.require_current()
+    else:
+        db.connect()
 
 
-def open_installation() -> Installation:
+def open_installation(*, mail_transport: str | None = None) -> Installation:
     """The installation of this folder's ``protege.toml``: its database connected and
     checked current, its manifest built once (with a warning per host module that failed
-    to import)."""
+    to import). ``mail_transport``, when given, replaces ``[mail] transport``."""
+    import attrs
+
     from protege.config import load_config
     from protege.installation import open_installation as build
 
     config = load_config()
-    db.connect(config.database_url)
+    if mail_transport is not None:
+        config = attrs.evolve(config, mail=attrs.evolve(config.mail, transport=mail_transport))
+    db.connect_existing(config.database_url)
     db.require_current()
     installation = build(config, connect=False)
     warn_missing_host_tools(installation.manifest)
+    others = len(installation.manifest.problems()) - len(installation.manifest.host_import_errors)
+    if others > 0:
+        click.echo(
+            f"warning: {others} problem(s) with plugins or tools: run `protege doctor`", err=True
+        )
     return installation
 
 

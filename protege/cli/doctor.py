@@ -1,53 +1,129 @@
-"""``protege doctor``: every problem with the configuration, blob store, plugins and tools."""
+"""``protege doctor``: every problem with the configuration, plugins, tools and toolkits."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
+from typing import TYPE_CHECKING, Any
 
 import click
+
+from protege.cli.output import echo_json
 
 if TYPE_CHECKING:
     from protege.config import Config
 
+NO_REPLY = (
+    "no send_email tool is installed: agents cannot answer anyone; install the built-in "
+    'tools with `pip install "protege[builtins]"` (or `protege install protege-mail`)'
+)
+
 
 @click.command()
-def doctor() -> None:
-    """Report an unreachable blob store, broken plugins, rejected tool classes and shadowed
-    tools; exit 1 if any."""
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+def doctor(as_json: bool) -> None:
+    """Report broken plugins, rejected tool classes, shadowed tools, plugin settings,
+    toolkit members nothing offers and a missing send_email; exit 1 if any."""
     from protege.config import load_config
     from protege.registry import manifest
 
     config = load_config()
-    click.echo(f"config: {config.path or 'none found (embedded defaults)'}")
-    blob_problem = _blob_store_problem(config)
+    blobs, blob_problem = _blob_store(config)
     found = manifest()
-    click.echo(f"tools: {len(found)} offered, from {len(found.plugins)} plugin(s)")
-    problems = [*([blob_problem] if blob_problem else []), *found.problems()]
-    if not problems:
-        click.echo("No problems found.")
-        return
-    for problem in problems:
-        click.echo(f"problem: {problem}")
-    raise click.exceptions.Exit(1)
+    problems = [{"kind": "blobs", "message": blob_problem}] if blob_problem else []
+    problems += [{"kind": "tools", "message": line} for line in found.problems()]
+    if not found.can_reply:
+        problems.append({"kind": "mail", "message": NO_REPLY})
+    problems += [{"kind": "commands", "message": line} for line in command_clashes()]
+    database = _database(config.database_url, found)
+    problems += database.pop("problems")
+    report = {
+        "config": str(config.path) if config.path else None,
+        "database": database,
+        "blobs": blobs,
+        "tools": len(found),
+        "plugins": len(found.plugins),
+        "problems": problems,
+    }
+    if os.environ.get("PROTEGE_DEBUG"):
+        print_tracebacks(found)
+    if as_json:
+        echo_json(report)
+    else:
+        click.echo(f"config: {config.path or 'none found (embedded defaults)'}")
+        click.echo(f"database: {database['url']}: {database['state']}")
+        click.echo(f"blobs: {blobs}")
+        click.echo(f"tools: {len(found)} offered, from {len(found.plugins)} plugin(s)")
+        for problem in problems:
+            click.echo(f"problem: {problem['message']}")
+        if not problems:
+            click.echo("No problems found.")
+    if problems:
+        raise click.exceptions.Exit(1)
 
 
-def _blob_store_problem(config: Config) -> str | None:
-    """Says where files are kept; for S3, asks the service whether the bucket can be used."""
+def command_clashes() -> list[str]:
+    """Plugin commands hidden by a built-in command of the same name, one line each."""
+    from protege.cli import cli
+
+    group: Any = cli
+    group.plugin_commands()
+    return list(group.clashes)
+
+
+def print_tracebacks(found: Any) -> None:
+    """Print on standard error the traceback of each plugin that failed (PROTEGE_DEBUG=1)."""
+    for report in found.plugins:
+        if report.plugin.traceback:
+            click.echo(
+                f"traceback of plugin {report.plugin.source.distribution}:\n"
+                f"{report.plugin.traceback.rstrip()}",
+                err=True,
+            )
+
+
+def _database(url: str, found: Any) -> dict[str, Any]:
+    from protege import db
+    from protege.migrations import applied_versions, pending
+    from protege.toolkits import describe_stale, stale_members
+
+    shown = db.redacted(url)
+    if not db.exists(url):
+        return {"url": shown, "state": "none yet (run `protege sync`)", "problems": []}
+    try:
+        db.connect(url)
+    except db.DatabaseError as error:
+        return {"url": shown, "state": "unreachable", "problems": [_problem("database", error)]}
+    if not applied_versions(db.database):
+        return {"url": shown, "state": "none yet (run `protege sync`)", "problems": []}
+    waiting = pending(db.database)
+    if waiting:
+        message = f"{len(waiting)} migration(s) pending: run `protege sync`"
+        return {"url": shown, "state": "out of date", "problems": [_problem("database", message)]}
+    stale = [
+        _problem("toolkits", describe_stale(name, ids, found))
+        for name, ids in stale_members(found).items()
+    ]
+    return {"url": shown, "state": "current", "problems": stale}
+
+
+def _problem(kind: str, message: object) -> dict[str, str]:
+    return {"kind": kind, "message": str(message)}
+
+
+def _blob_store(config: Config) -> tuple[str, str | None]:
+    """Where files are kept, and for S3 whether the service lets the bucket be used."""
     from protege.blobs import blob_store_for
     from protege.config import S3
     from protege.errors import ProtegeError
 
     settings = config.blobs
     if settings.store != S3:
-        click.echo(f"blobs: local, in {config.data_dir / 'blobs'}")
-        return None
+        return f"local, in {config.data_dir / 'blobs'}", None
     where = f"s3://{settings.bucket}/{settings.prefix}"
     if settings.endpoint_url:
         where += f" at {settings.endpoint_url}"
     try:
         blob_store_for(config).check()
     except ProtegeError as error:
-        click.echo(f"blobs: {where}, not reachable")
-        return f"blob store: {error}"
-    click.echo(f"blobs: {where}, reachable")
-    return None
+        return f"{where}, not reachable", f"blob store: {error}"
+    return f"{where}, reachable", None

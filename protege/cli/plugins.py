@@ -11,9 +11,15 @@ from protege.cli.output import echo_json, echo_table
 @click.option("--json", "as_json", is_flag=True, help="Print the plugins as JSON.")
 def plugins(as_json: bool) -> None:
     """List installed plugins: version, entry point, hooks, tools, and status."""
+    import os
+
+    from protege.cli.doctor import print_tracebacks
     from protege.registry import manifest
 
-    reports = manifest().plugins
+    found = manifest()
+    reports = found.plugins
+    if os.environ.get("PROTEGE_DEBUG"):
+        print_tracebacks(found)
     if as_json:
         echo_json([report.as_dict() for report in reports])
         return
@@ -21,7 +27,7 @@ def plugins(as_json: bool) -> None:
         click.echo("No plugins installed.")
         return
     echo_table(
-        ["DISTRIBUTION", "VERSION", "ENTRY POINT", "HOOKS", "TOOLS", "STATUS"],
+        ["DISTRIBUTION", "VERSION", "ENTRY POINT", "HOOKS", "TOOLS", "REJECTED", "STATUS"],
         [
             (
                 r.plugin.source.distribution,
@@ -29,9 +35,8 @@ def plugins(as_json: bool) -> None:
                 r.plugin.source.entry_point,
                 ", ".join(r.plugin.hooks) or "-",
                 ", ".join(r.tool_ids) or "-",
-                r.plugin.status
-                if r.plugin.error is None
-                else f"{r.plugin.status}: {r.plugin.error}",
+                "; ".join(r.rejected) or "-",
+                r.status if r.error is None else f"{r.status}: {r.error}",
             )
             for r in reports
         ],

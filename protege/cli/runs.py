@@ -21,18 +21,30 @@ def runs() -> None:
 @click.option("--sender", required=True, help="Who the message is from.")
 @click.option("--message", "body", required=True, help="The message body.")
 @click.option("--subject", default="", help="The message subject.")
+@click.option(
+    "--transport",
+    type=click.Choice(["outbox", "configured"]),
+    default="outbox",
+    show_default=True,
+    help="Where the run's mail goes: the local outbox, or [mail] transport (SMTP: real mail).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
-def start(agent: str, sender: str, body: str, subject: str, as_json: bool) -> None:
-    """Run AGENT on a message from SENDER, as if it had arrived by mail, and show the run."""
+def start(agent: str, sender: str, body: str, subject: str, transport: str, as_json: bool) -> None:
+    """Run AGENT on a message from SENDER, as if it had arrived by mail, and show the run.
+
+    Mail the run sends stays in the local outbox unless --transport configured says to
+    send it the way [mail] transport does.
+    """
     from protege.mail import record_inbound
     from protege.models import Agent
     from protege.queue import queue_reply
 
-    installation = open_installation()
+    installation = open_installation(mail_transport="outbox" if transport == "outbox" else None)
     found = Agent.named(agent)
     reach = found.admits(sender)
     if not reach.admitted:
         raise ProtegeError(f"{sender} may not write to {found.name}: {reach.reason}")
+    click.echo(_where_mail_goes(installation.config, transport), err=True)
     message = record_inbound(found, sender=sender, body=body, subject=subject)
     show_outcome(carried_out(queue_reply(message), installation), as_json)
 
@@ -73,17 +85,29 @@ def carried_out(run, installation):
     from protege.harness import execute
 
     ended = execute(run, installation)
-    send_pending(installation.config)
+    send_pending(installation.config, run=ended)  # its own mail only, not other processes'
     return ended
 
 
 @runs.command("list")
 @click.option("--agent", help="Only this agent's runs.")
 @click.option("--responsibility", help="Only the runs of this responsibility.")
+@click.option("--status", help="Only runs in this status (queued, running, done, failed...).")
+@click.option("--since", "since_value", help="Only runs created since: 30m, 2h, 7d, or a date.")
 @click.option("--limit", default=20, show_default=True, help="How many runs, newest first.")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
-def list_runs(agent: str | None, responsibility: str | None, limit: int, as_json: bool) -> None:
-    """List recent runs, newest first."""
+def list_runs(
+    agent: str | None,
+    responsibility: str | None,
+    status: str | None,
+    since_value: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List recent runs, newest first: status, duration, tokens, and times with their
+    time zone (this machine's in the table, UTC in JSON)."""
+    from protege.cli.timing import duration, iso, local, seconds_between, since
+    from protege.cli.usage import tokens_by_run
     from protege.models import Agent, Responsibility, Run
 
     open_database()
@@ -93,26 +117,44 @@ def list_runs(agent: str | None, responsibility: str | None, limit: int, as_json
         query = query.where(Run.agent == whose)
     if responsibility:
         query = query.where(Run.responsibility == Responsibility.named(responsibility, whose))
-    rows = [_summary(run) for run in query]
+    if status:
+        query = query.where(Run.status == status.strip().lower())
+    if since_value:
+        query = query.where(Run.created_at >= since(since_value))
+    found = list(query)
+    tokens = tokens_by_run(run.id for run in found)
+    rows = [
+        {
+            **_summary(run),
+            "created_at": iso(run.created_at),
+            "started_at": iso(run.started_at),
+            "finished_at": iso(run.finished_at),
+            "due_at": iso(run.due_at),
+            "duration_seconds": seconds_between(run.started_at, run.finished_at),
+            "total_tokens": tokens[run.id].total,
+        }
+        for run in found
+    ]
     if as_json:
         echo_json(rows)
     elif not rows:
         click.echo("No runs yet.")
     else:
         echo_table(
-            ["RUN", "AGENT", "KIND", "STATUS", "ATTEMPTS", "CREATED", "DUE", "ERROR"],
+            ["RUN", "AGENT", "KIND", "STATUS", "CREATED", "DURATION", "TOKENS", "DUE", "ERROR"],
             [
                 (
                     r["id"],
                     r["agent"],
                     r["kind"],
                     r["status"],
-                    r["attempts"],
-                    r["created_at"],
-                    r["due_at"] or "",
-                    r["error"] or "",
+                    local(run.created_at),
+                    duration(seconds_between(run.started_at, run.finished_at)),
+                    r["total_tokens"],
+                    local(run.due_at),
+                    _one_line(r["error"]),
                 )
-                for r in rows
+                for r, run in zip(rows, found, strict=True)
             ],
         )
 
@@ -215,3 +257,20 @@ def _mail_of(run) -> list[dict[str, Any]]:
         .where((Message.run == run.id) & (Message.direction == "outbound"))
         .order_by(Message.id)
     ]
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())[:80] if text else ""
+
+
+def _where_mail_goes(config, transport: str) -> str:
+    from protege.config import load_config
+
+    configured = load_config().mail
+    relay = f"SMTP through {configured.smtp_host}:{configured.smtp_port}"
+    if config.mail.transport == "outbox":
+        line = f"mail from this run goes to the outbox {config.data_dir / 'outbox'}, not sent"
+        if configured.transport == "smtp":
+            line += f"; --transport configured sends it by {relay}"
+        return line
+    return f"mail from this run is sent by {relay} (--transport configured): people get it"

@@ -25,14 +25,21 @@ def migrate() -> None:
 def sync(as_json: bool) -> None:
     """Migrate, then rebuild the system toolkits from the live manifest (run on each deploy)."""
     from protege import db
+    from protege.cli.doctor import NO_REPLY
     from protege.registry import manifest
+    from protege.toolkits import describe_stale
     from protege.toolkits import sync as run_sync
 
     db.connect()
-    report = run_sync(manifest())
+    found = manifest()
+    report = run_sync(found)
+    warnings = [] if found.can_reply else [NO_REPLY]
+    warnings += [describe_stale(name, ids, found) for name, ids in report.stale.items()]
     if as_json:
-        echo_json(report.as_dict())
+        echo_json({**report.as_dict(), "warnings": warnings})
         return
+    for line in warnings:
+        click.echo(f"warning: {line}", err=True)
     for name in report.migrations:
         click.echo(f"applied migration {name}")
     for name in report.created:

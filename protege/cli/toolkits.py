@@ -6,7 +6,7 @@ import click
 
 from protege.cli.database import open_database
 from protege.cli.output import echo_json, echo_table
-from protege.errors import ProtegeError
+from protege.errors import ProtegeError, did_you_mean
 
 
 @click.group()
@@ -17,10 +17,12 @@ def toolkits() -> None:
 def _check_ids(tool_ids: tuple[str, ...], force: bool) -> None:
     from protege.registry import manifest
 
-    unknown = [i for i in tool_ids if i not in manifest()]
+    found = manifest()
+    unknown = [i for i in tool_ids if i not in found]
     if unknown and not force:
+        named = ", ".join(f"{i}{did_you_mean(i, found.ids())}" for i in unknown)
         raise ProtegeError(
-            f"not in the manifest: {', '.join(unknown)} (see `protege tools`; "
+            f"not in the manifest: {named} (see `protege tools`; "
             "--force adds them anyway, and they are skipped until they exist)"
         )
 
@@ -50,10 +52,13 @@ def create(name: str, description: str, tool_ids: tuple[str, ...], force: bool) 
 @toolkits.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def list_toolkits(as_json: bool) -> None:
-    """List toolkits, their members and how many agents hold each."""
+    """List toolkits, their members (marking those no installed tool answers to) and how
+    many agents hold each."""
     from protege.models import Agent, AgentToolkit, Toolkit
+    from protege.registry import manifest
 
     open_database()
+    found = manifest()
     holders: dict[int, list[str]] = {}
     for grant in AgentToolkit.select(AgentToolkit, Agent).join(Agent).order_by(Agent.name):
         holders.setdefault(grant.toolkit_id, []).append(grant.agent.name)
@@ -62,6 +67,7 @@ def list_toolkits(as_json: bool) -> None:
             "name": t.name,
             "system": t.system_key,
             "tools": t.member_tool_ids,
+            "missing_tools": [i for i in t.member_tool_ids if i not in found],
             "agents": holders.get(t.id, []),
         }
         for t in Toolkit.select().order_by(Toolkit.name)
@@ -73,10 +79,7 @@ def list_toolkits(as_json: bool) -> None:
     else:
         echo_table(
             ["NAME", "SYSTEM", "TOOLS", "AGENTS"],
-            [
-                (r["name"], r["system"] or "-", ", ".join(r["tools"]) or "-", len(r["agents"]))
-                for r in rows
-            ],
+            [(r["name"], r["system"] or "-", _members(r), len(r["agents"])) for r in rows],
         )
 
 
@@ -168,3 +171,9 @@ def delete(name: str, yes: bool) -> None:
         click.confirm(f"Delete toolkit {toolkit.name} (held by {holders} agent(s))?", abort=True)
     toolkit.delete_instance(recursive=True)
     click.echo(f"deleted toolkit {toolkit.name}")
+
+
+def _members(row: dict) -> str:
+    missing = set(row["missing_tools"])
+    shown = [f"{i} (missing)" if i in missing else i for i in row["tools"]]
+    return ", ".join(shown) or "-"

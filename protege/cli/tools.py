@@ -15,11 +15,17 @@ def tools(as_json: bool) -> None:
 
     found = manifest()
     if as_json:
+        # One row per tool class, as every listing command prints: those on offer, then
+        # those shadowed (each naming its winner).
         echo_json(
-            {
-                "tools": [entry.as_dict() for entry in found.tools],
-                "shadowed": [loser.as_dict() for loser in found.shadowed],
-            }
+            [{**entry.as_dict(), "status": "offered"} for entry in found.tools]
+            + [
+                {
+                    **loser.as_dict(),
+                    "status": "overridden" if found.acknowledged(loser) else "shadowed",
+                }
+                for loser in found.shadowed
+            ]
         )
         return
     if not found.tools:
@@ -41,7 +47,8 @@ def tools(as_json: bool) -> None:
                     s.entry.id,
                     s.entry.origin,
                     _source(s.entry.source, s.entry.version),
-                    s.winner.describe_source(),
+                    s.winner.describe_source()
+                    + (" (on purpose: overrides)" if found.acknowledged(s) else ""),
                 )
                 for s in found.shadowed
             ],

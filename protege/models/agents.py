@@ -9,7 +9,7 @@ import peewee
 
 from protege.access import Decision, decide, require_address
 from protege.db import database
-from protege.errors import ProtegeError
+from protege.errors import ProtegeError, did_you_mean
 from protege.models.base import Record, utcnow
 from protege.models.resolution import Resolution, catalogue, resolve
 from protege.models.rules import RuleRecord
@@ -48,7 +48,8 @@ class Agent(Record):
         """The agent called ``name``; ``ProtegeError`` if there is none."""
         agent = cls.get_or_none(cls.name == name)
         if agent is None:
-            raise ProtegeError(f"no agent named {name!r}")
+            names = [row.name for row in cls.select(cls.name)]
+            raise ProtegeError(f"no agent named {name!r}{did_you_mean(name, names)}")
         return agent
 
     def save(self, force_insert: bool = False, only: Any = None) -> Any:

@@ -11,7 +11,7 @@ import peewee
 
 from protege.cron import Schedule, check_timezone, normalize_expression
 from protege.db import database
-from protege.errors import ProtegeError
+from protege.errors import ProtegeError, did_you_mean
 from protege.models.agents import Agent
 from protege.models.base import Record, utcnow
 from protege.models.messages import Message
@@ -90,7 +90,11 @@ class Responsibility(Record):
         found = list(query.limit(2))
         if not found:
             whose = f" for {agent.name}" if agent is not None else ""
-            raise ProtegeError(f"no responsibility named {name!r}{whose}")
+            others = cls.select(cls.name)
+            if agent is not None:
+                others = others.where(cls.agent == agent)
+            hint = did_you_mean(name, [row.name for row in others])
+            raise ProtegeError(f"no responsibility named {name!r}{whose}{hint}")
         if len(found) > 1:
             raise ProtegeError(
                 f"several agents have a responsibility named {name!r}: say whose with --agent"

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import peewee
 
 from protege.access import Decision, decide
-from protege.errors import ProtegeError
+from protege.errors import ProtegeError, did_you_mean
 from protege.models.base import JSONListField, Record, utcnow
 from protege.models.rules import RuleRecord
 from protege.tool import TOOL_ID_PATTERN
@@ -51,7 +51,8 @@ class Toolkit(Record):
         """The toolkit called ``name``; ``ProtegeError`` if there is none."""
         toolkit = cls.get_or_none(cls.name == name)
         if toolkit is None:
-            raise ProtegeError(f"no toolkit named {name!r}")
+            names = [row.name for row in cls.select(cls.name)]
+            raise ProtegeError(f"no toolkit named {name!r}{did_you_mean(name, names)}")
         return toolkit
 
     def save(self, *args: Any, **kwargs: Any) -> Any:

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from typing import cast
+from collections.abc import Iterator, Mapping
+from typing import Any, cast
 
 import attrs
 
 from protege.config import Config
-from protege.errors import InvalidTool
-from protege.plugins import LoadedPlugin, PluginHost, PluginStatus
+from protege.errors import REPORTED, InvalidTool, did_you_mean
+from protege.plugins import (
+    DISABLE_VARIABLE,
+    LOAD_VARIABLE,
+    LoadedPlugin,
+    PluginHost,
+    PluginStatus,
+    normalize,
+)
 from protege.registry.entries import Origin, Rejected, Shadowed, ToolEntry
 from protege.registry.host import host_tool_classes
+from protege.registry.settings import read_plugin_settings
 from protege.tool import Tool, check_tool_class
 
 logger = logging.getLogger(__name__)
+REPLY_TOOL = "send_email"
 
 
 @attrs.frozen
@@ -24,6 +33,18 @@ class PluginReport:
 
     plugin: LoadedPlugin
     tool_ids: tuple[str, ...]
+    rejected: tuple[str, ...] = ()  # why each class it offered was not registered
+    settings_error: str | None = None  # its [plugins.NAME] table was refused: skipped
+
+    @property
+    def status(self) -> PluginStatus:
+        """How the plugin stands in this manifest."""
+        return PluginStatus.ERROR if self.settings_error else self.plugin.status
+
+    @property
+    def error(self) -> str | None:
+        """Why it is not in use, if it is not."""
+        return self.settings_error or self.plugin.error
 
     def as_dict(self) -> dict[str, object]:
         """The report as plain JSON data."""
@@ -35,8 +56,9 @@ class PluginReport:
             "origin": source.origin,
             "hooks": list(self.plugin.hooks),
             "tools": list(self.tool_ids),
-            "status": str(self.plugin.status),
-            "error": self.plugin.error,
+            "rejected": list(self.rejected),
+            "status": str(self.status),
+            "error": self.error,
         }
 
 
@@ -56,6 +78,12 @@ class Manifest:
     plugins: tuple[PluginReport, ...] = ()
     missing_plugins: tuple[str, ...] = ()
     host_import_errors: tuple[str, ...] = ()
+    unmatched_disabled: tuple[str, ...] = ()
+    # Tool ids the host overrides on purpose (``overrides`` in protege.toml).
+    overrides: tuple[str, ...] = ()
+    # Each plugin's checked settings, and the [plugins.NAME] tables no plugin takes.
+    settings: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
+    settings_problems: tuple[str, ...] = ()
     _by_id: dict[str, ToolEntry] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
@@ -78,22 +106,46 @@ class Manifest:
         """The offered tool ids, sorted; only those of ``origin`` when given."""
         return [e.id for e in self.tools if origin is None or e.origin is origin]
 
+    @property
+    def can_reply(self) -> bool:
+        """Whether a ``send_email`` tool is on offer: without it no agent can answer mail."""
+        return REPLY_TOOL in self
+
+    def acknowledged(self, shadowed: Shadowed) -> bool:
+        """Whether ``shadowed`` lost to a host tool that ``overrides`` names: on purpose."""
+        return shadowed.winner.origin is Origin.HOST and shadowed.entry.id in self.overrides
+
     def problems(self) -> list[str]:
         """Every problem an operator should look at, one line each."""
+        installed = [r.plugin.source.distribution for r in self.plugins]
         lines = [
-            f"plugin {r.plugin.source.distribution} {r.plugin.source.version}: {r.plugin.error}"
+            f"plugin {r.plugin.source.distribution} {r.plugin.source.version}: {r.error}"
             for r in self.plugins
-            if r.plugin.status is PluginStatus.ERROR
+            if r.status is PluginStatus.ERROR
         ]
         lines += [
-            f"PROTEGE_LOAD_PLUGINS names {name}, which is not installed"
+            f"{LOAD_VARIABLE} names {name}, which is not installed{did_you_mean(name, installed)}"
             for name in self.missing_plugins
         ]
+        lines += [
+            f"{DISABLE_VARIABLE} names {name}, which is not installed"
+            f"{did_you_mean(name, installed)}"
+            for name in self.unmatched_disabled
+        ]
+        lines += list(self.settings_problems)
         lines += [f"rejected ({r.origin} {r.source}): {r.reason}" for r in self.rejected]
         lines += [
             f"tool {s.entry.id} from {s.entry.describe_source()} is shadowed by "
             f"{s.winner.describe_source()}"
             for s in self.shadowed
+            if not self.acknowledged(s)
+        ]
+        overridden = {s.entry.id for s in self.shadowed if self.acknowledged(s)}
+        lines += [
+            f"overrides in protege.toml names {tool_id}, but no host tool takes that id "
+            "from a plugin"
+            for tool_id in self.overrides
+            if tool_id not in overridden
         ]
         return lines
 
@@ -130,14 +182,18 @@ def build_manifest(config: Config, plugins: PluginHost) -> Manifest:
         collector.rejected.extend(Rejected(Origin.HOST, module_name, e) for e in errors)
         for tool_class in classes:
             collector.offer(tool_class, Origin.HOST, tool_class.__module__, None)
-    reports = _register_plugin_tools(plugins, collector)
+    settings = read_plugin_settings(config, plugins)
+    reports = _register_plugin_tools(plugins, collector, settings.errors)
     tools, shadowed = _resolve(collector.candidates)
     for loser in shadowed:
+        if loser.winner.origin is Origin.HOST and loser.entry.id in config.overrides:
+            continue
         logger.warning(
             "tool %s from %s is shadowed by %s",
             loser.entry.id,
             loser.entry.describe_source(),
             loser.winner.describe_source(),
+            extra={REPORTED: True},
         )
     return Manifest(
         tools=tools,
@@ -146,10 +202,16 @@ def build_manifest(config: Config, plugins: PluginHost) -> Manifest:
         plugins=reports,
         missing_plugins=plugins.missing,
         host_import_errors=tuple(import_errors),
+        unmatched_disabled=plugins.unmatched_disabled,
+        overrides=config.overrides,
+        settings=settings.values,
+        settings_problems=settings.problems,
     )
 
 
-def _register_plugin_tools(plugins: PluginHost, collector: _Collector) -> tuple[PluginReport, ...]:
+def _register_plugin_tools(
+    plugins: PluginHost, collector: _Collector, refused: Mapping[str, str]
+) -> tuple[PluginReport, ...]:
     registered: dict[int, list[ToolEntry]] = {}
 
     def arguments(plugin: LoadedPlugin) -> dict[str, object]:
@@ -167,10 +229,20 @@ def _register_plugin_tools(plugins: PluginHost, collector: _Collector) -> tuple[
     for plugin, error in plugins.call_each("register_tools", arguments):
         if error is not None:
             plugins.mark_broken(plugin, error)
+        if error is not None or normalize(plugin.source.distribution) in refused:
             withdrawn = registered.pop(id(plugin), [])
             collector.candidates[:] = [c for c in collector.candidates if c not in withdrawn]
     return tuple(
-        PluginReport(plugin, tuple(sorted(e.id for e in registered.get(id(plugin), []))))
+        PluginReport(
+            plugin,
+            tuple(sorted(e.id for e in registered.get(id(plugin), []))),
+            tuple(
+                r.reason
+                for r in collector.rejected
+                if r.origin is not Origin.HOST and r.source == plugin.source.distribution
+            ),
+            refused.get(normalize(plugin.source.distribution)),
+        )
         for plugin in plugins.plugins
     )
 

@@ -11,7 +11,8 @@ any project that has protege installed:
 
 and these functions: ``make_context`` and ``run_tool`` to call a tool as dispatch would,
 ``run_reply`` and ``run_scheduled`` to run an agent end to end, ``attach_files`` to give
-stored mail attachments.
+stored mail attachments, ``with_plugin_settings`` to try a plugin's ``[plugins.NAME]``
+settings.
 """
 
 from protege.testing.database import TestDatabase, fresh_database
@@ -30,6 +31,7 @@ from protege.testing.runs import (
     run_reply,
     run_scheduled,
     run_tool,
+    with_plugin_settings,
 )
 
 __all__ = [
@@ -47,4 +49,5 @@ __all__ = [
     "say",
     "tool_call",
     "tool_calls",
+    "with_plugin_settings",
 ]

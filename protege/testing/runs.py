@@ -5,19 +5,23 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import attrs
 
 from protege import blobs
 from protege.config import Config
 from protege.context import RunContext
 from protege.delivery import send_pending
+from protege.errors import ConfigError
 from protege.harness import execute
 from protege.harness.dispatch import Dispatcher
 from protege.harness.fence import Fence
 from protege.installation import Installation, open_installation
 from protege.mail import record_inbound, reply_headers
 from protege.models import Agent, Message, MessageAttachment, Responsibility, Run
+from protege.plugins import normalize
 from protege.queue import queue_reply, queue_scheduled
 from protege.registry import Manifest
 from protege.result import Result
@@ -158,3 +162,25 @@ def run_tool(tool_id: str, *, context: RunContext, manifest: Manifest, **input: 
 
 def _json(values: dict[str, Any]) -> str:
     return json.dumps(values, default=str)
+
+
+def with_plugin_settings(
+    installation: Installation, distribution: str, settings: Mapping[str, Any]
+) -> Installation:
+    """``installation`` as it would be with ``settings`` as the ``[plugins.DISTRIBUTION]``
+    table of ``protege.toml``: checked as protege checks the file, so a test sees what its
+    tools get through ``context.config.plugin_settings(DISTRIBUTION)``. Raises
+    ``ConfigError`` (a ``ProtegeError``) with protege's message when the plugin refuses
+    them."""
+    name = normalize(distribution)
+    config = attrs.evolve(installation.config, plugins={name: dict(settings)})
+    built = open_installation(config, connect=False)
+    report = next(
+        (r for r in built.manifest.plugins if normalize(r.plugin.source.distribution) == name),
+        None,
+    )
+    if report is None:
+        raise LookupError(f"no installed plugin is named {distribution} (see `protege plugins`)")
+    if report.error is not None:
+        raise ConfigError(report.error)
+    return built

@@ -295,7 +295,9 @@ def test_commands_on_an_unmigrated_database_say_what_to_run(run_protege, tmp_pat
     url = f"sqlite:///{tmp_path}/new.db"
     result = run_protege("agents", "list", env={"PROTEGE_DATABASE_URL": url})
     assert result.returncode == 1
-    assert "run `protege migrate` or `protege sync`" in result.stderr
+    assert "there is no protege database here yet: run `protege sync` to create it" in (
+        result.stderr
+    )
     migrated = run_protege("migrate", env={"PROTEGE_DATABASE_URL": url})
     assert migrated.stdout == (
         "applied 0001 agents and toolkits\n"

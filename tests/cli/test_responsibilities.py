@@ -171,7 +171,7 @@ def test_run_now_and_the_runs_of_a_responsibility(run_protege, env, scripted_mod
     )
     assert [(r["id"], r["status"], r["due_at"]) for r in rows] == [
         (2, "done", None),
-        (1, "done", "2026-03-02T07:00:00"),
+        (1, "done", "2026-03-02T07:00:00+00:00"),
     ]
     table = run_protege("runs", "list", "--responsibility", "other", env=env)
     assert table.stdout == "No runs yet.\n"

@@ -1,6 +1,7 @@
 """`protege runs`, against the scripted model, in a real subprocess."""
 
 import json
+import re
 
 import pytest
 
@@ -130,7 +131,7 @@ def test_start_retry_and_show_a_run_that_sent_mail(run_protege, env, scripted_mo
     assert started.returncode == 1, started.stderr  # failed after sending, and shown
     delivery = "   4   delivery queued to jane@acme.com, subject Re: <"
     assert any(line.startswith(delivery) for line in started.stdout.splitlines())
-    assert started.stderr == ""
+    assert started.stderr.startswith("mail from this run goes to the outbox ")
 
     scripted_model.script(say("Sent."))
     retried = run_protege("runs", "retry", "1", env=env)
@@ -214,8 +215,129 @@ def test_start_warns_about_a_host_module_that_fails_to_import_and_goes_on(
         "runs", "start", "Sundae", "--sender", "j@acme.com", "--message", "Hi", env=env
     )
     assert result.returncode == 0, result.stderr
-    assert result.stderr.splitlines() == [
+    assert result.stderr.splitlines()[0] == (
         "warning: cannot import tool module shop_tools: RuntimeError: no licence key; "
         "its tools are not offered"
-    ]
+    )
     assert result.stdout.splitlines()[0].endswith(", done")
+
+
+def test_runs_start_keeps_mail_in_the_outbox_unless_told_and_says_so(
+    run_protege, env, scripted_model, tmp_path
+):
+    from protege.models import Toolkit
+
+    Agent.named("Sundae").grant(Toolkit.create(name="Mail", member_tool_ids=["send_email"]))
+    # SMTP configured, towards a port nothing listens on: a real send would fail the call.
+    (run_protege.project / "protege.toml").write_text(
+        '[mail]\ntransport = "smtp"\nsmtp_host = "127.0.0.1"\nsmtp_port = 9\nsmtp_retries = 0\n'
+    )
+    data = tmp_path / "data"
+    scripted_model.script(
+        tool_call("send_email", mode="reply", body="Hello Jane"),
+        say("Sent."),
+    )
+    result = run_protege(
+        "runs",
+        "start",
+        "Sundae",
+        "--sender",
+        "jane@acme.com",
+        "--message",
+        "Hi",
+        env={**env, "PROTEGE_DATA_DIR": str(data)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[0] == (
+        f"mail from this run goes to the outbox {data / 'outbox'}, not sent; "
+        "--transport configured sends it by SMTP through 127.0.0.1:9"
+    )
+    (sent,) = (data / "outbox").iterdir()
+    assert b"Hello Jane" in sent.read_bytes()
+
+    scripted_model.script(
+        tool_call("send_email", mode="reply", body="Again"),
+        say("Tried."),
+    )
+    real = run_protege(
+        "runs",
+        "start",
+        "Sundae",
+        "--sender",
+        "jane@acme.com",
+        "--message",
+        "Hi",
+        "--transport",
+        "configured",
+        "--json",
+        env={**env, "PROTEGE_DATA_DIR": str(data)},
+    )
+    assert real.stderr.splitlines()[0] == (
+        "mail from this run is sent by SMTP through 127.0.0.1:9 (--transport configured): "
+        "people get it"
+    )
+    assert len(list((data / "outbox").iterdir())) == 1  # the second went to SMTP, not here
+    json.loads(real.stdout)  # the note stays out of the JSON
+
+
+def test_runs_list_shows_duration_tokens_and_times_with_their_zone(
+    run_protege, env, scripted_model
+):
+    scripted_model.script(say("Hello."), say("Again."))
+    for _ in range(2):
+        run_protege("runs", "start", "Sundae", "--sender", "j@acme.com", "--message", "Hi", env=env)
+    from protege.models import Run
+
+    Run.update(status="failed").where(Run.id == 1).execute()
+    rows = json.loads(run_protege("runs", "list", "--json", env=env).stdout)
+    newest = rows[0]
+    assert newest["created_at"].endswith("+00:00")
+    assert newest["finished_at"].endswith("+00:00")
+    assert newest["duration_seconds"] >= 0
+    # The scripted model reports a quarter of the request's size, plus 10, as its usage.
+    expected = len(json.dumps(scripted_model.requests[1]["messages"])) // 4 + 10
+    assert newest["total_tokens"] == expected
+    table = run_protege("runs", "list", env=env).stdout.splitlines()
+    assert table[0].split() == [
+        "RUN",
+        "AGENT",
+        "KIND",
+        "STATUS",
+        "CREATED",
+        "DURATION",
+        "TOKENS",
+        "DUE",
+        "ERROR",
+    ]
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[+-]\d\d:\d\d", table[1])
+
+    failed = json.loads(run_protege("runs", "list", "--status", "failed", "--json", env=env).stdout)
+    assert [r["id"] for r in failed] == [1]
+    assert json.loads(run_protege("runs", "list", "--since", "1h", "--json", env=env).stdout)
+    later = run_protege("runs", "list", "--since", "2999-01-01", "--json", env=env)
+    assert json.loads(later.stdout) == []
+    bad = run_protege("runs", "list", "--since", "yesterday", env=env)
+    assert bad.returncode == 1
+    assert bad.stderr.startswith("Error: --since 'yesterday': give an age (30m, 2h, 7d)")
+
+
+def test_usage_sums_tokens_per_agent_and_run_and_prices_them(run_protege, env, scripted_model):
+    scripted_model.script(say("Hello."), say("Again."))
+    for _ in range(2):
+        run_protege("runs", "start", "Sundae", "--sender", "j@acme.com", "--message", "Hi", env=env)
+    per_run = json.loads(run_protege("usage", "--by", "run", "--json", env=env).stdout)
+    assert [r["id"] for r in per_run] == [2, 1]
+    assert all(r["cost"] is None for r in per_run)
+    (sundae,) = json.loads(run_protege("usage", "--json", env=env).stdout)
+    assert sundae["runs"] == 2
+    assert sundae["prompt_tokens"] == sum(r["prompt_tokens"] for r in per_run) > 0
+    assert sundae["total_tokens"] == sundae["prompt_tokens"] + sundae["completion_tokens"]
+
+    (run_protege.project / "protege.toml").write_text(
+        "[model]\ninput_cost_per_million = 2.0\noutput_cost_per_million = 10.0\n"
+    )
+    (priced,) = json.loads(run_protege("usage", "--json", env=env).stdout)
+    expected = (sundae["prompt_tokens"] * 2.0 + sundae["completion_tokens"] * 10.0) / 1e6
+    assert priced["cost"] == round(expected, 6)
+    table = run_protege("usage", env=env).stdout.splitlines()
+    assert table[0].split() == ["AGENT", "RUNS", "PROMPT", "COMPLETION", "TOTAL", "COST"]

@@ -5,7 +5,7 @@ def test_tools_json_lists_the_installed_weather_tool_as_a_plugin_tool(run_proteg
     result = run_protege("tools", "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    (forecast,) = [t for t in data["tools"] if t["id"] == "get_forecast"]
+    (forecast,) = [t for t in data if t["id"] == "get_forecast"]
     assert forecast == {
         "id": "get_forecast",
         "display_name": "Get Forecast",
@@ -14,6 +14,7 @@ def test_tools_json_lists_the_installed_weather_tool_as_a_plugin_tool(run_proteg
         "source": "protege-weather",
         "version": "0.1.0",
         "class": "protege_weather:GetForecastTool",
+        "status": "offered",
     }
 
 
@@ -28,11 +29,72 @@ def test_tools_json_shows_a_host_tool_shadowing_a_plugin_tool(run_protege):
         "        return self.success()\n"
     )
     data = json.loads(run_protege("tools", "--json").stdout)
-    (forecast,) = [t for t in data["tools"] if t["id"] == "get_forecast"]
-    assert (forecast["origin"], forecast["source"]) == ("host", "shop_tools")
-    (shadowed,) = data["shadowed"]
-    assert (shadowed["origin"], shadowed["source"]) == ("plugin", "protege-weather")
+    forecast, shadowed = [t for t in data if t["id"] == "get_forecast"]
+    assert (forecast["origin"], forecast["source"], forecast["status"]) == (
+        "host",
+        "shop_tools",
+        "offered",
+    )
+    assert (shadowed["origin"], shadowed["source"], shadowed["status"]) == (
+        "plugin",
+        "protege-weather",
+        "shadowed",
+    )
     assert shadowed["shadowed_by"]["source"] == "shop_tools"
+
+
+def test_an_override_named_in_protege_toml_keeps_doctor_green(run_protege):
+    project = run_protege.project
+    (project / "protege.toml").write_text(
+        'tool_modules = ["shop_tools"]\noverrides = ["get_forecast"]\n'
+    )
+    (project / "shop_tools.py").write_text(
+        "from protege import Tool\n\n"
+        "class GetForecastTool(Tool):\n"
+        '    description = "The shop\'s own forecast."\n\n'
+        "    def use(self, context):\n"
+        "        return self.success()\n"
+    )
+    data = json.loads(run_protege("tools", "--json").stdout)
+    assert [t["status"] for t in data if t["id"] == "get_forecast"] == ["offered", "overridden"]
+    doctor = run_protege("doctor")
+    assert doctor.returncode == 0, doctor.stdout
+    assert "shadowed" not in doctor.stderr
+
+
+def test_an_override_that_overrides_nothing_is_reported(run_protege):
+    (run_protege.project / "protege.toml").write_text('overrides = ["get_forcast"]\n')
+    doctor = run_protege("doctor")
+    assert doctor.returncode == 1
+    assert (
+        "problem: overrides in protege.toml names get_forcast, but no host tool takes that id "
+        "from a plugin"
+    ) in doctor.stdout.splitlines()
+
+
+def test_tools_json_into_a_reader_that_stops_early_ends_quietly(site, run_protege):
+    import os
+    import subprocess
+    import sys
+
+    # Far more than a pipe holds, so protege is still writing when the reader goes away.
+    site.add("many-tools", site.tool_plugin(*[f"Tool{i}Tool" for i in range(800)]))
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PROTEGE_", "PYTHON"))}
+    result = subprocess.run(
+        f"{sys.executable} -m protege tools --json | head -n 2; exit ${{PIPESTATUS[0]}}",
+        shell=True,
+        executable="/bin/bash",
+        cwd=run_protege.project,
+        env={**environ, "PYTHONPATH": str(site.path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.stdout == "[\n  {\n"
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert "BrokenPipe" not in result.stderr
+    assert "Exception ignored" not in result.stderr
 
 
 def test_tools_table_lists_origin_and_shadowed_entries(site, run_protege):
@@ -51,4 +113,4 @@ def test_tools_table_lists_origin_and_shadowed_entries(site, run_protege):
 
 def test_load_list_hides_third_party_tools(run_protege):
     data = json.loads(run_protege("tools", "--json", env={"PROTEGE_LOAD_PLUGINS": ""}).stdout)
-    assert "get_forecast" not in [t["id"] for t in data["tools"]]
+    assert "get_forecast" not in [t["id"] for t in data]

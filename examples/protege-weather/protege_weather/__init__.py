@@ -1,7 +1,8 @@
 """protege-weather: a sample plugin that gives agents a daily weather forecast.
 
 It shows a plugin's whole shape: one ``Tool`` subclass, one ``register_tools`` hookimpl,
-and an entry point in the ``protege`` group named after the module.
+settings declared with ``plugin_settings`` (``[plugins.protege-weather]`` in
+``protege.toml``), and an entry point in the ``protege`` group named after the module.
 """
 
 from __future__ import annotations
@@ -9,12 +10,25 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import attrs
 import httpx
 
 from protege import Tool, Trust, hookimpl
 
+DISTRIBUTION = "protege-weather"
+# Wins over the settings: for a test's stand-in service.
 BASE_URL_VARIABLE = "PROTEGE_WEATHER_BASE_URL"
 DEFAULT_BASE_URL = "https://api.open-meteo.com"
+
+
+@attrs.frozen
+class Settings:
+    """``[plugins.protege-weather]``: where the forecast comes from, and how long to wait."""
+
+    base_url: str = DEFAULT_BASE_URL
+    timeout_seconds: float = attrs.field(default=10.0, validator=attrs.validators.gt(0))
+
+
 DAILY_FIELDS = ("temperature_2m_max", "temperature_2m_min", "precipitation_sum")
 
 
@@ -53,7 +67,7 @@ class GetForecastTool(Tool):
             "timezone": "auto",
         }
         try:
-            response = self._client().get("/v1/forecast", params=params)
+            response = self._client(context).get("/v1/forecast", params=params)
             response.raise_for_status()
             daily = response.json()["daily"]
             forecast = [
@@ -73,10 +87,13 @@ class GetForecastTool(Tool):
             return self.failure("the forecast service sent data this tool does not understand")
         return self.success(latitude=latitude, longitude=longitude, days=forecast)
 
-    def _client(self) -> httpx.Client:
+    def _client(self, context: Any) -> httpx.Client:
         if self.client is None:
-            base_url = os.environ.get(BASE_URL_VARIABLE, DEFAULT_BASE_URL)
-            self.client = httpx.Client(base_url=base_url, timeout=10.0)
+            settings = getattr(context, "config", None)
+            settings = settings.plugin_settings(DISTRIBUTION) if settings else None
+            settings = settings or Settings()
+            base_url = os.environ.get(BASE_URL_VARIABLE) or settings.base_url
+            self.client = httpx.Client(base_url=base_url, timeout=settings.timeout_seconds)
         return self.client
 
 
@@ -84,3 +101,9 @@ class GetForecastTool(Tool):
 def register_tools(register):
     """Offer the forecast tool to protege."""
     register(GetForecastTool)
+
+
+@hookimpl
+def plugin_settings():
+    """Declare the settings read from ``[plugins.protege-weather]``."""
+    return Settings

@@ -74,3 +74,21 @@ def test_base_url_comes_from_the_environment(monkeypatch):
     result = tool.use(context=None, latitude=0, longitude=0)
     assert tool.client.base_url == httpx.URL("http://127.0.0.1:9")
     assert not result.ok  # nothing listens on the discard port
+
+
+def test_base_url_comes_from_protege_toml(protege_app):
+    from protege import ProtegeError
+    from protege.testing import make_context, with_plugin_settings
+
+    app = with_plugin_settings(
+        protege_app, "protege-weather", {"base_url": "http://127.0.0.1:9", "timeout_seconds": 2}
+    )
+    tool = GetForecastTool()
+    result = tool.use(make_context(config=app.config), latitude=0, longitude=0)
+    assert tool.client.base_url == httpx.URL("http://127.0.0.1:9")
+    assert tool.client.timeout.read == 2
+    assert not result.ok
+    with pytest.raises(
+        ProtegeError, match=r"'timeout_seconds' must be > 0: 0.0 @ plugins.protege-weather"
+    ):
+        with_plugin_settings(protege_app, "protege-weather", {"timeout_seconds": 0})

@@ -1,0 +1,215 @@
+"""The files ``protege init`` and ``protege plugin new`` write, as templates."""
+
+from __future__ import annotations
+
+PROTEGE_TOML = """\
+# protege.toml: the settings of this protege installation, read by every `protege`
+# command run in this folder or below it (or named by PROTEGE_CONFIG).
+# Every key is optional; a key protege does not know is an error, not silently ignored.
+# `protege doctor` checks this file, the plugins and the tools.
+
+# The modules holding your app's tools (packages are searched with their submodules).
+tool_modules = {tool_modules}
+
+# Where blobs and the outbox live, relative to this file. PROTEGE_DATA_DIR overrides.
+# data_dir = ".protege"
+
+# The database: SQLite in the data directory unless set. PROTEGE_DATABASE_URL overrides.
+# PostgreSQL needs `pip install "protege[postgres]"`.
+# database_url = "postgresql://protege@127.0.0.1/protege"
+
+# Tool ids your own tools take from a plugin on purpose: `protege doctor` stays green.
+# overrides = ["send_email"]
+
+[model]
+# Any OpenAI-compatible Chat Completions endpoint. PROTEGE_MODEL and
+# PROTEGE_MODEL_BASE_URL override; without base_url, OPENAI_BASE_URL, else OpenAI's.
+# model = "gpt-5-mini"
+# base_url = "http://127.0.0.1:8000/v1"
+# The environment variable holding the API key: the key itself is never written here.
+api_key_env = "OPENAI_API_KEY"
+# What the model reads besides text: "image", "pdf".
+# input = ["text"]
+# Prices per million tokens, for the cost column of `protege usage`.
+# input_cost_per_million = 0.25
+# output_cost_per_million = 2.0
+
+[runs]
+# The budgets of one run.
+# max_model_turns = 20
+# max_tool_failures = 5
+
+[mail]
+# Outgoing mail: "outbox" writes .eml files in the data directory; "smtp" sends.
+# transport = "outbox"
+# smtp_host = "smtp.example.com"
+# smtp_port = 587
+# smtp_username = "sundae"
+# The variable holding the SMTP password.
+# smtp_password_env = "PROTEGE_SMTP_PASSWORD"
+# Where `protege serve` listens for inbound mail.
+# listen_host = "127.0.0.1"
+# listen_port = 2525
+
+[responsibilities]
+# Where a scheduled run that failed for good is reported.
+# notify = "ops@example.com"
+
+# Each plugin's own settings, in a table named after its distribution; `protege doctor`
+# checks them against what the plugin declares. Secrets are named by environment variable.
+# [plugins.protege-weather]
+# units = "metric"
+"""
+
+PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "{distribution}"
+version = "0.1.0"
+description = "A protege plugin: {summary}"
+readme = "README.md"
+requires-python = ">=3.11"
+dependencies = ["protege", "attrs"]
+
+[project.optional-dependencies]
+test = ["pytest"]
+
+# How protege finds the plugin: an entry point in the "protege" group, named after the module.
+[project.entry-points.protege]
+{module} = "{module}"
+
+[tool.setuptools.packages.find]
+include = ["{module}*"]
+
+[tool.pytest.ini_options]
+testpaths = ["tests"]
+"""
+
+MODULE = '''\
+"""{distribution}: a protege plugin. {summary}"""
+
+from __future__ import annotations
+
+import attrs
+
+from protege import RunContext, Tool, hookimpl
+
+DISTRIBUTION = "{distribution}"
+
+
+@attrs.frozen
+class Settings:
+    """The plugin's settings: ``[plugins.{distribution}]`` in protege.toml.
+
+    A secret is never written there: add a field such as ``api_key_env`` naming the
+    environment variable that holds it, and read the variable in the tool.
+    """
+
+    greeting: str = "Hello"
+
+
+class {class_name}(Tool):
+    description = (
+        "Greets a person by name and returns the greeting. Use it when asked to say hello."
+    )
+    summary = "Greet a person by name."
+    input_schema = {{
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["name"],
+        "properties": {{"name": {{"type": "string", "minLength": 1}}}},
+    }}
+
+    def use(self, context: RunContext, name: str):
+        settings = context.config.plugin_settings(DISTRIBUTION) or Settings()
+        return self.success(greeting=f"{{settings.greeting}}, {{name}}!")
+
+
+@hookimpl
+def register_tools(register):
+    """Offer the plugin's tools to protege."""
+    register({class_name})
+
+
+@hookimpl
+def plugin_settings():
+    """Declare the settings protege reads from [plugins.{distribution}]."""
+    return Settings
+'''
+
+TESTS = '''\
+"""{distribution}'s tests, with the fixtures protege's pytest plugin provides."""
+
+import pytest
+
+from protege import ProtegeError
+from protege.testing import make_context, run_tool, with_plugin_settings
+
+
+def test_the_tool_is_on_offer_and_greets(protege_app):
+    context = make_context(config=protege_app.config)
+    result = run_tool("{tool_id}", context=context, manifest=protege_app.manifest, name="Mara")
+    assert result.ok
+    assert result.data["greeting"] == "Hello, Mara!"
+
+
+def test_a_call_without_a_name_is_a_failure_the_model_sees(protege_app):
+    context = make_context(config=protege_app.config)
+    result = run_tool("{tool_id}", context=context, manifest=protege_app.manifest)
+    assert not result.ok
+    assert "name" in result.reason
+
+
+def test_the_greeting_is_read_from_protege_toml(protege_app):
+    app = with_plugin_settings(protege_app, "{distribution}", {{"greeting": "Hi"}})
+    context = make_context(config=app.config)
+    result = run_tool("{tool_id}", context=context, manifest=app.manifest, name="Mara")
+    assert result.data["greeting"] == "Hi, Mara!"
+
+
+def test_an_unknown_setting_is_refused_with_its_name(protege_app):
+    with pytest.raises(ProtegeError, match="greting"):
+        with_plugin_settings(protege_app, "{distribution}", {{"greting": "Hi"}})
+'''
+
+README = """\
+# {distribution}
+
+A [protege](https://pypi.org/project/protege/) plugin. {summary}
+
+## Install
+
+```sh
+protege install {distribution}      # or: pip install {distribution}, where protege runs
+protege sync                        # adds its tools to the All Tools toolkit
+```
+
+`protege tools` then lists `{tool_id}`; grant it to an agent through a toolkit.
+
+## Settings
+
+In `protege.toml`:
+
+```toml
+[plugins.{distribution}]
+greeting = "Hello"
+```
+
+## Develop
+
+```sh
+pip install -e ".[test]"
+pytest
+```
+"""
+
+GITIGNORE = """\
+__pycache__/
+*.egg-info/
+build/
+dist/
+.protege/
+"""
