@@ -31,7 +31,7 @@ from protege import blobs
 from protege.config import Config
 from protege.db import database
 from protege.gateway import relay
-from protege.models import Message
+from protege.models import Message, Run
 from protege.models.base import utcnow
 from protege.models.messages import FAILED, PENDING, SENT
 
@@ -143,12 +143,15 @@ def _backoff(config: Config, attempts: int) -> datetime.timedelta:
     return datetime.timedelta(seconds=config.mail.smtp_backoff_seconds * 2 ** (attempts - 1))
 
 
-def send_pending(config: Config, *, clock: Clock = utcnow, limit: int = 100) -> list[Message]:
-    """Hand every pending mail whose time has come to the transport, in this thread; the
-    mails it tried, as they are now. For the command line, scripts and tests; ``serve``
-    runs ``DeliveryLoop``."""
+def send_pending(
+    config: Config, *, clock: Clock = utcnow, limit: int = 100, run: Run | None = None
+) -> list[Message]:
+    """Hand every pending mail whose time has come (of ``run`` only, if given) to the
+    transport, in this thread; the mails it tried, as they are now. For the command line,
+    scripts and tests; ``serve`` runs ``DeliveryLoop``."""
     tried: list[Message | None] = []
-    while ids := claim_due(config, clock(), limit):
+    run_id = None if run is None else run.id
+    while ids := claim_due(config, clock(), limit, run_id):
         tried += [_safely(hand_off, message_id, config, clock()) for message_id in ids]
     return [m for m in tried if m is not None]
 

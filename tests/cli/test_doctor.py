@@ -34,7 +34,8 @@ def test_doctor_reports_every_problem_and_exits_1(site, run_protege):
 def test_doctor_says_where_files_are_kept(run_protege):
     result = run_protege("doctor")
     assert "blobs: local, in " in result.stdout
-    assert result.stdout.splitlines()[1].endswith(".protege/blobs")
+    (line,) = [x for x in result.stdout.splitlines() if x.startswith("blobs: ")]
+    assert line.endswith(".protege/blobs")
 
 
 def test_doctor_asks_the_s3_service_for_the_bucket(run_protege, s3_server):
