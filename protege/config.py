@@ -231,6 +231,7 @@ class FileSettings:
     web: WebSettings = WebSettings()
     responsibilities: ResponsibilitySettings = ResponsibilitySettings()
     files: FilesSettings = FilesSettings()
+    plugins: dict[str, dict[str, Any]] = attrs.Factory(dict)
 
 
 @attrs.frozen(kw_only=True)
@@ -258,6 +259,14 @@ class Config:
     web: WebSettings = WebSettings()
     responsibilities: ResponsibilitySettings = ResponsibilitySettings()
     files: FilesSettings = FilesSettings()
+    # ``[plugins.NAME]`` tables, kept as read: each plugin checks its own (see
+    # ``plugin_settings``), so protege need not know every plugin's keys.
+    plugins: dict[str, dict[str, Any]] = attrs.field(factory=dict, hash=False)
+
+    def plugin_settings(self, name: str) -> dict[str, Any]:
+        """The ``[plugins.NAME]`` table of ``protege.toml`` (empty when there is none), for
+        the plugin called NAME to check and read; protege itself reads none of its keys."""
+        return dict(self.plugins.get(name, {}))
 
     @classmethod
     def defaults(cls, root: Path) -> Config:
@@ -350,6 +359,7 @@ def _build(
         web=settings.web,
         responsibilities=settings.responsibilities,
         files=settings.files,
+        plugins=settings.plugins,
     )
 
 

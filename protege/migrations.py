@@ -288,6 +288,34 @@ def _0006_responsibilities_on_a_schedule(db: peewee.Database | peewee.DatabasePr
     )
 
 
+def _0008_operators_and_audit(db: peewee.Database | peewee.DatabaseProxy) -> None:
+    # Operators sign in to the dashboard; the audit log records every change to access made
+    # by an operator or from the command line. Both live in the core so that `protege
+    # audit` shows the command line's changes beside the dashboard's.
+    _run(
+        db,
+        """
+        CREATE TABLE operator (
+            id {pk},
+            name VARCHAR(200) NOT NULL UNIQUE,
+            password_hash VARCHAR(500) NOT NULL,
+            created_at {ts} NOT NULL
+        );
+        CREATE TABLE audit_entry (
+            id {pk},
+            at {ts} NOT NULL,
+            actor VARCHAR(300) NOT NULL,
+            action VARCHAR(200) NOT NULL,
+            subject_kind VARCHAR(32) NOT NULL,
+            subject VARCHAR(500) NOT NULL,
+            before TEXT,
+            after TEXT
+        );
+        CREATE INDEX audit_entry_at ON audit_entry (at)
+        """,
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "agents and toolkits", _0001_agents_and_toolkits),
     Migration(2, "messages and runs", _0002_messages_and_runs),
@@ -295,6 +323,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "mail: reply-to lists, refused recipients", _0004_reply_to_lists_and_refusals),
     Migration(5, "search indexes a bounded prefix of long mail", _0005_bounded_search_text),
     Migration(6, "responsibilities on a schedule", _0006_responsibilities_on_a_schedule),
+    # 7 is reserved for run leases and pending deliveries, on another branch.
+    Migration(8, "operators and the audit log", _0008_operators_and_audit),
 )
 
 
