@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -41,7 +42,8 @@ async def login(request: Request) -> Response:
             next=wanted,
             name=name,
         )
-    operator = authenticate(name, str(form.get("password", "")))
+    # scrypt takes a while and much memory on purpose: off the event loop.
+    operator = await run_in_threadpool(authenticate, name, str(form.get("password", "")))
     if operator is None:
         limiter.failed(*keys)
         return render(

@@ -75,6 +75,9 @@ def _check_basic_auth(request: Request, password: str) -> None:
 
 
 def _check_type(request: Request, *allowed: str) -> None:
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding != "identity":
+        raise Refused(415, f"send the body as it is, not {encoding}-encoded")
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media not in allowed:
         raise Refused(415, f"send {' or '.join(allowed)}, not {media or 'no content type'}")

@@ -13,7 +13,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from protege import ProtegeError, admin, blobs
-from protege.models import Agent, Blob, Message, MessageAttachment, Responsibility, Run
+from protege.models import Agent, Blob, Message, Responsibility, Run
 from protege_dashboard.security import checked_form
 from protege_dashboard.web import actor, found, installation, redirect, render
 
@@ -34,10 +34,15 @@ async def runs_page(request: Request) -> Response:
         query = query.where(Run.status == status)
     if kind in KINDS:
         query = query.where(Run.kind == kind)
+    before = request.query_params.get("before", "")
+    if before.isdigit():
+        query = query.where(Run.id < int(before))
+    runs = list(query.limit(PAGE + 1))
     return render(
         request,
         "runs.html",
-        runs=list(query.limit(PAGE)),
+        runs=runs[:PAGE],
+        older=runs[PAGE - 1].id if len(runs) > PAGE else None,
         agents=list(Agent.select().order_by(Agent.name)),
         statuses=STATUSES,
         kinds=KINDS,
@@ -166,17 +171,6 @@ async def responsibility_run(request: Request) -> Response:
 async def audit_page(request: Request) -> Response:
     """The audit log: who changed access, when, before and after."""
     return render(request, "audit.html", entries=admin.audit_entries(200))
-
-
-def pretty(value: Any) -> str:
-    """A snapshot of the audit log as indented JSON ("-" for none)."""
-    return "-" if value is None else json.dumps(value, indent=2, ensure_ascii=False)
-
-
-def attachments_of(message: Message) -> list[Blob]:
-    """The files attached to ``message``."""
-    links = MessageAttachment.select().where(MessageAttachment.message == message)
-    return [link.blob for link in links.order_by(MessageAttachment.position)]
 
 
 ROUTES = [

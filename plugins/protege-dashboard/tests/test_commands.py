@@ -110,3 +110,12 @@ def test_the_readme_settings_are_the_defaults_and_protege_accepts_them(tmp_path)
     (tmp_path / "protege.toml").write_text(block)
     table = load_config(tmp_path, environ={}).plugin_settings("dashboard")
     assert read_settings(table, {}) == DashboardSettings()
+
+
+def test_the_dashboard_refuses_an_unmigrated_database_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(
+        cli, ["dashboard"], env={"PROTEGE_DATABASE_URL": f"sqlite:///{tmp_path}/new.db"}
+    )
+    assert result.exit_code == 1
+    assert "run `protege migrate` or `protege sync`" in result.output

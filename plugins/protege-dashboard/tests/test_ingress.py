@@ -332,3 +332,16 @@ def test_mailgun_refuses_an_oversized_body(web):
     fields = mailgun_fields("w" * (2 * LIMIT + 1024 * 1024 + 10))
     assert mailgun(web, fields).status_code == 413
     assert stored() == []
+
+
+def test_a_compressed_body_is_refused_not_stored_as_garbage(web):
+    import gzip
+
+    answer = web.post(
+        "/ingress/relay",
+        content=gzip.compress(mail()),
+        auth=RELAY,
+        headers={"Content-Type": "message/rfc822", "Content-Encoding": "gzip"},
+    )
+    assert answer.status_code == 415
+    assert stored() == []

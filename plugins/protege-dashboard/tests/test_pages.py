@@ -297,3 +297,16 @@ def test_responsibilities_are_edited_switched_and_run_now(signed_in, scoop, toke
     again = _post(signed_in, "/responsibilities", f"/responsibilities/{duty.id}/run", token_of)
     assert f"run {queued.id} is queued already" in again.text
     assert Run.select().where(Run.responsibility == duty).count() == 1
+
+
+def test_runs_come_fifty_a_page_with_a_link_to_older_ones(signed_in, scoop):
+    message, first = _inbound(scoop, "Hi")
+    for number in range(2, 56):
+        Run.create(agent=scoop, kind="reply", message=message, correlation_id=f"c{number}")
+    page = signed_in.get("/runs").text
+    assert page.count('id="run-') == 50
+    older = re.search(r'href="([^"]*before=\d+)" id="older"', page).group(1)
+    rest = signed_in.get(html.unescape(older)).text
+    assert rest.count('id="run-') == 5
+    assert f'id="run-{first.id}"' in rest
+    assert 'id="older"' not in rest
