@@ -169,8 +169,29 @@ async def responsibility_run(request: Request) -> Response:
 
 
 async def audit_page(request: Request) -> Response:
-    """The audit log: who changed access, when, before and after."""
-    return render(request, "audit.html", entries=admin.audit_entries(200))
+    """The audit log: who changed access, when, what changed, before and after."""
+    entries = admin.audit_entries(200)
+    return render(
+        request,
+        "audit.html",
+        entries=entries,
+        changes={e.id: _changes(e.before, e.after) for e in entries},
+    )
+
+
+def _changes(before: Any, after: Any) -> list[str]:
+    """What differs between two snapshots, one line per key."""
+    if before is None or after is None:
+        return ["created" if before is None else "deleted"]
+    shown = []
+    for key in sorted({*before, *after}):
+        old, new = before.get(key), after.get(key)
+        if old != new:
+            shown.append(
+                f"{key}: {json.dumps(old, ensure_ascii=False)} → "
+                f"{json.dumps(new, ensure_ascii=False)}"
+            )
+    return shown or ["no difference"]
 
 
 ROUTES = [

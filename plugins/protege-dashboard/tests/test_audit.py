@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 
 from click.testing import CliRunner
@@ -76,5 +77,6 @@ def test_the_audit_page_shows_the_dashboard_and_the_command_line(signed_in, scoo
     assert "operator:mara" in page
     assert "cli:" in page
     assert "deny z@y.example" in page
+    assert html.unescape('access_rules: [] → ["deny x@y.example"]') in html.unescape(page)
     logged = json.loads(CliRunner().invoke(cli, ["audit", "--json"]).output)
     assert [e["actor"].split(":")[0] for e in logged] == ["cli", "operator"]
