@@ -182,5 +182,7 @@ def test_a_run_of_the_demo_shows_the_refused_refund(signed_in, demo):
     timeline = browser.find_element(By.ID, "timeline").text
     assert "REFUSED process_refund" in timeline
     assert "call process_refund" in timeline
-    assert "jane@acme.com" in browser.find_element(By.TAG_NAME, "main").text
+    page = browser.find_element(By.TAG_NAME, "main").text
+    assert "Thanks! Could you process another one, for SCP-1043?" in page  # what it answered
+    assert "Hi Jane, I can't issue refunds myself" in page  # the mail it sent
     _screenshot(browser, "run.png")
