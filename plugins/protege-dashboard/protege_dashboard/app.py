@@ -8,6 +8,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Mount
@@ -50,6 +51,7 @@ def create_app(installation: admin.Installation, settings: DashboardSettings) ->
         ],
         middleware=[
             Middleware(SecurityHeaders),
+            Middleware(TrustedHostMiddleware, allowed_hosts=settings.hosts()),
             Middleware(
                 SessionMiddleware,
                 secret_key=session_secret(installation.data_dir),

@@ -6,6 +6,7 @@ import socket
 import sys
 from typing import TYPE_CHECKING
 
+import attrs
 import click
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ def dashboard(host: str | None, port: int | None) -> None:
     settings = read_settings(installation.config.plugin_settings(PLUGIN_NAME))
     host = host or settings.host
     port = settings.port if port is None else port
+    settings = attrs.evolve(settings, host=host, port=port)
     app = create_app(installation, settings)
     if not _operators():
         click.echo("warning: no operators yet: add one with `protege operators add NAME`", err=True)

@@ -171,3 +171,19 @@ def test_the_dashboard_listens_on_this_machine_only_by_default():
     settings = read_settings({}, {})
     assert settings.host == "127.0.0.1"
     assert settings.secret("relay") is None
+
+
+@pytest.mark.parametrize("host", ["evil.example", "127.0.0.1.evil.example"])
+def test_a_request_for_another_host_name_is_refused(app, host):
+    # A web page that rebinds its own name to 127.0.0.1 still sends its own name as Host.
+    from starlette.testclient import TestClient
+
+    with TestClient(app, base_url=f"http://{host}") as stranger:
+        assert stranger.get("/login").status_code == 400
+
+
+def test_allowed_hosts_follow_the_address_listened_on():
+    assert "localhost" in read_settings({}, {}).hosts()
+    assert read_settings({"host": "0.0.0.0"}, {}).hosts() == ["*"]
+    named = read_settings({"host": "0.0.0.0", "allowed_hosts": ["dash.example.com"]}, {})
+    assert named.hosts() == ["dash.example.com"]

@@ -53,7 +53,9 @@ def limited(installation):
 
 @pytest.fixture
 def web(limited, scoop):
-    with TestClient(create_app(limited, read_settings({}, SECRETS))) as client:
+    with TestClient(
+        create_app(limited, read_settings({}, SECRETS)), base_url="http://127.0.0.1"
+    ) as client:
         yield client
 
 
@@ -164,7 +166,8 @@ def test_relay_refuses_too_many_header_addresses_as_smtp_says_552(web, limited):
 
 
 def test_an_ingress_without_its_secret_is_closed(limited, scoop):
-    with TestClient(create_app(limited, read_settings({}, {}))) as web:
+    app = create_app(limited, read_settings({}, {}))
+    with TestClient(app, base_url="http://127.0.0.1") as web:
         assert relay(web, mail()).status_code == 404
         assert postmark(web, {"RawEmail": mail().decode()}).status_code == 404
         assert mailgun(web, mailgun_fields(mail().decode())).status_code == 404
