@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 DISTRIBUTIONS := . plugins/protege-mail plugins/protege-files plugins/protege-web \
-	examples/protege-weather examples/the_scoop
+	plugins/protege-dashboard examples/protege-weather examples/the_scoop
 STAMP := $(VENV)/.installed
 
 .PHONY: install demo test test-sqlite test-postgres lint format bench clean
@@ -11,7 +11,8 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml examples/*/pyproject.toml)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check \
-		-e '.[test,docs]' $(addprefix -e ,$(filter-out .,$(DISTRIBUTIONS)))
+		-e '.[test,docs]' $(addprefix -e ,$(filter-out .,$(DISTRIBUTIONS))) \
+		-e 'plugins/protege-dashboard[test]'
 	@touch $@
 
 install: $(STAMP)
@@ -32,9 +33,11 @@ format: $(STAMP)
 # or started by the script).
 test: lint test-sqlite test-postgres
 
-# -n auto: one pytest-xdist worker per CPU, each with its own migrated test database.
+# -n auto: one pytest-xdist worker per CPU, each with its own migrated test database. The
+# dashboard's browser tests drive the Chromium the script finds (or installs, as root).
 test-sqlite: $(STAMP)
-	$(BIN)/python -m pytest -n auto
+	driver="$$(scripts/chromium-for-tests)" && PROTEGE_TEST_CHROMEDRIVER="$$driver" \
+		$(BIN)/python -m pytest -n auto
 
 test-postgres: $(STAMP)
 	url="$$(scripts/postgres-for-tests)" && PROTEGE_TEST_DATABASE_URL="$$url" $(BIN)/python -m pytest -n auto -m protege_db

@@ -306,6 +306,30 @@ def _0007_leases_and_pending_deliveries(db: peewee.Database | peewee.DatabasePro
         ALTER TABLE message ADD COLUMN pending_recipients TEXT NOT NULL DEFAULT '[]';
         ALTER TABLE message ADD COLUMN delivery_lease_expires_at {{ts}};
         CREATE INDEX message_pending ON message (status, next_attempt_at)
+def _0008_operators_and_audit(db: peewee.Database | peewee.DatabaseProxy) -> None:
+    # Operators sign in to the dashboard; the audit log records every change to access made
+    # by an operator or from the command line. Both live in the core so that `protege
+    # audit` shows the command line's changes beside the dashboard's.
+    _run(
+        db,
+        """
+        CREATE TABLE operator (
+            id {pk},
+            name VARCHAR(200) NOT NULL UNIQUE,
+            password_hash VARCHAR(500) NOT NULL,
+            created_at {ts} NOT NULL
+        );
+        CREATE TABLE audit_entry (
+            id {pk},
+            at {ts} NOT NULL,
+            actor VARCHAR(300) NOT NULL,
+            action VARCHAR(200) NOT NULL,
+            subject_kind VARCHAR(32) NOT NULL,
+            subject VARCHAR(500) NOT NULL,
+            before TEXT,
+            after TEXT
+        );
+        CREATE INDEX audit_entry_at ON audit_entry (at)
         """,
     )
 
@@ -318,6 +342,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "search indexes a bounded prefix of long mail", _0005_bounded_search_text),
     Migration(6, "responsibilities on a schedule", _0006_responsibilities_on_a_schedule),
     Migration(7, "run leases, pending deliveries", _0007_leases_and_pending_deliveries),
+    Migration(8, "operators and the audit log", _0008_operators_and_audit),
 )
 
 

@@ -8,10 +8,12 @@ from protege.models import (
     AgentAccessRule,
     AgentToolkit,
     AgentToolkitRule,
+    AuditEntry,
     Blob,
     Event,
     Message,
     MessageAttachment,
+    Operator,
     Responsibility,
     Run,
     Toolkit,
@@ -57,6 +59,7 @@ def test_an_unmigrated_database_is_refused_with_what_to_run(tmp_path):
         "0005 search indexes a bounded prefix of long mail",
         "0006 responsibilities on a schedule",
         "0007 run leases, pending deliveries",
+        "0008 operators and the audit log",
     ]
     db.require_current()
     # A database one migration behind is told what to run, and how many are waiting.
@@ -83,6 +86,8 @@ def test_an_unmigrated_database_is_refused_with_what_to_run(tmp_path):
         Event,
         Blob,
         MessageAttachment,
+        Operator,
+        AuditEntry,
     ],
 )
 def test_models_match_the_migrated_tables(protege_db, model):

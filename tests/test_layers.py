@@ -15,12 +15,12 @@ PACKAGE = Path(__file__).parent.parent / "protege"
 
 # From the top down: a module may import its own layer and the ones below, never above.
 LAYERS = [
-    ("entry points", {"cli", "testing", "worker", "installation", "__main__"}),
+    ("entry points", {"cli", "testing", "worker", "installation", "admin", "__main__"}),
     ("gateway", {"gateway", "scheduler", "delivery"}),
     ("run queue", {"queue"}),
     ("harness", {"harness"}),
     ("tools on offer", {"toolkits", "registry", "plugins"}),
-    ("records", {"models", "mail", "blobs"}),
+    ("records", {"models", "mail", "blobs", "audit"}),
     ("tool contract", {"tool", "result", "context", "schema", "hookspecs"}),
     (
         "foundation",

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from protege.cli.database import open_database
+from protege.cli.database import audited, open_database
 from protege.cli.output import echo_json, echo_table
 
 
@@ -24,7 +24,9 @@ def create(name: str, address: str, instructions: str) -> None:
     from protege.models import Agent
 
     open_database()
-    agent = Agent.create(name=name, address=address, instructions=instructions)
+    with audited("agent created") as change:
+        agent = Agent.create(name=name, address=address, instructions=instructions)
+        change.created(agent)
     click.echo(f"created agent {agent.name} <{agent.address}>")
     granted = [grant.toolkit.name for grant in agent.grants]
     if granted:
@@ -116,5 +118,6 @@ def delete(name: str, yes: bool) -> None:
     agent = Agent.named(name)
     if not yes:
         click.confirm(f"Delete agent {agent.name} <{agent.address}>?", abort=True)
-    agent.delete_instance(recursive=True)
+    with audited("agent deleted", agent):
+        agent.delete_instance(recursive=True)
     click.echo(f"deleted agent {agent.name}")

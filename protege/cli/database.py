@@ -6,7 +6,9 @@ Commands import what they use when they run (here and in every command module), 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,6 +16,7 @@ from protege import db
 from protege.cli.output import warn_missing_host_tools
 
 if TYPE_CHECKING:
+    from protege.audit import Change
     from protege.installation import Installation
 
 
@@ -57,3 +60,12 @@ def agent_and_toolkit(agent_name: str, toolkit_name: str):
     agent = Agent.named(agent_name)
     toolkit = Toolkit.named(toolkit_name)
     return agent, toolkit, agent.grant_of(toolkit)
+
+
+@contextlib.contextmanager
+def audited(action: str, subject: Any = None) -> Iterator[Change]:
+    """Make a change to access and record it in the audit log, as the system user."""
+    from protege.audit import change, command_line_actor
+
+    with change(command_line_actor(), action, subject) as made:
+        yield made

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from protege.cli.database import agent_and_toolkit, open_database
+from protege.cli.database import agent_and_toolkit, audited, open_database
 
 
 @click.group()
@@ -21,7 +21,9 @@ def attach(agent: str, toolkit: str, allow_proactive: bool) -> None:
     from protege.models import Agent, Toolkit
 
     open_database()
-    grant = Agent.named(agent).grant(Toolkit.named(toolkit), allow_proactive=allow_proactive)
+    with audited("toolkit attached") as change:
+        grant = Agent.named(agent).grant(Toolkit.named(toolkit), allow_proactive=allow_proactive)
+        change.created(grant)
     click.echo(f"attached {grant.toolkit.name} to {grant.agent.name} (gate: open to every sender)")
 
 
@@ -32,7 +34,8 @@ def detach(agent: str, toolkit: str) -> None:
     """Take TOOLKIT away from AGENT, with its gate rules."""
     open_database()
     found_agent, found_toolkit, grant = agent_and_toolkit(agent, toolkit)
-    grant.delete_instance(recursive=True)
+    with audited("toolkit detached", grant):
+        grant.delete_instance(recursive=True)
     click.echo(f"detached {found_toolkit.name} from {found_agent.name}")
 
 
@@ -48,7 +51,8 @@ def configure(agent: str, toolkit: str, allow_proactive: bool) -> None:
     """Set the terms of a grant."""
     open_database()
     found_agent, found_toolkit, grant = agent_and_toolkit(agent, toolkit)
-    grant.allow_proactive = allow_proactive
-    grant.save()
+    with audited("scheduled runs allowed" if allow_proactive else "scheduled runs refused", grant):
+        grant.allow_proactive = allow_proactive
+        grant.save()
     state = "offered" if allow_proactive else "not offered"
     click.echo(f"{found_toolkit.name} is {state} on {found_agent.name}'s scheduled runs")

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from protege.cli.database import open_database, open_installation
+from protege.cli.database import audited, open_database, open_installation
 from protege.cli.output import echo_json, echo_table
 from protege.errors import ProtegeError
 
@@ -102,14 +102,16 @@ def add(
 
     prompt = _instructions(instructions, instructions_file, required=True)
     open_database()
-    duty = Responsibility.create(
-        agent=Agent.named(agent),
-        name=name,
-        prompt=prompt,
-        schedule=schedule,
-        timezone=timezone,
-        enabled=not disabled,
-    )
+    with audited("responsibility added") as change:
+        duty = Responsibility.create(
+            agent=Agent.named(agent),
+            name=name,
+            prompt=prompt,
+            schedule=schedule,
+            timezone=timezone,
+            enabled=not disabled,
+        )
+        change.created(duty)
     click.echo(f"added {duty.agent.name}'s responsibility {duty.name!r}: {_timing(duty)}")
 
 
@@ -244,9 +246,10 @@ def edit(
     changes = {field: value for field, value in changes.items() if value is not None}
     if not changes:
         raise ProtegeError("nothing to change: give --name, --schedule, --timezone or instructions")
-    for field, value in changes.items():
-        setattr(duty, field, value)
-    duty.save()
+    with audited("responsibility edited", duty):
+        for field, value in changes.items():
+            setattr(duty, field, value)
+        duty.save()
     click.echo(f"changed {duty.agent.name}'s responsibility {duty.name!r}: {_timing(duty)}")
 
 
@@ -269,8 +272,9 @@ def disable(name: str, agent: str | None) -> None:
 def _switch(name: str, agent: str | None, on: bool) -> None:
     open_database()
     duty = _find(name, agent)
-    duty.enabled = on
-    duty.save()
+    with audited("enabled" if on else "disabled", duty):
+        duty.enabled = on
+        duty.save()
     click.echo(f"{'enabled' if on else 'disabled'} {duty.agent.name}'s {duty.name!r}")
 
 
@@ -284,7 +288,8 @@ def delete(name: str, agent: str | None, yes: bool) -> None:
     duty = _find(name, agent)
     if not yes:
         click.confirm(f"Delete {duty.agent.name}'s responsibility {duty.name!r}?", abort=True)
-    duty.delete_instance(recursive=True)
+    with audited("responsibility deleted", duty):
+        duty.delete_instance(recursive=True)
     click.echo(f"deleted {duty.agent.name}'s responsibility {duty.name!r}")
 
 

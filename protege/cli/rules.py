@@ -4,22 +4,23 @@ from __future__ import annotations
 
 import click
 
-from protege.cli.database import agent_and_toolkit, open_database
+from protege.cli.database import agent_and_toolkit, audited, open_database
 from protege.cli.output import echo_json
 from protege.errors import ProtegeError
 
 KIND = click.Choice(["allow", "deny"])
 
 
-def _remove(rules, kind: str, pattern: str, where: str) -> None:
+def _remove(subject, rules, kind: str, pattern: str, where: str) -> None:
     from protege.access import normalize_pattern
 
     wanted = normalize_pattern(pattern)
     matching = [rule for rule in rules if rule.kind == kind and rule.pattern == wanted]
     if not matching:
         raise ProtegeError(f"no rule '{kind} {wanted}' on {where}")
-    for rule in matching:
-        rule.delete_instance()
+    with audited("rule removed", subject):
+        for rule in matching:
+            rule.delete_instance()
     click.echo(f"removed {kind} {wanted} from {where}")
 
 
@@ -48,7 +49,8 @@ def add_rule(agent: str, toolkit: str, kind: str, pattern: str) -> None:
     """Add an allow or deny PATTERN (an address, or one with a single *) to a grant's gate."""
     open_database()
     _, _, grant = agent_and_toolkit(agent, toolkit)
-    rule = grant.add_rule(kind, pattern)
+    with audited("rule added", grant):
+        rule = grant.add_rule(kind, pattern)
     click.echo(f"{grant.toolkit.name} on {grant.agent.name}: {rule}")
 
 
@@ -61,7 +63,7 @@ def remove_rule(agent: str, toolkit: str, kind: str, pattern: str) -> None:
     """Remove a rule from a grant's gate."""
     open_database()
     _, _, grant = agent_and_toolkit(agent, toolkit)
-    _remove(grant.rules, kind, pattern, f"{grant.toolkit.name} on {grant.agent.name}")
+    _remove(grant, grant.rules, kind, pattern, f"{grant.toolkit.name} on {grant.agent.name}")
 
 
 @rules.command("list")
@@ -90,7 +92,8 @@ def add_access_rule(agent: str, kind: str, pattern: str) -> None:
 
     open_database()
     found = Agent.named(agent)
-    rule = found.add_access_rule(kind, pattern)
+    with audited("access rule added", found):
+        rule = found.add_access_rule(kind, pattern)
     click.echo(f"{found.name}: {rule}")
 
 
@@ -104,7 +107,7 @@ def remove_access_rule(agent: str, kind: str, pattern: str) -> None:
 
     open_database()
     found = Agent.named(agent)
-    _remove(found.access_rules, kind, pattern, found.name)
+    _remove(found, found.access_rules, kind, pattern, found.name)
 
 
 @access_rules.command("list")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from protege.cli.database import open_database
+from protege.cli.database import audited, open_database
 from protege.cli.output import echo_json, echo_table
 from protege.errors import ProtegeError, did_you_mean
 
@@ -45,7 +45,9 @@ def create(name: str, description: str, tool_ids: tuple[str, ...], force: bool) 
 
     open_database()
     _check_ids(tool_ids, force)
-    toolkit = Toolkit.create(name=name, description=description, member_tool_ids=tool_ids)
+    with audited("toolkit created") as change:
+        toolkit = Toolkit.create(name=name, description=description, member_tool_ids=tool_ids)
+        change.created(toolkit)
     click.echo(f"created toolkit {toolkit.name}: {', '.join(toolkit.member_tool_ids) or '-'}")
 
 
@@ -137,7 +139,8 @@ def add_tools(name: str, tool_ids: tuple[str, ...], force: bool) -> None:
     toolkit = Toolkit.named(name)
     _refuse_all_tools(toolkit)
     _check_ids(tool_ids, force)
-    added = toolkit.add_tools(tool_ids)
+    with audited("members added", toolkit):
+        added = toolkit.add_tools(tool_ids)
     click.echo(f"{toolkit.name}: added {', '.join(added) or 'nothing (already members)'}")
 
 
@@ -151,7 +154,8 @@ def remove_tools(name: str, tool_ids: tuple[str, ...]) -> None:
     open_database()
     toolkit = Toolkit.named(name)
     _refuse_all_tools(toolkit)
-    removed = toolkit.remove_tools(tool_ids)
+    with audited("members removed", toolkit):
+        removed = toolkit.remove_tools(tool_ids)
     click.echo(f"{toolkit.name}: removed {', '.join(removed) or 'nothing (not members)'}")
 
 
@@ -169,7 +173,8 @@ def delete(name: str, yes: bool) -> None:
     holders = len(toolkit.grants)
     if not yes:
         click.confirm(f"Delete toolkit {toolkit.name} (held by {holders} agent(s))?", abort=True)
-    toolkit.delete_instance(recursive=True)
+    with audited("toolkit deleted", toolkit):
+        toolkit.delete_instance(recursive=True)
     click.echo(f"deleted toolkit {toolkit.name}")
 
 

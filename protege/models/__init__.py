@@ -1,6 +1,7 @@
 """protege's records, for host apps, scripts and tests (public API)."""
 
 from protege.models.agents import Agent, AgentAccessRule
+from protege.models.audit import AuditEntry, Operator
 from protege.models.base import Record
 from protege.models.blobs import Blob, MessageAttachment
 from protege.models.messages import Message
@@ -12,10 +13,12 @@ __all__ = [
     "AgentAccessRule",
     "AgentToolkit",
     "AgentToolkitRule",
+    "AuditEntry",
     "Blob",
     "Event",
     "Message",
     "MessageAttachment",
+    "Operator",
     "Record",
     "Responsibility",
     "Run",

@@ -307,6 +307,7 @@ def test_commands_on_an_unmigrated_database_say_what_to_run(run_protege, tmp_pat
         "applied 0005 search indexes a bounded prefix of long mail\n"
         "applied 0006 responsibilities on a schedule\n"
         "applied 0007 run leases, pending deliveries\n"
+        "applied 0008 operators and the audit log\n"
     )
     assert run_protege("agents", "list", env={"PROTEGE_DATABASE_URL": url}).returncode == 0
 
@@ -354,3 +355,49 @@ def test_sync_reports_builtins_default_tools_lacks_and_leaves_them_out(operator)
     ]
     again = json.loads(operator("sync", "--json").stdout)
     assert again["default_tools_lacks_builtins"] == ["create_file", "read_attachment"]
+
+
+def test_every_change_to_access_from_the_command_line_is_in_the_audit_log(operator):
+    operator("agents", "create", "Sundae", "--address", "sundae@thescoop.example")
+    operator("toolkits", "create", "Finance", "--tool", "process_refund")
+    operator("toolkits", "add-tools", "Finance", "lookup_order")
+    operator("grants", "attach", "Sundae", "Finance")
+    operator("rules", "add", "Sundae", "Finance", "allow", "*@TheScoop.com")
+    operator("rules", "remove", "Sundae", "Finance", "allow", "*@thescoop.com")
+    operator("access-rules", "add", "Sundae", "deny", "spam@example.com")
+    operator("grants", "configure", "Sundae", "Finance", "--allow-proactive")
+    operator("grants", "detach", "Sundae", "Finance")
+    operator("toolkits", "delete", "Finance", "--yes")
+    logged = json.loads(operator("audit", "--json").stdout)[::-1]
+    assert [(e["action"], e["subject"]) for e in logged] == [
+        ("agent created", "Sundae"),
+        ("toolkit created", "Finance"),
+        ("members added", "Finance"),
+        ("toolkit attached", "Finance on Sundae"),
+        ("rule added", "Finance on Sundae"),
+        ("rule removed", "Finance on Sundae"),
+        ("access rule added", "Sundae"),
+        ("scheduled runs allowed", "Finance on Sundae"),
+        ("toolkit detached", "Finance on Sundae"),
+        ("toolkit deleted", "Finance"),
+    ]
+    assert all(e["actor"].startswith("cli:") for e in logged)
+    assert logged[0]["before"] is None
+    assert logged[2]["before"]["members"] == ["process_refund"]
+    assert logged[2]["after"]["members"] == ["lookup_order", "process_refund"]
+    assert logged[4]["after"]["rules"] == ["allow *@thescoop.com"]
+    assert logged[5]["after"]["rules"] == []
+    assert logged[8]["after"] is None
+    assert logged[9]["before"]["name"] == "Finance"
+    text = operator("audit", "--kind", "toolkit", "--limit", "1").stdout
+    assert text.splitlines()[0].endswith("toolkit deleted, toolkit Finance")
+
+
+def test_a_refused_change_leaves_no_audit_entry(operator):
+    operator("agents", "create", "Sundae", "--address", "sundae@thescoop.example")
+    operator("toolkits", "create", "Finance")
+    operator("grants", "attach", "Sundae", "Finance")
+    refused = operator("rules", "add", "Sundae", "Finance", "allow", "a*b*@x.com", ok=False)
+    assert refused.returncode == 1
+    actions = [e["action"] for e in json.loads(operator("audit", "--json").stdout)]
+    assert "rule added" not in actions

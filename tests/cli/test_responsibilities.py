@@ -79,6 +79,16 @@ def test_the_round_trip_add_list_show_edit_disable_enable_delete(run_protege, en
         protege("list")
         == "No responsibilities yet: `protege responsibilities add AGENT NAME ...`.\n"
     )
+    logged = json.loads(run_protege("audit", "--kind", "responsibility", "--json", env=env).stdout)
+    assert [e["action"] for e in logged[::-1]] == [
+        "responsibility added",
+        "responsibility edited",
+        "disabled",
+        "enabled",
+        "responsibility deleted",
+    ]
+    assert logged[-2]["before"]["schedule"] == "0 7 1 1 *"
+    assert logged[-2]["after"]["schedule"] == "@daily"
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 """`protege demo` (what `make demo` runs) plays the seed's thread with the scripted model."""
 
+import json
 import os
 import subprocess
 import sys
@@ -41,6 +42,22 @@ def test_demo_shows_the_seed_outcome(tmp_path):
     assert "--- Scout <scout@thescoop.example> -> mara@thescoop.com" in scout
     assert "Pistachio: OUT (0 pints)" in scout
     assert len(list((tmp_path / "scoop" / "data" / "outbox").glob("*.eml"))) == 4
+    ending = out.split("=== See it all in the dashboard")[1].splitlines()
+    assert ending[1:] == [
+        f"    cd {tmp_path / 'scoop'}",
+        "    protege operators add admin      (asks for a password)",
+        "    protege dashboard                (then open http://127.0.0.1:8025/)",
+    ]
+    listed = subprocess.run(
+        [sys.executable, "-m", "protege", "runs", "list", "--json"],
+        env=env,
+        cwd=tmp_path / "scoop",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert len(json.loads(listed.stdout)) == 4  # the folder's protege.toml finds the demo's data
 
 
 def test_demo_with_a_configured_model_says_which(tmp_path):

@@ -56,7 +56,30 @@ def run_demo(folder: Path | None = None) -> Path:
     finally:
         if model is not None:
             model.stop()
+    _say_how_to_open(folder, config)
     return folder
+
+
+DEMO_SETTINGS = """# Written by `protege demo`: protege's commands run here open the demo's data.
+tool_modules = ["the_scoop.tools"]
+data_dir = "data"
+"""
+
+
+def _say_how_to_open(folder: Path, config: Config) -> None:
+    """Leave a protege.toml naming the demo's data in ``folder`` (unless one is there), and
+    say how to look at it all in the dashboard."""
+    settings = folder / "protege.toml"
+    if not settings.exists():
+        settings.write_text(DEMO_SETTINGS)
+    click.echo("\n=== See it all in the dashboard (runs, events, toolkits, who may use what):")
+    if settings.read_text() == DEMO_SETTINGS:
+        click.echo(f"    cd {folder}")
+    else:  # the folder has settings of its own: name the demo's data instead
+        click.echo(f"    export PROTEGE_DATABASE_URL={config.database_url}")
+        click.echo(f"    export PROTEGE_DATA_DIR={config.data_dir}")
+    click.echo("    protege operators add admin      (asks for a password)")
+    click.echo("    protege dashboard                (then open http://127.0.0.1:8025/)")
 
 
 def demo_config(folder: Path) -> tuple[Config, bool]:

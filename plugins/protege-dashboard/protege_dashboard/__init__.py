@@ -1,0 +1,23 @@
+"""protege-dashboard: the operators' web dashboard and the HTTP ways in for mail.
+
+Adds two commands to ``protege``: ``protege dashboard`` (serve it) and ``protege
+operators`` (the accounts that may sign in). It offers no tools.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from protege import hookimpl
+
+if TYPE_CHECKING:
+    import click
+
+
+@hookimpl
+def register_commands(cli: click.Group) -> None:
+    """Add ``protege dashboard`` and ``protege operators``."""
+    from protege_dashboard.commands import dashboard, operators
+
+    cli.add_command(dashboard)
+    cli.add_command(operators)

@@ -1,0 +1,353 @@
+"""Pages for who may use what: tools, toolkits, agents, their grants and access rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from protege import ProtegeError, admin
+from protege.models import Agent, AgentAccessRule, AgentToolkit, AgentToolkitRule, Toolkit
+from protege_dashboard.security import checked_form
+from protege_dashboard.web import actor, found, installation, redirect, render
+
+ALL_TOOLS = "all_tools"
+
+
+async def tools_page(request: Request) -> Response:
+    """The live manifest, the shadowed tools and every problem ``doctor`` would report."""
+    manifest = installation(request).manifest
+    return render(
+        request,
+        "tools.html",
+        tools=manifest.tools,
+        shadowed=manifest.shadowed,
+        problems=manifest.problems(),
+    )
+
+
+async def toolkits_page(request: Request) -> Response:
+    """Every toolkit, its members and the agents holding it."""
+    holders: dict[int, list[str]] = {}
+    for grant in AgentToolkit.select(AgentToolkit, Agent).join(Agent).order_by(Agent.name):
+        holders.setdefault(grant.toolkit_id, []).append(grant.agent.name)
+    kits = list(Toolkit.select().order_by(Toolkit.name))
+    return render(request, "toolkits.html", toolkits=kits, holders=holders)
+
+
+def _member_rows(request: Request, toolkit: Toolkit | None, ticked: set[str]) -> list[dict]:
+    manifest = installation(request).manifest
+    rows = [
+        {
+            "id": entry.id,
+            "display_name": entry.display_name,
+            "summary": entry.summary,
+            "source": entry.describe_source(),
+            "ticked": entry.id in ticked,
+            "stale": False,
+        }
+        for entry in manifest.tools
+    ]
+    stale = sorted(i for i in (toolkit.member_tool_ids if toolkit else []) if i not in manifest)
+    rows += [
+        {
+            "id": i,
+            "display_name": i,
+            "summary": "no longer in the manifest: skipped until it returns",
+            "source": "",
+            "ticked": i in ticked,
+            "stale": True,
+        }
+        for i in stale
+    ]
+    return rows
+
+
+async def toolkit_form(request: Request) -> Response:
+    """New (no id) or Edit: name, description and the member checklist."""
+    toolkit = found(Toolkit, request.path_params["id"]) if "id" in request.path_params else None
+    if request.method == "GET":
+        ticked = set(toolkit.member_tool_ids) if toolkit else set()
+        return _toolkit_page(request, toolkit, ticked)
+    form = await checked_form(request)
+    if toolkit is not None and toolkit.system_key == ALL_TOOLS:
+        raise HTTPException(403, "All Tools is rewritten by `protege sync`: it is not edited")
+    name = str(form.get("name", ""))
+    description = str(form.get("description", ""))
+    ticked = {str(v) for v in form.getlist("members")}
+    manifest = installation(request).manifest
+    known = set(toolkit.member_tool_ids) if toolkit else set()
+    unknown = sorted(i for i in ticked if i not in manifest and i not in known)
+    if unknown:
+        error = f"not in the manifest: {', '.join(unknown)}"
+        return _toolkit_page(request, toolkit, ticked, name, description, error)
+    try:
+        if toolkit is None:
+            with admin.change(actor(request), "toolkit created") as change:
+                toolkit = Toolkit.create(
+                    name=name, description=description, member_tool_ids=sorted(ticked)
+                )
+                change.created(toolkit)
+            message = f"created toolkit {toolkit.name}"
+        else:
+            with admin.change(actor(request), "toolkit edited", toolkit):
+                if toolkit.system_key is None:
+                    toolkit.name = name
+                toolkit.description = description
+                toolkit.member_tool_ids = sorted(ticked)
+                toolkit.save()
+            message = f"saved toolkit {toolkit.name}"
+    except ProtegeError as error:
+        return _toolkit_page(request, toolkit, ticked, name, description, str(error))
+    return redirect("/toolkits", message, request)
+
+
+def _toolkit_page(
+    request: Request,
+    toolkit: Toolkit | None,
+    ticked: set[str],
+    name: str | None = None,
+    description: str | None = None,
+    error: str | None = None,
+) -> Response:
+    return render(
+        request,
+        "toolkit_form.html",
+        status_code=422 if error else 200,
+        toolkit=toolkit,
+        name=name if name is not None else (toolkit.name if toolkit else ""),
+        description=description
+        if description is not None
+        else (toolkit.description if toolkit else ""),
+        rows=_member_rows(request, toolkit, ticked),
+        read_only=toolkit is not None and toolkit.system_key == ALL_TOOLS,
+        error=error,
+    )
+
+
+async def toolkit_delete(request: Request) -> Response:
+    """Delete a toolkit (never a system one); it is detached from every agent."""
+    toolkit = found(Toolkit, request.path_params["id"])
+    await checked_form(request)
+    try:
+        with admin.change(actor(request), "toolkit deleted", toolkit):
+            toolkit.delete_instance(recursive=True)
+    except ProtegeError as error:
+        return redirect("/toolkits", str(error), request)
+    return redirect("/toolkits", f"deleted toolkit {toolkit.name}", request)
+
+
+async def agents_page(request: Request) -> Response:
+    """Every agent, and the form to create one."""
+    if request.method == "POST":
+        form = await checked_form(request)
+        try:
+            with admin.change(actor(request), "agent created") as change:
+                agent = Agent.create(
+                    name=str(form.get("name", "")),
+                    address=str(form.get("address", "")),
+                    instructions=str(form.get("instructions", "")),
+                )
+                change.created(agent)
+        except ProtegeError as error:
+            return _agents(request, str(error), form)
+        return redirect(f"/agents/{agent.id}", f"created agent {agent.name}", request)
+    return _agents(request)
+
+
+def _agents(request: Request, error: str | None = None, form: Any = None) -> Response:
+    held: dict[int, list[str]] = {}
+    for grant in AgentToolkit.select(AgentToolkit, Toolkit).join(Toolkit).order_by(Toolkit.name):
+        held.setdefault(grant.agent_id, []).append(grant.toolkit.name)
+    return render(
+        request,
+        "agents.html",
+        status_code=422 if error else 200,
+        agents=list(Agent.select().order_by(Agent.name)),
+        held=held,
+        error=error,
+        form=form or {},
+    )
+
+
+async def agent_page(request: Request) -> Response:
+    """An agent: its Agent Toolkits, access rules, catalogue and the explain form."""
+    agent = found(Agent, request.path_params["id"])
+    return _agent(request, agent)
+
+
+def _agent(
+    request: Request,
+    agent: Agent,
+    explanation: admin.Explanation | None = None,
+    error: str | None = None,
+    asked: str = "",
+) -> Response:
+    manifest = installation(request).manifest
+    grants = sorted(agent.grants, key=lambda g: g.toolkit.name)
+    attached = {g.toolkit_id for g in grants}
+    return render(
+        request,
+        "agent.html",
+        status_code=422 if error else 200,
+        agent=agent,
+        grants=grants,
+        access_rules=sorted(agent.access_rules, key=lambda r: r.id),
+        attachable=[t for t in Toolkit.select().order_by(Toolkit.name) if t.id not in attached],
+        catalogue=agent.available_tools(manifest),
+        explanation=explanation,
+        error=error,
+        asked=asked,
+    )
+
+
+async def agent_attach(request: Request) -> Response:
+    """Attach a toolkit to the agent, its gate open."""
+    agent = found(Agent, request.path_params["id"])
+    form = await checked_form(request)
+    toolkit = found(Toolkit, form.get("toolkit"))
+    try:
+        with admin.change(actor(request), "toolkit attached") as change:
+            grant = agent.grant(toolkit, allow_proactive=form.get("allow_proactive") == "on")
+            change.created(grant)
+    except ProtegeError as error:
+        return redirect(f"/agents/{agent.id}", str(error), request)
+    return redirect(f"/agents/{agent.id}", f"attached {toolkit.name}", request)
+
+
+def _grant(request: Request) -> AgentToolkit:
+    grant = found(AgentToolkit, request.path_params["grant"])
+    if grant.agent_id != int(request.path_params["id"]):
+        raise HTTPException(404, "no such record")
+    return grant
+
+
+async def grant_detach(request: Request) -> Response:
+    """Take a toolkit away from the agent, with its gate rules."""
+    grant = _grant(request)
+    await checked_form(request)
+    name, agent_id = grant.toolkit.name, grant.agent_id
+    with admin.change(actor(request), "toolkit detached", grant):
+        grant.delete_instance(recursive=True)
+    return redirect(f"/agents/{agent_id}", f"detached {name}", request)
+
+
+async def access_rule_add(request: Request) -> Response:
+    """Add an allow or deny pattern to who may reach the agent at all."""
+    agent = found(Agent, request.path_params["id"])
+    form = await checked_form(request)
+    try:
+        with admin.change(actor(request), "access rule added", agent):
+            rule = agent.add_access_rule(str(form.get("kind", "")), str(form.get("pattern", "")))
+    except ProtegeError as error:
+        return redirect(f"/agents/{agent.id}", str(error), request)
+    return redirect(f"/agents/{agent.id}", f"added access rule {rule}", request)
+
+
+async def access_rule_remove(request: Request) -> Response:
+    """Remove one of the agent's access rules."""
+    agent = found(Agent, request.path_params["id"])
+    await checked_form(request)
+    rule = found(AgentAccessRule, request.path_params["rule"])
+    if rule.agent_id != agent.id:
+        raise HTTPException(404, "no such record")
+    with admin.change(actor(request), "access rule removed", agent):
+        rule.delete_instance()
+    return redirect(f"/agents/{agent.id}", f"removed access rule {rule}", request)
+
+
+async def explain(request: Request) -> Response:
+    """What a sender (or a scheduled run) would get: ``protege access explain``'s answer."""
+    agent = found(Agent, request.path_params["id"])
+    form = await checked_form(request)
+    sender = str(form.get("sender", "")).strip()
+    scheduled = form.get("scheduled") == "on"
+    if not scheduled and not sender:
+        return _agent(request, agent, error="give a sender's address, or tick scheduled run")
+    answer = admin.explain(
+        agent,
+        installation(request).manifest,
+        sender=None if scheduled else sender,
+        scheduled=scheduled,
+    )
+    return _agent(request, agent, explanation=answer, asked=sender)
+
+
+async def grant_page(request: Request) -> Response:
+    """Configure Access Settings of one attachment: its gate rules, scheduled runs."""
+    grant = _grant(request)
+    return render(
+        request,
+        "grant.html",
+        grant=grant,
+        agent=grant.agent,
+        toolkit=grant.toolkit,
+        rules=sorted(grant.rules, key=lambda r: r.id),
+    )
+
+
+async def grant_rule_add(request: Request) -> Response:
+    """Add an allow or deny pattern to the attachment's sender gate."""
+    grant = _grant(request)
+    form = await checked_form(request)
+    here = f"/agents/{grant.agent_id}/grants/{grant.id}"
+    try:
+        with admin.change(actor(request), "rule added", grant):
+            rule = grant.add_rule(str(form.get("kind", "")), str(form.get("pattern", "")))
+    except ProtegeError as error:
+        return redirect(here, str(error), request)
+    return redirect(here, f"added rule {rule}", request)
+
+
+async def grant_rule_remove(request: Request) -> Response:
+    """Remove a rule from the attachment's sender gate."""
+    grant = _grant(request)
+    await checked_form(request)
+    rule = found(AgentToolkitRule, request.path_params["rule"])
+    if rule.grant_id != grant.id:
+        raise HTTPException(404, "no such record")
+    with admin.change(actor(request), "rule removed", grant):
+        rule.delete_instance()
+    return redirect(f"/agents/{grant.agent_id}/grants/{grant.id}", f"removed {rule}", request)
+
+
+async def grant_scheduled(request: Request) -> Response:
+    """Set whether the toolkit is offered on the agent's scheduled runs."""
+    grant = _grant(request)
+    form = await checked_form(request)
+    allow = form.get("allow_proactive") == "on"
+    action = "scheduled runs allowed" if allow else "scheduled runs refused"
+    with admin.change(actor(request), action, grant):
+        grant.allow_proactive = allow
+        grant.save()
+    said = "offered" if allow else "not offered"
+    return redirect(
+        f"/agents/{grant.agent_id}/grants/{grant.id}", f"tools {said} on scheduled runs", request
+    )
+
+
+ROUTES = [
+    Route("/tools", tools_page),
+    Route("/toolkits", toolkits_page),
+    Route("/toolkits/new", toolkit_form, methods=["GET", "POST"]),
+    Route("/toolkits/{id:int}/edit", toolkit_form, methods=["GET", "POST"]),
+    Route("/toolkits/{id:int}/delete", toolkit_delete, methods=["POST"]),
+    Route("/agents", agents_page, methods=["GET", "POST"]),
+    Route("/agents/{id:int}", agent_page),
+    Route("/agents/{id:int}/attach", agent_attach, methods=["POST"]),
+    Route("/agents/{id:int}/explain", explain, methods=["POST"]),
+    Route("/agents/{id:int}/access-rules", access_rule_add, methods=["POST"]),
+    Route("/agents/{id:int}/access-rules/{rule:int}/remove", access_rule_remove, methods=["POST"]),
+    Route("/agents/{id:int}/grants/{grant:int}", grant_page),
+    Route("/agents/{id:int}/grants/{grant:int}/detach", grant_detach, methods=["POST"]),
+    Route("/agents/{id:int}/grants/{grant:int}/rules", grant_rule_add, methods=["POST"]),
+    Route(
+        "/agents/{id:int}/grants/{grant:int}/rules/{rule:int}/remove",
+        grant_rule_remove,
+        methods=["POST"],
+    ),
+    Route("/agents/{id:int}/grants/{grant:int}/scheduled", grant_scheduled, methods=["POST"]),
+]

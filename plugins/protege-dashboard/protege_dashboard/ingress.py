@@ -1,0 +1,298 @@
+"""HTTP ways in for mail, for deployments that cannot take SMTP from the internet.
+
+Each hands the raw message to the same ``ingest`` as the SMTP gateway, with its limits and
+refusals, and answers as the gateway would: 204 where it says 250, 422 where it says 550
+(no agent has the address, or the sender is refused: the reason stays in the log), 413
+where it says 552 (too large), 503 where it says 451 (try again later); and 401 for a wrong
+password or signature, 415 for a body of the wrong type.
+
+- ``POST /ingress/relay``: the raw message (``message/rfc822``), HTTP basic auth.
+- ``POST /ingress/postmark``: Postmark's inbound webhook (JSON, ``RawEmail``), basic auth.
+- ``POST /ingress/sendgrid``: SendGrid's Inbound Parse with raw MIME (``email``), basic auth.
+- ``POST /ingress/mailgun``: a Mailgun route's ``body-mime``, its HMAC signature checked.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import collections
+import hashlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from python_multipart import create_form_parser
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from protege import admin
+from protege_dashboard.settings import DashboardSettings
+
+logger = logging.getLogger(__name__)
+# JSON escaping and form encoding around a message can double it; beyond that, refuse
+# before reading on.
+ENVELOPE_FACTOR = 2
+ENVELOPE_OVERHEAD = 1024 * 1024
+
+
+class Refused(Exception):
+    """An answer other than 204, with the status and the line to say."""
+
+    def __init__(self, status: int, said: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(said)
+        self.status = status
+        self.headers = headers or {}
+
+
+def _settings(request: Request) -> DashboardSettings:
+    return request.app.state.settings
+
+
+def _secret(request: Request, ingress: str) -> str:
+    secret = _settings(request).secret(ingress)
+    if secret is None:
+        raise Refused(404, f"the {ingress} ingress is not configured")
+    return secret
+
+
+def _check_basic_auth(request: Request, password: str) -> None:
+    header = request.headers.get("authorization", "")
+    scheme, _, encoded = header.partition(" ")
+    given = ""
+    if scheme.lower() == "basic":
+        try:
+            given = base64.b64decode(encoded, validate=True).decode("utf-8").partition(":")[2]
+        except (binascii.Error, UnicodeDecodeError):
+            given = ""
+    if not hmac.compare_digest(given.encode(), password.encode()):
+        raise Refused(401, "wrong password", {"WWW-Authenticate": 'Basic realm="protege"'})
+
+
+def _check_type(request: Request, *allowed: str) -> None:
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding != "identity":
+        raise Refused(415, f"send the body as it is, not {encoding}-encoded")
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media not in allowed:
+        raise Refused(415, f"send {' or '.join(allowed)}, not {media or 'no content type'}")
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise Refused(413, f"the body is over the limit of {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise Refused(413, f"the body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+MAX_FIELDS = 100
+
+
+def _form(request: Request, body: bytes) -> dict[str, bytes]:
+    """The fields of a posted form as bytes, exactly as sent: a message in a field keeps
+    every byte, whatever its character set. A file part is refused."""
+    fields: dict[str, bytes] = {}
+
+    def on_field(field: Any) -> None:
+        if len(fields) >= MAX_FIELDS:
+            raise Refused(422, f"the form has more than {MAX_FIELDS} fields")
+        name = (field.field_name or b"").decode("utf-8", "replace")
+        fields.setdefault(name, field.value or b"")
+
+    def on_file(file: Any) -> None:
+        raise Refused(422, "the form may not carry files")
+
+    headers = {
+        "Content-Type": request.headers.get("content-type", "").encode("latin-1", "replace"),
+        "Content-Length": str(len(body)).encode(),
+    }
+    try:
+        parser = create_form_parser(
+            headers, on_field, on_file, config={"MAX_MEMORY_FILE_SIZE": len(body) + 1}
+        )
+        parser.write(body)
+        parser.finalize()
+    except Refused:
+        raise
+    except Exception as error:  # python-multipart's word for a body it cannot read
+        raise Refused(422, f"the form does not parse: {error}") from None
+    return fields
+
+
+def _raw(text: str) -> bytes:
+    # A message that came as text (JSON, form fields) goes back to bytes as UTF-8; a lone
+    # surrogate that JSON may carry becomes "?" rather than an error.
+    return text.encode("utf-8", "replace")
+
+
+def _field(form: dict[str, bytes], name: str) -> bytes:
+    value = form.get(name)
+    if not value:
+        raise Refused(422, f"the form has no {name!r} field")
+    return value
+
+
+def _text(form: dict[str, bytes], name: str) -> str | None:
+    value = form.get(name)
+    return value.decode("utf-8", "replace") if value else None
+
+
+async def _ingest(
+    request: Request,
+    raw: bytes,
+    recipients: list[str] | None = None,
+    envelope_sender: str | None = None,
+) -> Response:
+    config = request.app.state.installation.config
+    try:
+        delivered = await run_in_threadpool(
+            admin.ingest,
+            raw,
+            config=config,
+            recipients=recipients,
+            envelope_sender=envelope_sender,
+        )
+    except admin.MailRejected as rejection:
+        status = 413 if rejection.code == 552 else 422
+        return PlainTextResponse(f"{rejection}\n", status_code=status)
+    except admin.StorageUnavailable as error:
+        logger.error("could not store inbound mail for now: %s", error)
+        return PlainTextResponse(
+            "the message could not be stored; try again later\n",
+            status_code=503,
+            headers={"Retry-After": "60"},
+        )
+    if admin.all_refused(delivered):
+        for refused in delivered:
+            logger.info("refused mail %s: %s", refused.message.id, refused.reason)
+        return PlainTextResponse("this address does not accept your message\n", status_code=422)
+    return Response(status_code=204)
+
+
+def _limit(request: Request, factor: int = 1, overhead: int = 0) -> int:
+    return request.app.state.installation.config.mail.max_message_bytes * factor + overhead
+
+
+def _answering(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except Refused as refused:
+            return PlainTextResponse(
+                f"{refused}\n", status_code=refused.status, headers=refused.headers
+            )
+
+    endpoint.__doc__ = handler.__doc__
+    return endpoint
+
+
+@_answering
+async def relay(request: Request) -> Response:
+    """A raw RFC 822 message, as Action Mailbox's relay ingress takes it."""
+    _check_basic_auth(request, _secret(request, "relay"))
+    _check_type(request, "message/rfc822")
+    return await _ingest(request, await _body(request, _limit(request)))
+
+
+@_answering
+async def postmark(request: Request) -> Response:
+    """Postmark's inbound webhook, with "include raw email content" on."""
+    _check_basic_auth(request, _secret(request, "postmark"))
+    _check_type(request, "application/json")
+    body = await _body(request, _limit(request, ENVELOPE_FACTOR, ENVELOPE_OVERHEAD))
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise Refused(422, "the body is not JSON") from None
+    raw = payload.get("RawEmail") if isinstance(payload, dict) else None
+    if not isinstance(raw, str) or not raw:
+        raise Refused(422, "no RawEmail: turn on the webhook's raw email content")
+    return await _ingest(request, _raw(raw))
+
+
+@_answering
+async def sendgrid(request: Request) -> Response:
+    """SendGrid's Inbound Parse webhook, posting the raw, full MIME message."""
+    _check_basic_auth(request, _secret(request, "sendgrid"))
+    _check_type(request, "multipart/form-data")
+    body = await _body(request, _limit(request, ENVELOPE_FACTOR, ENVELOPE_OVERHEAD))
+    form = _form(request, body)
+    raw = _field(form, "email")
+    recipients, sender = None, None
+    envelope = _text(form, "envelope")
+    if envelope:
+        try:
+            parsed = json.loads(envelope)
+        except ValueError:
+            raise Refused(422, "the envelope field is not JSON") from None
+        if isinstance(parsed, dict):
+            to = parsed.get("to")
+            if isinstance(to, list) and all(isinstance(a, str) for a in to):
+                recipients = to
+            sender = parsed.get("from") if isinstance(parsed.get("from"), str) else None
+    return await _ingest(request, raw, recipients, sender)
+
+
+class SeenTokens:
+    """Mailgun tokens already used, so a captured request cannot be replayed while its
+    timestamp is still fresh."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        self.size = size
+        self._seen: collections.OrderedDict[str, None] = collections.OrderedDict()
+
+    def first_use(self, token: str) -> bool:
+        """Whether ``token`` is new (remembering it)."""
+        if token in self._seen:
+            return False
+        self._seen[token] = None
+        while len(self._seen) > self.size:
+            self._seen.popitem(last=False)
+        return True
+
+
+@_answering
+async def mailgun(request: Request) -> Response:
+    """A Mailgun route forwarding to a URL ending in ``mime``: ``body-mime``, signed."""
+    key = _secret(request, "mailgun")
+    _check_type(request, "multipart/form-data", "application/x-www-form-urlencoded")
+    body = await _body(request, _limit(request, ENVELOPE_FACTOR, ENVELOPE_OVERHEAD))
+    form = _form(request, body)
+    timestamp, token = _text(form, "timestamp"), _text(form, "token")
+    signature = _text(form, "signature")
+    if not (timestamp and token and signature):
+        raise Refused(401, "the request is not signed")
+    expected = hmac.new(key.encode(), f"{timestamp}{token}".encode(), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected, str(signature)):
+        raise Refused(401, "wrong signature")
+    try:
+        age = abs(time.time() - float(str(timestamp)))
+    except ValueError:
+        raise Refused(401, "the timestamp is not a number") from None
+    if age > _settings(request).mailgun_max_age_seconds:
+        raise Refused(401, "the signature is too old")
+    if not request.app.state.mailgun_tokens.first_use(str(token)):
+        raise Refused(401, "this signed request was used already")
+    raw = _field(form, "body-mime")
+    recipient = _text(form, "recipient")
+    recipients = [recipient] if recipient else None
+    return await _ingest(request, raw, recipients, _text(form, "sender"))
+
+
+ROUTES = [
+    Route("/ingress/relay", relay, methods=["POST"]),
+    Route("/ingress/postmark", postmark, methods=["POST"]),
+    Route("/ingress/sendgrid", sendgrid, methods=["POST"]),
+    Route("/ingress/mailgun", mailgun, methods=["POST"]),
+]

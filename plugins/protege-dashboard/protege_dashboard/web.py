@@ -1,0 +1,71 @@
+"""What every page shares: the templates (autoescaped), rendering, redirects, record lookup."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse
+
+from protege import admin
+from protege_dashboard.security import csrf_token
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+# Autoescaping on for every template: whatever came from outside (mail, tool output, names)
+# reaches the page as text, never as HTML.
+environment = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(TEMPLATES),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+environment.filters["printable"] = lambda text: admin.printable("" if text is None else str(text))
+
+
+def render(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+    """The page ``template`` filled with ``context``, the CSRF token and who is signed in."""
+    page = environment.get_template(template).render(
+        request=request,
+        csrf_token=csrf_token(request),
+        operator=getattr(request.state, "operator", None),
+        flash=request.session.pop("flash", None),
+        **context,
+    )
+    return HTMLResponse(page, status_code=status_code)
+
+
+def redirect(
+    path: str, flash: str | None = None, request: Request | None = None
+) -> RedirectResponse:
+    """Go on to ``path`` after a form (303: the browser then asks with GET), with a line to
+    show there."""
+    if flash is not None and request is not None:
+        request.session["flash"] = flash
+    return RedirectResponse(path, status_code=303)
+
+
+def installation(request: Request) -> admin.Installation:
+    """The installation the dashboard serves."""
+    return request.app.state.installation
+
+
+def actor(request: Request) -> str:
+    """Who the audit log names for a change made on this request."""
+    return f"operator:{request.state.operator.name}"
+
+
+def found(model: Any, record_id: Any) -> Any:
+    """The record ``model`` numbered ``record_id``; 404 if there is none."""
+    try:
+        number = int(record_id)
+    except (TypeError, ValueError):
+        raise HTTPException(404, "no such record") from None
+    record = model.get_or_none(model.id == number)
+    if record is None:
+        raise HTTPException(404, "no such record")
+    return record

@@ -1,0 +1,206 @@
+"""Pages for what the agents did and will do: runs with their events, stored files,
+responsibilities, and the audit log."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import quote
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from protege import ProtegeError, admin, blobs
+from protege.models import Agent, Blob, Message, Responsibility, Run
+from protege_dashboard.security import checked_form
+from protege_dashboard.web import actor, found, installation, redirect, render
+
+STATUSES = ("queued", "running", "done", "failed")
+KINDS = ("reply", "scheduled")
+PAGE = 50
+
+
+async def runs_page(request: Request) -> Response:
+    """Recent runs, newest first, filtered by agent, status and kind."""
+    query = Run.select(Run, Agent).join(Agent).order_by(Run.id.desc())
+    agent = request.query_params.get("agent", "")
+    status = request.query_params.get("status", "")
+    kind = request.query_params.get("kind", "")
+    if agent.isdigit():
+        query = query.where(Run.agent == int(agent))
+    if status in STATUSES:
+        query = query.where(Run.status == status)
+    if kind in KINDS:
+        query = query.where(Run.kind == kind)
+    before = request.query_params.get("before", "")
+    if before.isdigit():
+        query = query.where(Run.id < int(before))
+    runs = list(query.limit(PAGE + 1))
+    return render(
+        request,
+        "runs.html",
+        runs=runs[:PAGE],
+        older=runs[PAGE - 1].id if len(runs) > PAGE else None,
+        agents=list(Agent.select().order_by(Agent.name)),
+        statuses=STATUSES,
+        kinds=KINDS,
+        chosen={"agent": agent, "status": status, "kind": kind},
+    )
+
+
+def _event_view(row: Any) -> dict[str, Any]:
+    payload = row.payload
+    typed = admin.read_event(row.kind, payload)
+    fields = typed.as_json() if hasattr(typed, "as_json") else payload
+    fields = fields if isinstance(fields, dict) else {"payload": fields}
+    return {
+        "seq": row.seq,
+        "kind": row.kind,
+        "at": row.created_at,
+        "line": admin.render_event(row.kind, payload),
+        "fields": fields,
+        "pretty": {
+            key: value if isinstance(value, str) else json.dumps(value, indent=2, default=str)
+            for key, value in fields.items()
+            if value not in (None, "", [], {})
+        },
+    }
+
+
+async def run_page(request: Request) -> Response:
+    """One run: the message it answered, its events as a timeline, the mail it sent."""
+    run = found(Run, request.path_params["id"])
+    answered = run.message if run.message_id else None
+    sent = list(Message.select().where(Message.run == run).order_by(Message.id))
+    return render(
+        request,
+        "run.html",
+        run=run,
+        answered=answered,
+        answered_files=answered.attachments if answered is not None else [],
+        sent=sent,
+        events=[_event_view(row) for row in run.timeline()],
+    )
+
+
+async def blob_download(request: Request) -> Response:
+    """A stored file, always as a download: never shown by the browser as a page."""
+    blob = found(Blob, request.path_params["id"])
+    try:
+        data = blobs.read(blob, installation(request).data_dir)
+    except OSError:
+        raise HTTPException(404, "the file's bytes are not in the data directory") from None
+    name = blobs.sanitize_filename(blob.filename)
+    ascii_name = name.encode("ascii", "replace").decode().replace('"', "_").replace("?", "_")
+    return Response(
+        data,
+        media_type="application/octet-stream",
+        headers={
+            "Content-Disposition": (
+                f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name)}"
+            ),
+            "X-Content-Type-Options": "nosniff",
+            "Content-Security-Policy": "default-src 'none'; sandbox",
+        },
+    )
+
+
+async def responsibilities_page(request: Request) -> Response:
+    """Every responsibility, with its schedule and last run."""
+    duties = list(
+        Responsibility.select(Responsibility, Agent)
+        .join(Agent)
+        .order_by(Agent.name, Responsibility.name)
+    )
+    last = {}
+    for duty in duties:
+        last[duty.id] = (
+            Run.select().where(Run.responsibility == duty).order_by(Run.id.desc()).first()
+        )
+    return render(request, "responsibilities.html", duties=duties, last=last)
+
+
+async def responsibility_form(request: Request) -> Response:
+    """Edit a responsibility: its instructions, schedule and time zone."""
+    duty = found(Responsibility, request.path_params["id"])
+    if request.method == "GET":
+        return render(request, "responsibility.html", duty=duty, error=None)
+    form = await checked_form(request)
+    schedule = str(form.get("schedule", "")).strip()
+    try:
+        with admin.change(actor(request), "responsibility edited", duty):
+            duty.prompt = str(form.get("prompt", ""))
+            duty.schedule = schedule or None
+            duty.timezone = str(form.get("timezone", "")).strip() or "UTC"
+            duty.save()
+    except ProtegeError as error:
+        fresh = Responsibility.get_by_id(duty.id)
+        return render(request, "responsibility.html", status_code=422, duty=fresh, error=str(error))
+    return redirect("/responsibilities", f"saved {duty.name}", request)
+
+
+async def responsibility_enable(request: Request) -> Response:
+    """Switch a responsibility on or off."""
+    duty = found(Responsibility, request.path_params["id"])
+    form = await checked_form(request)
+    on = form.get("enabled") == "on"
+    with admin.change(actor(request), "enabled" if on else "disabled", duty):
+        duty.enabled = on
+        duty.save()
+    return redirect("/responsibilities", f"{duty.name} {'enabled' if on else 'disabled'}", request)
+
+
+async def responsibility_run(request: Request) -> Response:
+    """Queue a run of the responsibility now, for the workers of ``protege serve``."""
+    duty = found(Responsibility, request.path_params["id"])
+    await checked_form(request)
+    going = (
+        Run.select()
+        .where((Run.responsibility == duty) & Run.status.in_(["queued", "running"]))
+        .first()
+    )
+    if going is not None:
+        return redirect("/responsibilities", f"run {going.id} is {going.status} already", request)
+    run = admin.queue_responsibility(duty)
+    said = f"queued run {run.id}: `protege serve` carries it out"
+    return redirect(f"/runs/{run.id}", said, request)
+
+
+async def audit_page(request: Request) -> Response:
+    """The audit log: who changed access, when, what changed, before and after."""
+    entries = admin.audit_entries(200)
+    return render(
+        request,
+        "audit.html",
+        entries=entries,
+        changes={e.id: _changes(e.before, e.after) for e in entries},
+    )
+
+
+def _changes(before: Any, after: Any) -> list[str]:
+    """What differs between two snapshots, one line per key."""
+    if before is None or after is None:
+        return ["created" if before is None else "deleted"]
+    shown = []
+    for key in sorted({*before, *after}):
+        old, new = before.get(key), after.get(key)
+        if old != new:
+            shown.append(
+                f"{key}: {json.dumps(old, ensure_ascii=False)} → "
+                f"{json.dumps(new, ensure_ascii=False)}"
+            )
+    return shown or ["no difference"]
+
+
+ROUTES = [
+    Route("/runs", runs_page),
+    Route("/runs/{id:int}", run_page),
+    Route("/files/{id:int}", blob_download),
+    Route("/responsibilities", responsibilities_page),
+    Route("/responsibilities/{id:int}/edit", responsibility_form, methods=["GET", "POST"]),
+    Route("/responsibilities/{id:int}/enable", responsibility_enable, methods=["POST"]),
+    Route("/responsibilities/{id:int}/run", responsibility_run, methods=["POST"]),
+    Route("/audit", audit_page),
+]

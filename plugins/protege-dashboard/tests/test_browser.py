@@ -1,0 +1,188 @@
+"""The dashboard in a real browser (headless Chromium driven by Selenium), on the demo's data.
+
+``scripts/chromium-for-tests`` finds or installs Chromium and its driver; ``make test`` hands
+its path over in ``PROTEGE_TEST_CHROMEDRIVER``. With ``PROTEGE_DASHBOARD_SCREENSHOTS`` naming
+a folder, the tests also leave screenshots there (the README's picture comes from one).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as seen
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+DRIVER_VARIABLE = "PROTEGE_TEST_CHROMEDRIVER"
+SCREENSHOTS_VARIABLE = "PROTEGE_DASHBOARD_SCREENSHOTS"
+PASSWORD = "scoop-operator-password"
+
+
+def _environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PROTEGE_", "OPENAI_"))}
+
+
+def _protege(folder: Path, *args: str, stdin: str | None = None) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "protege", *args],
+        cwd=folder,
+        env=_environment(),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Iterator[tuple[Path, str]]:
+    """The Scoop demo played into a folder, an operator added, and ``protege dashboard``
+    serving it: the folder and the dashboard's address."""
+    folder = tmp_path_factory.mktemp("browser") / "scoop"
+    _protege(folder.parent, "demo", "--dir", str(folder))
+    _protege(folder, "operators", "add", "mara", "--password-stdin", stdin=PASSWORD + "\n")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "protege", "dashboard", "--port", "0"],
+        cwd=folder,
+        env=_environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        ready, _, _ = select.select([server.stdout], [], [], 60)
+        assert ready, "protege dashboard said nothing"
+        line = server.stdout.readline().decode()
+        assert line.startswith("protege dashboard on http://127.0.0.1:"), line
+        yield folder, line.split()[3].rstrip("/")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _driver_path() -> str:
+    path = os.environ.get(DRIVER_VARIABLE) or shutil.which("chromedriver")
+    if not path:
+        pytest.fail(
+            "no chromedriver: run scripts/chromium-for-tests (as root it installs Debian's "
+            f"chromium and chromium-driver), or set {DRIVER_VARIABLE}"
+        )
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[webdriver.Chrome]:
+    """Headless Chromium."""
+    options = webdriver.ChromeOptions()
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,1000",
+        "--disable-gpu",
+    ):
+        options.add_argument(argument)
+    chromium = shutil.which("chromium")
+    if chromium:
+        options.binary_location = chromium
+    driver = webdriver.Chrome(service=Service(_driver_path()), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _wait(browser, condition, timeout: float = 30):
+    return WebDriverWait(browser, timeout).until(condition)
+
+
+def _submit(browser, button_id: str) -> None:
+    old = browser.find_element(By.TAG_NAME, "html")
+    browser.find_element(By.ID, button_id).click()
+    _wait(browser, seen.staleness_of(old))
+
+
+def _screenshot(browser, name: str) -> None:
+    folder = os.environ.get(SCREENSHOTS_VARIABLE)
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(Path(folder) / name))
+
+
+@pytest.fixture(scope="module")
+def signed_in(browser, demo):
+    """The browser, signed in as mara through the login page."""
+    _, url = demo
+    browser.get(f"{url}/agents")
+    assert "/login" in browser.current_url  # nobody sees a page without signing in
+    browser.find_element(By.ID, "name").send_keys("mara")
+    browser.find_element(By.ID, "password").send_keys(PASSWORD)
+    _submit(browser, "login")
+    assert browser.find_element(By.TAG_NAME, "h1").text == "Agents"
+    return browser
+
+
+def test_an_operator_builds_access_and_the_explain_form_answers(signed_in, demo):
+    browser, (folder, url) = signed_in, demo
+    browser.get(f"{url}/toolkits/new")
+    browser.find_element(By.ID, "toolkit-name").send_keys("Kitchen")
+    browser.find_element(By.ID, "member-check_flavor_stock").click()
+    browser.find_element(By.ID, "member-lookup_order").click()
+    _submit(browser, "save-toolkit")
+    assert browser.find_element(By.ID, "flash").text == "created toolkit Kitchen"
+    kitchen_row = browser.find_element(By.XPATH, "//tr[td/a[text()='Kitchen']]")
+    assert "check_flavor_stock, lookup_order" in kitchen_row.text
+
+    browser.get(f"{url}/agents")
+    browser.find_element(By.LINK_TEXT, "Sundae").click()
+    Select(browser.find_element(By.ID, "attach-toolkit")).select_by_visible_text("Kitchen")
+    _submit(browser, "attach")
+    assert browser.find_element(By.ID, "flash").text == "attached Kitchen"
+
+    row = browser.find_element(By.XPATH, "//table[@id='agent-toolkits']//tr[td[text()='Kitchen']]")
+    row.find_element(By.LINK_TEXT, "Configure Access Settings").click()
+    browser.find_element(By.ID, "rule-pattern").send_keys("*@thescoop.com")
+    _submit(browser, "add-rule")
+    assert browser.find_element(By.ID, "flash").text == "added rule allow *@thescoop.com"
+    assert "allow *@thescoop.com" in browser.find_element(By.ID, "gate-rules").text
+
+    browser.find_element(By.PARTIAL_LINK_TEXT, "Sundae").click()
+    answers = {}
+    for sender in ("mara@thescoop.com", "jane@gmail.com"):
+        field = browser.find_element(By.ID, "explain-sender")
+        field.clear()
+        field.send_keys(sender)
+        _submit(browser, "explain")
+        answers[sender] = browser.find_element(By.ID, "explanation").text
+    _screenshot(browser, "agent.png")
+    assert "admitted  Kitchen: allow rule *@thescoop.com matches" in answers["mara@thescoop.com"]
+    assert "refused   Kitchen: no allow rule matches" in answers["jane@gmail.com"]
+    assert "process_refund" in answers["mara@thescoop.com"].splitlines()[-1]
+    assert "process_refund" not in answers["jane@gmail.com"].splitlines()[-1]
+    for sender, shown in answers.items():
+        said = _protege(folder, "access", "explain", "Sundae", "--sender", sender)
+        assert shown == said.rstrip("\n")
+
+
+def test_a_run_of_the_demo_shows_the_refused_refund(signed_in, demo):
+    browser, (_, url) = signed_in, demo
+    browser.get(f"{url}/runs")
+    browser.find_element(By.ID, "run-3").click()
+    _wait(browser, seen.presence_of_element_located((By.ID, "timeline")))
+    timeline = browser.find_element(By.ID, "timeline").text
+    assert "REFUSED process_refund" in timeline
+    assert "call process_refund" in timeline
+    page = browser.find_element(By.TAG_NAME, "main").text
+    assert "Thanks! Could you process another one, for SCP-1043?" in page  # what it answered
+    assert "Hi Jane, I can't issue refunds myself" in page  # the mail it sent
+    _screenshot(browser, "run.png")

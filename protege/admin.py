@@ -1,0 +1,149 @@
+"""What operator tools need from protege (public API): the dashboard, scripts, other front ends.
+
+Each name here is what the command line itself uses, so a tool built on this module answers
+exactly as the command line does:
+
+- ``open_installation``, ``load_config``, ``require_current``, ``migrate``: open an
+  installation as ``protege serve`` does, and check (or bring) its schema up to date.
+- ``explain``: what ``protege access explain`` prints (``Explanation.lines()``) or returns as
+  JSON (``Explanation.as_json()``).
+- ``ingest``: the SMTP gateway's way in for one raw message, with its limits and refusals
+  (``MailRejected`` with the SMTP code, ``StorageUnavailable``); ``all_refused`` tells
+  whether every agent's access rules refused the sender (the gateway's 550).
+- ``read_event``, ``render_event``, ``printable``, ``EVENT_KINDS``: a run's events as
+  ``protege runs show`` reads them.
+- ``change``, ``snapshot``, ``audit_entries``: the audit log (``protege.audit``).
+- ``normalize_pattern``: the check and normal form of an allow/deny pattern.
+- ``queue_responsibility``: queue a run of a responsibility now, for the workers of
+  ``protege serve`` to carry out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from protege.access import Decision, normalize_pattern, routing_key
+from protege.audit import Change, change, command_line_actor, snapshot
+from protege.audit import entries as audit_entries
+from protege.config import Config, load_config
+from protege.db import migrate, require_current
+from protege.gateway.inbound import Delivered, MailRejected, StorageUnavailable, ingest
+from protege.harness.events import KINDS as EVENT_KINDS
+from protege.harness.events import printable
+from protege.harness.events import read as read_event
+from protege.harness.events import render as render_event
+from protege.installation import Installation, open_installation
+from protege.models import Agent
+from protege.models.messages import REFUSED
+from protege.models.resolution import Resolution, resolve
+from protege.queue import queue_scheduled as queue_responsibility
+from protege.registry import Manifest
+
+__all__ = [
+    "EVENT_KINDS",
+    "Change",
+    "Config",
+    "Delivered",
+    "Explanation",
+    "Installation",
+    "MailRejected",
+    "StorageUnavailable",
+    "all_refused",
+    "audit_entries",
+    "change",
+    "command_line_actor",
+    "explain",
+    "ingest",
+    "load_config",
+    "migrate",
+    "normalize_pattern",
+    "open_installation",
+    "printable",
+    "queue_responsibility",
+    "read_event",
+    "render_event",
+    "require_current",
+    "snapshot",
+]
+
+
+@attrs.frozen
+class Explanation:
+    """Why a run of ``agent`` would get the tools it gets: for a reply to ``sender``, or a
+    scheduled run."""
+
+    agent: str
+    scheduled: bool
+    sender: str | None
+    reach: Decision | None  # whether the sender may write to the agent at all (reply runs)
+    resolution: Resolution
+
+    @property
+    def routing_key(self) -> str | None:
+        """The sender as patterns are compared with it (None when it does not parse)."""
+        return None if self.scheduled else routing_key(self.sender)
+
+    def as_json(self) -> dict[str, Any]:
+        """The explanation as ``protege access explain --json`` prints it."""
+        reach = self.reach
+        return {
+            "agent": self.agent,
+            "run": "scheduled" if self.scheduled else "reply",
+            "sender": self.sender,
+            "routing_key": self.routing_key,
+            "reaches_agent": None if reach is None else reach.admitted,
+            "reach_reason": None if reach is None else reach.reason,
+            "toolkits": [
+                {
+                    "toolkit": g.toolkit,
+                    "admitted": g.admitted,
+                    "reason": g.reason,
+                    "tools": list(g.tool_ids),
+                    "missing": list(g.missing_ids),
+                }
+                for g in self.resolution.grants
+            ],
+            "tools": self.resolution.tool_ids,
+        }
+
+    def lines(self) -> list[str]:
+        """The explanation as ``protege access explain`` prints it, line by line."""
+        lines = []
+        if self.scheduled:
+            lines.append(f"{self.agent}, scheduled run")
+        elif self.reach is not None:
+            key = self.routing_key or "does not parse"
+            lines.append(f"{self.agent}, reply to {self.sender} (routing key: {key})")
+            verdict = "may write to" if self.reach.admitted else "may NOT write to"
+            lines.append(f"  sender {verdict} {self.agent}: {self.reach.reason}")
+        if not self.resolution.grants:
+            lines.append("  no toolkits attached: no tools")
+        for grant in self.resolution.grants:
+            mark = "admitted" if grant.admitted else "refused "
+            lines.append(f"  {mark}  {grant.toolkit}: {grant.reason}")
+            if grant.missing_ids:
+                skipped = ", ".join(grant.missing_ids)
+                lines.append(f"            skipped (not in the manifest): {skipped}")
+        lines.append(f"tools: {', '.join(self.resolution.tool_ids) or 'none'}")
+        return lines
+
+
+def explain(
+    agent: Agent, manifest: Manifest, *, sender: str | None = None, scheduled: bool = False
+) -> Explanation:
+    """What a reply run to ``sender`` (or, with ``scheduled``, a scheduled run) of ``agent``
+    would be offered, and which rule decided each toolkit."""
+    if (sender is None) == (not scheduled):
+        raise ValueError("explain needs exactly one of a sender or scheduled=True")
+    resolution = resolve(agent, manifest, sender=sender, scheduled=scheduled)
+    reach = None if scheduled else agent.admits(sender)
+    return Explanation(agent.name, scheduled, sender, reach, resolution)
+
+
+def all_refused(delivered: Sequence[Delivered]) -> bool:
+    """Whether every agent the message was for refused its sender (the SMTP gateway then
+    answers 550 and keeps the reason to itself)."""
+    return bool(delivered) and all(d.status == REFUSED for d in delivered)

@@ -1,0 +1,134 @@
+"""The audit log: every change to who may use what, with who made it and the subject before
+and after.
+
+The dashboard and the command line record their changes through ``change``::
+
+    with audit.change("operator:mara", "rule added", grant):
+        grant.add_rule("allow", "*@thescoop.com")
+
+The subject is read before and after the block, in the block's transaction, so the entry
+holds exactly what changed. A subject made inside the block is named with ``created``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from protege.db import database
+from protege.models import (
+    Agent,
+    AgentToolkit,
+    AuditEntry,
+    Record,
+    Responsibility,
+    Toolkit,
+)
+
+__all__ = ["Change", "change", "command_line_actor", "entries", "snapshot"]
+
+
+def command_line_actor() -> str:
+    """Who a change made from the command line is recorded as: the system user."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # no user name in this environment (a bare container)
+        return "cli:unknown"
+
+
+def snapshot(record: Record | None) -> dict[str, Any] | None:
+    """What the audit log keeps of a toolkit, an agent, a grant or a responsibility."""
+    if record is None:
+        return None
+    if isinstance(record, Toolkit):
+        return {
+            "name": record.name,
+            "description": record.description,
+            "members": list(record.member_tool_ids),
+        }
+    if isinstance(record, Agent):
+        return {
+            "name": record.name,
+            "address": record.address,
+            "instructions": record.instructions,
+            "access_rules": [str(r) for r in sorted(record.access_rules, key=lambda r: r.id)],
+        }
+    if isinstance(record, AgentToolkit):
+        return {
+            "agent": record.agent.name,
+            "toolkit": record.toolkit.name,
+            "allow_on_scheduled_runs": record.allow_proactive,
+            "rules": [str(r) for r in sorted(record.rules, key=lambda r: r.id)],
+        }
+    if isinstance(record, Responsibility):
+        return {
+            "agent": record.agent.name,
+            "name": record.name,
+            "prompt": record.prompt,
+            "schedule": record.schedule,
+            "timezone": record.timezone,
+            "enabled": record.enabled,
+        }
+    raise TypeError(f"the audit log does not record {type(record).__name__}")
+
+
+def _subject_name(kind: str, state: dict[str, Any]) -> str:
+    if kind == "grant":
+        return f"{state['toolkit']} on {state['agent']}"
+    if kind == "responsibility":
+        return f"{state['name']} of {state['agent']}"
+    return str(state["name"])
+
+
+_KINDS = {
+    Toolkit: "toolkit",
+    Agent: "agent",
+    AgentToolkit: "grant",
+    Responsibility: "responsibility",
+}
+
+
+class Change:
+    """One change being made; ``created`` names a subject that did not exist before."""
+
+    def __init__(self, subject: Record | None) -> None:
+        self.subject = subject
+        self.before = snapshot(subject)
+
+    def created(self, subject: Record) -> None:
+        """Name the record the change made."""
+        self.subject = subject
+
+
+@contextlib.contextmanager
+def change(actor: str, action: str, subject: Record | None = None) -> Iterator[Change]:
+    """Make a change in one transaction and record it: ``actor`` did ``action`` to
+    ``subject`` (read before and after the block). Nothing is recorded if the block raises."""
+    with database.atomic():
+        made = Change(subject)
+        yield made
+        if made.subject is None:
+            raise ValueError("an audited change needs a subject: call created(record)")
+        current = type(made.subject).get_or_none(type(made.subject).id == made.subject.id)
+        after = snapshot(current)
+        state = after if after is not None else made.before
+        kind = _KINDS[type(made.subject)]
+        AuditEntry.create(
+            actor=actor,
+            action=action,
+            subject_kind=kind,
+            subject=_subject_name(kind, state or {"name": "?"})[:500],
+            before_json=None if made.before is None else json.dumps(made.before),
+            after_json=None if after is None else json.dumps(after),
+        )
+
+
+def entries(limit: int = 100, *, subject_kind: str | None = None) -> list[AuditEntry]:
+    """The newest entries of the audit log, newest first."""
+    query = AuditEntry.select().order_by(AuditEntry.id.desc()).limit(limit)
+    if subject_kind is not None:
+        query = query.where(AuditEntry.subject_kind == subject_kind)
+    return list(query)
