@@ -306,6 +306,10 @@ def _0007_leases_and_pending_deliveries(db: peewee.Database | peewee.DatabasePro
         ALTER TABLE message ADD COLUMN pending_recipients TEXT NOT NULL DEFAULT '[]';
         ALTER TABLE message ADD COLUMN delivery_lease_expires_at {{ts}};
         CREATE INDEX message_pending ON message (status, next_attempt_at)
+        """,
+    )
+
+
 def _0008_operators_and_audit(db: peewee.Database | peewee.DatabaseProxy) -> None:
     # Operators sign in to the dashboard; the audit log records every change to access made
     # by an operator or from the command line. Both live in the core so that `protege
