@@ -9,7 +9,7 @@ agent (the grant's rules, checked on every run).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from typing import Protocol
 
@@ -26,10 +26,12 @@ from protege.addresses import (
 from protege.errors import ProtegeError
 
 __all__ = [
+    "ApprovalPolicy",
     "Decision",
     "InvalidAddress",
     "InvalidPattern",
     "RuleKind",
+    "checked_policy",
     "decide",
     "normalize_pattern",
     "pattern_matches",
@@ -168,3 +170,71 @@ def candidate_patterns(key: str) -> list[str] | None:
     return [key] + [
         f"{key[:start]}*{key[end:]}" for start in range(size + 1) for end in range(start, size + 1)
     ]
+
+
+DEFAULT_APPROVAL_TIMEOUT = 72 * 3600  # seconds an approval waits for its answer
+
+
+@attrs.frozen
+class ApprovalPolicy:
+    """Who must agree before a grant's tools run: approver patterns, where requests go,
+    how long they wait, and whether an approver who asked is approved at once."""
+
+    approvers: tuple[str, ...]
+    notify: tuple[str, ...]
+    timeout: int = DEFAULT_APPROVAL_TIMEOUT
+    self_approval: bool = True
+
+    def approves(self, sender: str | None) -> bool:
+        """Whether ``sender`` (one mailbox, as the gateway read it) is an approver."""
+        key = routing_key(sender)
+        return key is not None and any(pattern_matches(p, key) for p in self.approvers)
+
+    def self_approves(self, sender: str | None) -> bool:
+        """Whether a call asked for by ``sender`` needs nobody else's yes."""
+        return self.self_approval and self.approves(sender)
+
+    @staticmethod
+    def merged(policies: Sequence[ApprovalPolicy]) -> ApprovalPolicy:
+        """One policy for a tool several grants guard: any of their approvers may answer,
+        requests go to all, the shortest wait applies, self-approval only if all allow it."""
+        return ApprovalPolicy(
+            approvers=tuple(dict.fromkeys(p for policy in policies for p in policy.approvers)),
+            notify=tuple(dict.fromkeys(a for policy in policies for a in policy.notify)),
+            timeout=min(policy.timeout for policy in policies),
+            self_approval=all(policy.self_approval for policy in policies),
+        )
+
+
+def checked_policy(
+    approvers: Iterable[str],
+    notify: Iterable[str] = (),
+    timeout: int = DEFAULT_APPROVAL_TIMEOUT,
+    self_approval: bool = True,
+) -> ApprovalPolicy:
+    """A policy from what an operator typed; ``ProtegeError`` saying what is wrong.
+
+    Approvers are rule patterns (``*@thescoop.com``). Requests go to ``notify``, or to the
+    approvers that are plain addresses; each address notified must be an approver.
+    """
+    patterns = tuple(dict.fromkeys(normalize_pattern(p) for p in approvers))
+    if not patterns:
+        raise ProtegeError("approval needs at least one approver pattern")
+    addresses = []
+    for address in notify:
+        key = routing_key(address)
+        if key is None:
+            raise ProtegeError(f"{address!r} is not an email address to send requests to")
+        if not any(pattern_matches(p, key) for p in patterns):
+            raise ProtegeError(f"{address} is not among the approvers ({', '.join(patterns)})")
+        addresses.append(key)
+    if not addresses:
+        addresses = [p for p in patterns if "*" not in p]
+    if not addresses:
+        raise ProtegeError(
+            "say where approval requests go (--approval-to ADDRESS): no approver pattern "
+            "is a plain address"
+        )
+    if not isinstance(timeout, int) or timeout < 60:
+        raise ProtegeError("the approval timeout must be at least one minute")
+    return ApprovalPolicy(patterns, tuple(dict.fromkeys(addresses)), timeout, bool(self_approval))

@@ -372,6 +372,40 @@ def _0008_operators_and_audit(db: peewee.Database | peewee.DatabaseProxy) -> Non
     )
 
 
+def _0010_approvals(db: peewee.Database | peewee.DatabaseProxy) -> None:
+    # A grant may make its tools wait for an approver's yes; each waiting call is one
+    # approval, matched to the answer by a secret token.
+    _run(
+        db,
+        """
+        ALTER TABLE agent_toolkit ADD COLUMN approval_by TEXT NOT NULL DEFAULT '[]';
+        ALTER TABLE agent_toolkit ADD COLUMN approval_to TEXT NOT NULL DEFAULT '[]';
+        ALTER TABLE agent_toolkit ADD COLUMN approval_timeout INTEGER NOT NULL DEFAULT 259200;
+        ALTER TABLE agent_toolkit ADD COLUMN self_approval BOOLEAN NOT NULL DEFAULT TRUE;
+        CREATE TABLE approval (
+            id {pk},
+            token VARCHAR(64) NOT NULL UNIQUE,
+            run_id INTEGER NOT NULL REFERENCES run (id) ON DELETE CASCADE,
+            call_id VARCHAR(200) NOT NULL,
+            tool VARCHAR(64) NOT NULL,
+            arguments TEXT NOT NULL,
+            approvers TEXT NOT NULL DEFAULT '[]',
+            notified TEXT NOT NULL DEFAULT '[]',
+            requested_by VARCHAR(320),
+            status VARCHAR(16) NOT NULL DEFAULT 'pending',
+            reason TEXT,
+            answered_by VARCHAR(320),
+            created_at {ts} NOT NULL,
+            expires_at {ts} NOT NULL,
+            answered_at {ts},
+            settled BOOLEAN NOT NULL DEFAULT FALSE
+        );
+        CREATE UNIQUE INDEX approval_run_call ON approval (run_id, call_id);
+        CREATE INDEX approval_status ON approval (status, expires_at)
+        """,
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "agents and toolkits", _0001_agents_and_toolkits),
     Migration(2, "messages and runs", _0002_messages_and_runs),
@@ -381,6 +415,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "responsibilities on a schedule", _0006_responsibilities_on_a_schedule),
     Migration(7, "run leases, pending deliveries", _0007_leases_and_pending_deliveries),
     Migration(8, "operators and the audit log", _0008_operators_and_audit),
+    Migration(10, "approval by email", _0010_approvals),
 )
 
 

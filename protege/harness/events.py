@@ -28,6 +28,10 @@ DELIVERY = "delivery"
 ERROR = "error"
 RESUMED = "resumed"
 CANCELLED = "cancelled"
+APPROVAL_REQUESTED = "approval_requested"
+APPROVAL_ANSWERED = "approval_answered"
+APPROVAL_EXPIRED = "approval_expired"
+WAITING = "waiting"
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 EXCERPT = 160  # characters of free text (model output, arguments, results) shown per line
@@ -138,14 +142,21 @@ class ToolResult(RunEvent):
     details: dict[str, Any] = attrs.Factory(dict)
     declined: bool = False
     parts: list[dict[str, Any]] = attrs.Factory(list)  # the files it showed, described
+    # Not run yet: the call waits for approval (the model is told so).
+    awaiting_approval: bool = False
+    # The call's outcome once its approval was answered: run after a yes, or refused.
+    after_approval: bool = False
 
     @property
     def failed(self) -> bool:
         """Whether this counts against the run's ``max_tool_failures``."""
-        return self.ok is not True and not self.declined
+        return self.ok is not True and not self.declined and not self.awaiting_approval
 
     def line(self) -> str:
+        if self.awaiting_approval:
+            return f"  waiting for approval: {excerpt(self.content)}"
         state = "ok" if self.ok is True else "failed" if self.ok is False else "unknown outcome"
+        state = f"after approval, {state}" if self.after_approval else state
         fenced = " (untrusted)" if self.trust == "untrusted" else ""
         files = ""
         if isinstance(self.parts, list) and self.parts:
@@ -236,6 +247,79 @@ class RunCancelled(RunEvent):
         return f"cancelled: {_shown(self.reason, 'no reason recorded')}"
 
 
+@attrs.frozen(kw_only=True)
+class ApprovalRequested(RunEvent):
+    """A call waits for approval: which call, who may approve, who was asked, until when
+    (the secret token that matches the answer is never recorded here)."""
+
+    kind: ClassVar[str] = APPROVAL_REQUESTED
+    approval: int | None = None
+    call_id: str | None = None
+    tool: str | None = None
+    approvers: list[str] = attrs.Factory(list)
+    notified: list[str] = attrs.Factory(list)
+    requested_by: str | None = None
+    expires_at: str | None = None
+
+    def line(self) -> str:
+        asked = ", ".join(_listed(self.notified)) or "nobody"
+        return (
+            f"  approval {_shown(self.approval)} requested for {_shown(self.tool)} from "
+            f"{', '.join(_listed(self.approvers)) or '?'} (mailed to {asked}), on behalf of "
+            f"{_shown(self.requested_by, 'a scheduled run')}, until {_shown(self.expires_at)}"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class ApprovalAnswered(RunEvent):
+    """An approver (or an operator, or the run's own sender) approved or denied a call."""
+
+    kind: ClassVar[str] = APPROVAL_ANSWERED
+    approval: int | None = None
+    call_id: str | None = None
+    tool: str | None = None
+    decision: str | None = None
+    by: str | None = None
+    reason: str | None = None
+    answered_at: str | None = None
+
+    def line(self) -> str:
+        why = f": {excerpt(self.reason)}" if self.reason else ""
+        return (
+            f"approval {_shown(self.approval)} for {_shown(self.tool)} "
+            f"{_shown(self.decision, 'answered')} by {_shown(self.by)}{why}"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class ApprovalExpired(RunEvent):
+    """Nobody answered an approval in time: the call does not run."""
+
+    kind: ClassVar[str] = APPROVAL_EXPIRED
+    approval: int | None = None
+    call_id: str | None = None
+    tool: str | None = None
+    expired_at: str | None = None
+
+    def line(self) -> str:
+        return (
+            f"approval {_shown(self.approval)} for {_shown(self.tool)} expired unanswered "
+            f"at {_shown(self.expired_at)}"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class RunWaiting(RunEvent):
+    """The run stopped for now: tool calls wait for approval; an answer resumes it."""
+
+    kind: ClassVar[str] = WAITING
+    approvals: list[int] = attrs.Factory(list)
+
+    def line(self) -> str:
+        waiting = ", ".join(_listed(self.approvals)) or "?"
+        return f"waiting for approval ({waiting})"
+
+
 @attrs.frozen
 class UnknownEvent:
     """A stored event of a kind this version does not know, shown as it is."""
@@ -265,6 +349,10 @@ CLASSES: dict[str, type[RunEvent]] = {
         RunFailed,
         RunResumed,
         RunCancelled,
+        ApprovalRequested,
+        ApprovalAnswered,
+        ApprovalExpired,
+        RunWaiting,
     )
 }
 KINDS = tuple(CLASSES)

@@ -1,6 +1,7 @@
 """protege's records, for host apps, scripts and tests (public API)."""
 
 from protege.models.agents import Agent, AgentAccessRule
+from protege.models.approvals import Approval, ApprovalPolicy
 from protege.models.audit import AuditEntry, Operator
 from protege.models.base import Record
 from protege.models.blobs import Blob, MessageAttachment
@@ -13,6 +14,8 @@ __all__ = [
     "AgentAccessRule",
     "AgentToolkit",
     "AgentToolkitRule",
+    "Approval",
+    "ApprovalPolicy",
     "AuditEntry",
     "Blob",
     "Event",

@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from protege.access import Decision, candidate_patterns, pattern_matches, routing_key, verdict
+from protege.access import (
+    ApprovalPolicy,
+    Decision,
+    candidate_patterns,
+    pattern_matches,
+    routing_key,
+    verdict,
+)
 from protege.db import database
 
 if TYPE_CHECKING:
@@ -36,6 +43,8 @@ class Resolution:
 
     grants: tuple[GrantDecision, ...]
     tools: list[ToolEntry]
+    # The resolved tools whose calls wait for approval: every grant that gives them asks.
+    approvals: dict[str, ApprovalPolicy] = attrs.Factory(dict)
 
     @property
     def tool_ids(self) -> list[str]:
@@ -69,6 +78,8 @@ def resolve(
         matching = _rules_matching(agent.id, key)
     decisions = []
     admitted_ids: set[str] = set()
+    free_ids: set[str] = set()
+    guarded: dict[str, list[ApprovalPolicy]] = {}
     for grant in grants:
         if scheduled:
             decision = Decision(
@@ -96,14 +107,25 @@ def resolve(
         )
         if decision.admitted:
             admitted_ids.update(members)
+            if grant.approval is None:
+                free_ids.update(members)
+            else:
+                for member in members:
+                    guarded.setdefault(member, []).append(grant.approval)
     tools = [entry for entry in manifest.tools if entry.id in admitted_ids]
-    return Resolution(grants=tuple(decisions), tools=tools)
+    approvals = {
+        tool_id: ApprovalPolicy.merged(policies)
+        for tool_id, policies in guarded.items()
+        if tool_id not in free_ids and tool_id in manifest
+    }
+    return Resolution(grants=tuple(decisions), tools=tools, approvals=approvals)
 
 
 # The two queries below run once per run (and per catalogue view), so they are plain SQL:
 # building them with peewee's query builder cost several times more than running them.
 _GRANTS_SQL = """
 SELECT g.id, g.allow_proactive, t.name, t.member_tool_ids,
+       g.approval_by, g.approval_to, g.approval_timeout, g.self_approval,
        (SELECT COUNT(*) FROM agent_toolkit_rule r WHERE r.grant_id = g.id),
        (SELECT COUNT(*) FROM agent_toolkit_rule r WHERE r.grant_id = g.id AND r.kind = 'allow')
 FROM agent_toolkit g
@@ -128,6 +150,7 @@ class _Grant:
     member_tool_ids: list[str]
     rule_count: int
     allow_count: int
+    approval: ApprovalPolicy | None = None
 
 
 @attrs.frozen
@@ -139,9 +162,26 @@ class _MatchedRule:
 def _grants_with_rule_counts(agent_id: int) -> list[_Grant]:
     cursor = database.execute_sql(_GRANTS_SQL.format(p=database.param), (agent_id,))
     return [
-        _Grant(grant_id, bool(proactive), name, json.loads(members), int(rules), int(allows))
-        for grant_id, proactive, name, members, rules, allows in cursor.fetchall()
+        _Grant(
+            grant_id,
+            bool(proactive),
+            name,
+            json.loads(members),
+            int(rules),
+            int(allows),
+            _policy(by, to, timeout, own),
+        )
+        for grant_id, proactive, name, members, by, to, timeout, own, rules, allows in (
+            cursor.fetchall()
+        )
     ]
+
+
+def _policy(by: str, to: str, timeout: int, own: object) -> ApprovalPolicy | None:
+    approvers = json.loads(by or "[]")
+    if not approvers:
+        return None
+    return ApprovalPolicy(tuple(approvers), tuple(json.loads(to or "[]")), int(timeout), bool(own))
 
 
 def _rules_matching(agent_id: int, key: str) -> dict[int, list[_MatchedRule]]:

@@ -17,6 +17,7 @@ from protege.models.base import Record, utcnow
 from protege.models.messages import Message
 
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
+WAITING = "waiting"  # a tool call waits for approval; an answer queues the run again
 ENDED = (DONE, FAILED, CANCELLED)
 
 # The run-state changes and event appends happen on every run, several times: they are
@@ -216,18 +217,23 @@ class Run(Record):
 
     @staticmethod
     def request_cancel(run_id: int, now: datetime.datetime) -> str | None:
-        """Stop run ``run_id``: a queued run is cancelled at once, a running one is asked to
-        stop at its next step. Returns the status it had, or None if there is no such run."""
+        """Stop run ``run_id``: a queued or waiting run is cancelled at once, a running one is
+        asked to stop at its next step. Returns the status it had, or None if there is no such run."""
         p = database.param
         with database.atomic():
             found = Run.select(Run.status).where(Run.id == run_id).first()
             if found is None:
                 return None
-            if found.status == QUEUED:
+            if found.status in (QUEUED, WAITING):
+                why = (
+                    "cancelled by an operator before it started"
+                    if found.status == QUEUED
+                    else "cancelled by an operator while it waited for approval"
+                )
                 database.execute_sql(
                     f"UPDATE run SET status = 'cancelled', error = {p}, finished_at = {p} "
-                    f"WHERE id = {p} AND status = 'queued'",
-                    ("cancelled by an operator before it started", now, run_id),
+                    f"WHERE id = {p} AND status = {p}",
+                    (why, now, run_id, found.status),
                 )
             elif found.status == RUNNING:
                 database.execute_sql(

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import peewee
 
-from protege.access import Decision, decide
+from protege.access import DEFAULT_APPROVAL_TIMEOUT, ApprovalPolicy, Decision, decide
 from protege.errors import ProtegeError, did_you_mean
 from protege.models.base import JSONListField, Record, utcnow
 from protege.models.rules import RuleRecord
@@ -99,7 +99,9 @@ class AgentToolkit(Record):
     """A grant: one toolkit attached to one agent, on terms of its own.
 
     The sender gate (``rules``) decides which senders unlock the toolkit on reply runs;
-    ``allow_proactive`` decides whether its tools are offered on scheduled runs.
+    ``allow_proactive`` decides whether its tools are offered on scheduled runs. With
+    approvers (``approval_by``), a call to one of its tools waits for an approver's yes:
+    the gate decides who may ask, approval who must agree.
     """
 
     if TYPE_CHECKING:  # peewee adds these: the primary key, foreign key ids and backrefs
@@ -112,6 +114,10 @@ class AgentToolkit(Record):
     toolkit = peewee.ForeignKeyField(Toolkit, backref="grants", on_delete="CASCADE")
     allow_proactive = peewee.BooleanField(default=False)
     created_at = peewee.DateTimeField(default=utcnow)
+    approval_by = JSONListField(default=list)  # approver patterns; empty: no approval
+    approval_to = JSONListField(default=list)  # where approval requests are mailed
+    approval_timeout = peewee.IntegerField(default=DEFAULT_APPROVAL_TIMEOUT)  # seconds
+    self_approval = peewee.BooleanField(default=True)
 
     class Meta:
         table_name = "agent_toolkit"
@@ -128,6 +134,28 @@ class AgentToolkit(Record):
     def permits(self, sender: str | None) -> bool:
         """Whether ``sender`` passes this grant's gate."""
         return self.decide(sender).admitted
+
+    @property
+    def approval(self) -> ApprovalPolicy | None:
+        """The approval this grant's tools need, or None when they run at once."""
+        if not self.approval_by:
+            return None
+        return ApprovalPolicy(
+            tuple(self.approval_by),
+            tuple(self.approval_to),
+            self.approval_timeout,
+            self.self_approval,
+        )
+
+    def require_approval(self, policy: ApprovalPolicy | None) -> None:
+        """Make calls to this grant's tools wait for ``policy``'s approvers (None: they run
+        at once again), and save. Build the policy with ``protege.access.checked_policy``."""
+        if policy is None:
+            self.approval_by, self.approval_to = [], []
+        else:
+            self.approval_by, self.approval_to = list(policy.approvers), list(policy.notify)
+            self.approval_timeout, self.self_approval = policy.timeout, policy.self_approval
+        self.save()
 
 
 class AgentToolkitRule(RuleRecord):

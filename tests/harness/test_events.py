@@ -62,6 +62,29 @@ RECORDED = {
         {"reason": "cancelled by an operator"},
         "cancelled: cancelled by an operator",
     ),
+    events.APPROVAL_REQUESTED: (
+        {
+            "approval": 3,
+            "call_id": "c1",
+            "tool": "process_refund",
+            "approvers": ["*@thescoop.com"],
+            "notified": ["mara@thescoop.com"],
+            "requested_by": "jane@acme.com",
+            "expires_at": "2026-03-05T10:00:00",
+        },
+        "  approval 3 requested for process_refund from *@thescoop.com (mailed to "
+        "mara@thescoop.com), on behalf of jane@acme.com, until 2026-03-05T10:00:00",
+    ),
+    events.APPROVAL_ANSWERED: (
+        {"approval": 3, "tool": "process_refund", "decision": "denied", "by": "mara@thescoop.com",
+         "reason": "not\nthis one"},
+        "approval 3 for process_refund denied by mara@thescoop.com: not this one",
+    ),
+    events.APPROVAL_EXPIRED: (
+        {"approval": 3, "tool": "process_refund", "expired_at": "2026-03-05T10:00:00"},
+        "approval 3 for process_refund expired unanswered at 2026-03-05T10:00:00",
+    ),
+    events.WAITING: ({"approvals": [3]}, "waiting for approval (3)"),
 }
 
 
@@ -132,8 +155,8 @@ def test_missing_keys_show_as_unknown_not_as_errors():
 
 
 def test_an_unknown_kind_shows_its_name_and_payload():
-    assert render("approval_requested", {"to": "boss@x"}) == (
-        'approval_requested: {"to": "boss@x"}'
+    assert render("escalation_requested", {"to": "boss@x"}) == (
+        'escalation_requested: {"to": "boss@x"}'
     )
     assert render("weird", {"obj": object}).startswith("weird: {")
 
@@ -168,7 +191,7 @@ def test_every_kind_reads_back_what_was_written(kind):
 
 
 def test_an_unknown_kind_is_kept_as_it_is():
-    event = events.read("approval_requested", {"approver": "boss@thescoop.com"})
+    event = events.read("escalation_requested", {"approver": "boss@thescoop.com"})
     assert isinstance(event, events.UnknownEvent)
     assert event.as_json() == {"approver": "boss@thescoop.com"}
 
