@@ -398,6 +398,7 @@ def _0010_approvals(db: peewee.Database | peewee.DatabaseProxy) -> None:
             created_at {ts} NOT NULL,
             expires_at {ts} NOT NULL,
             answered_at {ts},
+            self_approval BOOLEAN NOT NULL DEFAULT TRUE,
             settled BOOLEAN NOT NULL DEFAULT FALSE
         );
         CREATE UNIQUE INDEX approval_run_call ON approval (run_id, call_id);

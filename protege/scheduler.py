@@ -22,7 +22,7 @@ from protege.cron import ScheduleError
 from protege.db import database
 from protege.dblock import exclusive_on
 from protege.harness.runner import RunResources
-from protege.models import Agent, Responsibility, Run
+from protege.models import Agent, Approval, Responsibility, Run
 from protege.models.runs import FAILED, QUEUED, RUNNING, SCHEDULED
 from protege.queue import AlreadyQueued, queue_scheduled, retry_failed
 
@@ -46,6 +46,7 @@ class Pass:
     busy: list[Responsibility] = attrs.Factory(list)  # due, but its previous run still goes
     retried: list[Run] = attrs.Factory(list)
     failed: list[Run] = attrs.Factory(list)  # failed for good, settled (and mailed) now
+    expired: list[int] = attrs.Factory(list)  # approvals nobody answered in time
 
 
 class Scheduler:
@@ -82,6 +83,9 @@ class Scheduler:
         for responsibility_id in [row.id for row in due]:
             self._queue_due(responsibility_id, now, done)
         self._settle_failures(now, done)
+        done.expired = Approval.expire_due(now.astimezone(datetime.UTC).replace(tzinfo=None))
+        for approval_id in done.expired:
+            self._say(f"approval {approval_id} expired unanswered; its run resumes")
         return done
 
     def start(self) -> Scheduler:

@@ -63,6 +63,7 @@ class Outgoing:
     loop: int
     body: str
     attachments: tuple[tuple[str, str, bytes], ...] = ()  # filename, content type, data
+    reply_to: tuple[str, ...] = ()  # where answers go, when not to the sender
 
     @property
     def international(self) -> bool:
@@ -146,6 +147,8 @@ def render(outgoing: Outgoing) -> bytes:
             message["To"] = [_address(a) for a in outgoing.to]
         if outgoing.cc:
             message["Cc"] = [_address(a) for a in outgoing.cc]
+        if outgoing.reply_to:
+            message["Reply-To"] = [_address(a) for a in outgoing.reply_to]
         message["Subject"] = outgoing.subject
         message["Date"] = outgoing.date
         message["Message-ID"] = outgoing.message_id
@@ -184,6 +187,7 @@ def difference(raw: bytes, outgoing: Outgoing) -> str | None:
     wanted = ["from", "subject", "date", "message-id", LOOP_HEADER.lower(), *_BODY_HEADERS]
     wanted += [n for n, v in (("to", outgoing.to), ("cc", outgoing.cc)) if v]
     wanted += ["in-reply-to"] if outgoing.in_reply_to else []
+    wanted += ["reply-to"] if outgoing.reply_to else []
     wanted += ["references"] if outgoing.references else []
     names = [name.lower() for name in parsed]
     if len(names) != len(set(names)):
@@ -203,6 +207,7 @@ def difference(raw: bytes, outgoing: Outgoing) -> str | None:
         ),
         ("To", _addresses_of(parsed, "To"), [_parts(a) for a in outgoing.to]),
         ("Cc", _addresses_of(parsed, "Cc"), [_parts(a) for a in outgoing.cc]),
+        ("Reply-To", _addresses_of(parsed, "Reply-To"), [_parts(a) for a in outgoing.reply_to]),
         ("Subject", str(parsed["Subject"]), outgoing.subject),
         ("Message-ID", str(parsed["Message-ID"]).strip(), outgoing.message_id),
         ("In-Reply-To", str(parsed.get("In-Reply-To", "")).strip(), outgoing.in_reply_to or ""),

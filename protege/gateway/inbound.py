@@ -20,6 +20,7 @@ from protege.access import routing_key
 from protege.config import Config
 from protege.db import database
 from protege.errors import ProtegeError
+from protege.gateway.approvals import answer_by_mail
 from protege.gateway.parse import (
     LOOP_HEADER,
     MailRejected,
@@ -29,7 +30,7 @@ from protege.gateway.parse import (
 )
 from protege.mail import SYNTHETIC_ID, new_message_id, thread_key
 from protege.models import Agent, Message, MessageAttachment, Run
-from protege.models.messages import ACCEPTED, IGNORED, INBOUND, REFUSED
+from protege.models.messages import ACCEPTED, ANSWER, IGNORED, INBOUND, REFUSED
 from protege.queue import queue_reply
 
 __all__ = ["LOOP_HEADER", "Delivered", "MailRejected", "StorageUnavailable", "agent_for", "ingest"]
@@ -51,7 +52,7 @@ class Delivered:
     agent: Agent
     message: Message
     run: Run | None
-    status: str  # accepted, refused or ignored
+    status: str  # accepted, refused, ignored, or answer (to an approval request)
     reason: str
 
 
@@ -91,11 +92,12 @@ def ingest(
         )
     check_header_block(raw, limits)
     parsed = parse(raw, limits, envelope_sender)
-    agents = _agents_for(recipients if recipients is not None else _header_recipients(raw, parsed))
+    addressed = list(recipients) if recipients is not None else _header_recipients(raw, parsed)
+    agents = _agents_for(addressed)
     if not agents:
         raise MailRejected("no agent has any of the recipient addresses", 550)
     try:
-        return _store(raw, parsed, agents, config)
+        return _store(raw, parsed, agents, config, addressed)
     except TRANSIENT_ERRORS as error:
         raise StorageUnavailable(f"{type(error).__name__}: {error}") from error
     except Exception as error:  # something in this mail the database would not take
@@ -116,12 +118,18 @@ def ingest(
             ignore_reason="the mail could not be read into a message: nobody to answer",
         )
         try:
-            return _store(raw, fallback, agents, config)
+            return _store(raw, fallback, agents, config, ())
         except Exception as again:
             raise StorageUnavailable(f"{type(again).__name__}: {again}") from again
 
 
-def _store(raw: bytes, parsed: ParsedMail, agents: list[Agent], config: Config) -> list[Delivered]:
+def _store(
+    raw: bytes,
+    parsed: ParsedMail,
+    agents: list[Agent],
+    config: Config,
+    recipients: Sequence[str],
+) -> list[Delivered]:
     with blobs.removed_on_failure(), database.atomic():
         raw_blob = blobs.store(
             raw, filename="message.eml", content_type="message/rfc822", config=config
@@ -130,11 +138,16 @@ def _store(raw: bytes, parsed: ParsedMail, agents: list[Agent], config: Config) 
             blobs.store(a.data, filename=a.filename, content_type=a.content_type, config=config)
             for a in parsed.attachments
         ]
-        return [_deliver_to(agent, parsed, raw_blob, stored) for agent in agents]
+        return [
+            _deliver_to(agent, parsed, raw_blob, stored, config, recipients) for agent in agents
+        ]
 
 
-def _deliver_to(agent: Agent, parsed: ParsedMail, raw_blob, stored) -> Delivered:
+def _deliver_to(
+    agent: Agent, parsed: ParsedMail, raw_blob, stored, config: Config, recipients: Sequence[str]
+) -> Delivered:
     flags = list(parsed.flags)
+    answer = None
     message_id = parsed.message_id
     if message_id is None:
         message_id = new_message_id(agent.address)
@@ -146,6 +159,10 @@ def _deliver_to(agent: Agent, parsed: ParsedMail, raw_blob, stored) -> Delivered
         flags.append(f"refused by access rules: {decision.reason}")
     elif parsed.ignore_reason is not None:
         status, reason = IGNORED, parsed.ignore_reason
+    elif (answer := answer_by_mail(agent, parsed, recipients, config)) is not None:
+        # An answer to an approval request: it decides the approval, or changes nothing.
+        status, reason = (ANSWER if answer.decided else IGNORED), answer.reason
+        flags.append(f"approval answer: {answer.reason}")
     else:
         status, reason = ACCEPTED, "accepted"
     message = Message.create(
@@ -168,6 +185,8 @@ def _deliver_to(agent: Agent, parsed: ParsedMail, raw_blob, stored) -> Delivered
     for position, blob in enumerate(stored):
         MessageAttachment.create(message=message, blob=blob, position=position)
     run = queue_reply(message) if status == ACCEPTED else None
+    if answer is not None and answer.run is not None:
+        run = answer.run  # the waiting run the answer put back in the queue
     return Delivered(agent, message, run, status, reason)
 
 

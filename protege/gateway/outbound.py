@@ -38,6 +38,8 @@ def deliver(
     config: Config,
     mail: dict[str, Any],
     attachments: Sequence[Blob | int] = (),
+    message_id: str | None = None,
+    reply_to: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Queue ``mail`` to be sent as ``agent`` and return what became of it (``queued``).
 
@@ -48,6 +50,9 @@ def deliver(
     not come out exactly as meant. Asked again for the same run and tool call, it queues
     nothing and returns the first outcome. The rendered bytes are stored with the message,
     so a mail sent again after a crash is the same mail, Message-ID and all.
+
+    ``message_id`` and ``reply_to`` are protege's own (an approval request's token travels
+    in them); tools cannot set them through ``mail``.
     """
     call_id = current_tool_call.get()
     if run is not None and call_id is not None:
@@ -64,7 +69,7 @@ def deliver(
         cc=tuple(cc),
         subject=header_text(mail.get("subject")),
         date=now(),
-        message_id=new_message_id(agent.address),
+        message_id=message_id or new_message_id(agent.address),
         in_reply_to=clean_id(mail.get("in_reply_to")),
         references=references(mail.get("references") or []),
         loop=_loop(mail.get("loop")) + 1,
@@ -72,6 +77,7 @@ def deliver(
         attachments=tuple(
             (header_text(b.filename), b.content_type, blobs.read(b, config)) for b in files
         ),
+        reply_to=tuple(_clean(list(reply_to))),
     )
     outgoing, raw = rendered(outgoing)
     recipients = [*to, *cc, *bcc]

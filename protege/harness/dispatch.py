@@ -185,23 +185,33 @@ class Dispatcher:
             before=(refusal,),
         )
 
+    def unrun(
+        self, call: dict[str, Any], result: Result, *, awaiting_approval: bool = False
+    ) -> Outcome:
+        """Answer a tool call with ``result`` without running it: it waits for approval, or
+        its approval was refused. Not a failure of the tool."""
+        return self._finish(
+            call["id"],
+            call["function"]["name"],
+            result,
+            result.trust,
+            declined=True,
+            awaiting_approval=awaiting_approval,
+        )
+
+    def problem(self, call: dict[str, Any]) -> str | None:
+        """Why dispatch would refuse ``call`` before running it (a tool not granted,
+        arguments that do not parse or fit the schema), or None."""
+        entry = self.granted.get(call["function"]["name"])
+        if entry is None:
+            return "the tool is not available in this run"
+        checked = _arguments(entry, call["function"].get("arguments") or "{}")
+        return checked.reason if isinstance(checked, Result) else None
+
     async def _run(self, entry: ToolEntry, raw_arguments: str) -> Result:
-        too_deep = f"the arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels"
-        try:
-            arguments = json.loads(raw_arguments)
-        except json.JSONDecodeError as error:
-            return failure(f"the arguments are not valid JSON ({error.msg} at {error.pos})")
-        except RecursionError:
-            return failure(too_deep)
-        except ValueError as error:  # a number of more digits than Python converts
-            return failure(f"the arguments cannot be read: {error}")
-        if not isinstance(arguments, dict):
-            return failure("the arguments must be a JSON object")
-        if _depth_exceeds(arguments, MAX_ARGUMENT_DEPTH):
-            return failure(too_deep)
-        problems = schema_problems(entry.tool_class, arguments)
-        if problems:
-            return failure("the arguments do not fit the input schema: " + "; ".join(problems))
+        arguments = _arguments(entry, raw_arguments)
+        if isinstance(arguments, Result):
+            return arguments
         try:
             outcome = await asyncio.wait_for(
                 self._call(entry, arguments), timeout=entry.tool_class.timeout
@@ -251,6 +261,7 @@ class Dispatcher:
         refused: bool = False,
         declined: bool = False,
         before: tuple[events.RunEvent, ...] = (),
+        awaiting_approval: bool = False,
     ) -> Outcome:
         trust = Trust.UNTRUSTED if Trust.UNTRUSTED in (trust, result.trust) else Trust.TRUSTED
         try:
@@ -272,6 +283,7 @@ class Dispatcher:
             details=result.details,
             declined=declined,  # not run, so not a failure of the tool
             parts=[part.describe() for part in result.parts],
+            awaiting_approval=awaiting_approval,
         )
         shown = (
             self.fence.wrap(content, source=f"tool {tool_id}")
@@ -297,6 +309,28 @@ class Dispatcher:
             f"{kept}\n[protege: this result was cut to {self.max_result_bytes} of "
             f"{len(encoded)} bytes]"
         )
+
+
+def _arguments(entry: ToolEntry, raw_arguments: str) -> dict[str, Any] | Result:
+    """The call's arguments, parsed and checked against the tool's schema, or the failure
+    that says why they cannot be used."""
+    too_deep = f"the arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels"
+    try:
+        arguments = json.loads(raw_arguments)
+    except json.JSONDecodeError as error:
+        return failure(f"the arguments are not valid JSON ({error.msg} at {error.pos})")
+    except RecursionError:
+        return failure(too_deep)
+    except ValueError as error:  # a number of more digits than Python converts
+        return failure(f"the arguments cannot be read: {error}")
+    if not isinstance(arguments, dict):
+        return failure("the arguments must be a JSON object")
+    if _depth_exceeds(arguments, MAX_ARGUMENT_DEPTH):
+        return failure(too_deep)
+    problems = schema_problems(entry.tool_class, arguments)
+    if problems:
+        return failure("the arguments do not fit the input schema: " + "; ".join(problems))
+    return arguments
 
 
 def _use(tool_class: type[Tool], context: RunContext, arguments: dict[str, Any]) -> Any:

@@ -14,6 +14,7 @@ from protege.config import Config
 from protege.errors import ProtegeError
 from protege.filetypes import IMAGE_TYPES, PDF_TYPE, malformed
 from protege.harness import events
+from protege.harness.approval import note
 from protege.harness.fence import Fence
 from protege.harness.parts import PartBudget, Shown, fenced_parts
 from protege.models import Blob, Event, Message, Responsibility, Run
@@ -194,9 +195,16 @@ def replay(timeline: list[Event], fence: Fence) -> tuple[list[dict[str, Any]], l
     answered: set[str] = set()
     calls: list[dict[str, Any]] = []
     files_shown = False
+    approvals: dict[str, events.RunEvent] = {}  # the answer to each call that waited
     for row in timeline:
         event = events.read(row.kind, row.payload)
-        if isinstance(event, events.ModelResponse):
+        if isinstance(event, events.ApprovalAnswered | events.ApprovalExpired) and event.call_id:
+            approvals[event.call_id] = event
+        elif isinstance(event, events.ToolResult) and event.after_approval:
+            call_id, tool = str(event.call_id), str(event.tool)
+            content = render_result(event, fence)
+            replayed.append(note(approvals.get(call_id), call_id, tool, content))
+        elif isinstance(event, events.ModelResponse):
             if files_shown:
                 replayed.append(FILES_NOT_SHOWN_AGAIN)
                 files_shown = False

@@ -27,6 +27,8 @@ from protege.context import RunContext
 from protege.db import database
 from protege.errors import ProtegeError
 from protege.harness import events
+from protege.harness.approval import Desk
+from protege.harness.approval import note as approval_note
 from protege.harness.dispatch import CallOver, Dispatcher, LiveCalls, Outcome
 from protege.harness.events import EventLog
 from protege.harness.fence import Fence
@@ -34,10 +36,12 @@ from protege.harness.model import ModelClient, close_clients
 from protege.harness.parts import PartBudget, Shown, fenced_parts
 from protege.harness.prompt import build_messages, replay
 from protege.models import Agent, Blob, Run
+from protege.models.approvals import pending_of, unsettled, wake
 from protege.models.base import utcnow
-from protege.models.runs import CANCELLED, DONE, FAILED, QUEUED, Claim
+from protege.models.runs import CANCELLED, DONE, FAILED, QUEUED, WAITING, Claim
 from protege.plugins import error_line
 from protege.registry import Manifest
+from protege.result import failure
 
 T = TypeVar("T")
 
@@ -52,6 +56,8 @@ class SendMail(Protocol):
         run: Run | None,
         mail: dict[str, Any],
         attachments: Sequence[Blob | int] = (),
+        message_id: str | None = None,
+        reply_to: Sequence[str] = (),
     ) -> dict[str, Any]: ...
 
 
@@ -209,6 +215,7 @@ class _Setup:
     dispatcher: Dispatcher
     messages: list[dict[str, Any]]
     budget: PartBudget
+    desk: Desk
     first_turn: int = 0
     failures: int = 0
     pending: list[dict[str, Any]] = attrs.Factory(list)
@@ -237,6 +244,7 @@ class _Attempt:
         self.cancellation = threading.Event()
         self.lost = False
         self.logger = _CorrelatedLogger(logger, run.correlation_id)
+        self.desk: Desk | None = None
 
     async def db(self, work: Callable[..., T], *args: Any) -> T:
         """Run database ``work`` off the event loop (or here, with no pool)."""
@@ -327,6 +335,7 @@ class _Attempt:
                 )
         model = ModelClient(config.model) if model is None else model
         setup = await self.db(self._prepare)
+        self.desk = setup.desk
         if setup.finished:
             return
         dispatcher, messages = setup.dispatcher, setup.messages
@@ -343,6 +352,7 @@ class _Attempt:
             )
             if failures > limits.max_tool_failures:
                 return await self._exhausted("max_tool_failures", limits.max_tool_failures)
+        failures += await self._settle(setup, resumed=True) or 0
         for turn in range(setup.first_turn + 1, limits.max_model_turns + 1):
             if self.cancellation.is_set():
                 raise _Cancelled("cancelled by an operator")
@@ -367,7 +377,11 @@ class _Attempt:
             )
             messages.append(reply.as_message())
             if not reply.tool_calls:
-                return await self.end(DONE, None, None)
+                settled = await self._settle(setup)  # answered while the model went on
+                if settled is None:
+                    return await self._done_or_waiting()
+                failures += settled
+                continue
             calls = reply.tool_calls
             failures = await self._answer(
                 dispatcher, calls, calls, failures, messages, setup.budget
@@ -381,7 +395,8 @@ class _Attempt:
         run, config = self.run, self.config
         live = LiveCalls()
         context = self._context(live)
-        granted = run.agent.resolve_for(context, self.installation.manifest).tools
+        resolution = run.agent.resolve_for(context, self.installation.manifest)
+        granted = resolution.tools
         tools = [
             {
                 "type": "function",
@@ -399,7 +414,8 @@ class _Attempt:
         dispatcher = Dispatcher(
             granted, context, fence, config.runs.max_result_bytes, live, config.runs.tool_threads
         )
-        setup = _Setup(context, tools, dispatcher, messages, budget)
+        desk = Desk(run, resolution.approvals, dispatcher, self.installation.deliver, self.clock)
+        setup = _Setup(context, tools, dispatcher, messages, budget, desk)
         if self.log.seq:  # a run resumed: nothing done is done again
             timeline = run.timeline()
             replayed, pending = replay(timeline, fence)
@@ -414,8 +430,13 @@ class _Attempt:
                 (m["tool_calls"] for m in reversed(replayed) if m.get("tool_calls")), []
             )
             last = replayed[-1] if replayed else {}
-            if last.get("role") == "assistant" and not last.get("tool_calls"):
-                self._end(DONE, None)  # it had given its final answer before it stopped
+            final = last.get("role") == "assistant" and not last.get("tool_calls")
+            if final and not unsettled(run.id):  # its final answer was given before it stopped
+                waiting = [a.id for a in pending_of(run.id)]
+                if waiting:
+                    self._wait(waiting)
+                else:
+                    self._end(DONE, None)
                 setup.finished = True
         return setup
 
@@ -452,7 +473,7 @@ class _Attempt:
         else:
             outcomes = await asyncio.gather(
                 *(
-                    dispatcher.dispatch(call)
+                    self._dispatch(dispatcher, call)
                     if position.get(call["id"], 0) < cap
                     else _declined(dispatcher, call, cap, len(turn_calls))
                     for call in calls
@@ -471,6 +492,87 @@ class _Attempt:
         if files:
             messages.append(_files_message(files, budget, dispatcher.fence))
         return failures
+
+    # -- approval ---------------------------------------------------------------------------
+
+    async def _dispatch(self, dispatcher: Dispatcher, call: dict[str, Any]) -> Outcome:
+        """Dispatch ``call``, unless its tool needs approval: then it waits (a request is
+        mailed once) and the model is told so."""
+        desk = self.desk
+        policy = None if desk is None else desk.policy_for(call)
+        if desk is None or policy is None:
+            return await dispatcher.dispatch(call)
+        approved = desk.self_approved(call, policy)
+        if approved is not None:
+            self.log.record(approved)  # on record before the call runs
+            return await dispatcher.dispatch(call)
+        try:
+            approval, created = await self.db(desk.request, call, policy)
+        except ProtegeError as error:  # the request mail was refused (an address, say)
+            return dispatcher.unrun(call, failure(f"approval could not be requested: {error}"))
+        if created:
+            self.log.record(desk.requested(approval))
+        return desk.waiting(call, approval)
+
+    async def _settle(self, setup: _Setup, resumed: bool = False) -> int | None:
+        """Take in the approvals answered since the calls waited: record each answer, run
+        the approved calls once, tell the model what became of each. Returns the tool
+        failures this added, or None when there was nothing to take in."""
+        answered = await self.db(setup.desk.answered)
+        if not answered:
+            return None
+        if resumed:
+            self.log.record(
+                events.RunResumed(
+                    attempt=self.claim.attempts,
+                    reason="approval answered: "
+                    + ", ".join(f"{a.tool} {a.status}" for a, _ in answered),
+                )
+            )
+        for _, answer in answered:
+            self.log.record(answer)
+        await self.step()  # the answers are on record before any approved call runs
+        outcomes = await asyncio.gather(*(setup.desk.outcome(a) for a, _ in answered))
+        failures = 0
+        for (approval, answer), outcome in zip(answered, outcomes, strict=True):
+            for event in outcome.trail:
+                self.log.record(event)
+            failures += 0 if (outcome.result.ok or outcome.declined) else 1
+            setup.messages.append(
+                approval_note(answer, approval.call_id, approval.tool, outcome.content)
+            )
+        await self.db(self._commit_settled, [a for a, _ in answered])
+        if self.cancellation.is_set():
+            raise _Cancelled("cancelled by an operator")
+        return failures
+
+    def _commit_settled(self, approvals: list[Any]) -> None:
+        with database.atomic():
+            self.log.write()
+            Desk.mark_settled(approvals)
+            self._renew()
+
+    async def _done_or_waiting(self) -> None:
+        """The model gave its final answer: the run is done, or waits for approvals."""
+        waiting = await self.db(lambda: [a.id for a in pending_of(self.run.id)])
+        if not waiting:
+            return await self.end(DONE, None, None)
+        try:
+            await self.db(self._wait, waiting)
+        except LeaseLost as lost:
+            self.logger.warning("run %s: %s", self.run.id, lost)
+
+    def _wait(self, approval_ids: list[int]) -> None:
+        """End this attempt with the run waiting for ``approval_ids``; if one was answered
+        meanwhile, the run goes back to the queue at once."""
+        self.log.record(events.RunWaiting(approvals=approval_ids))
+        with database.atomic():
+            self.log.write()
+            if not self.run.finish(WAITING, None, self.claim.owner):
+                self.lost = True
+                raise LeaseLost(f"run {self.run.id} was taken over by another worker")
+            if unsettled(self.run.id) and wake(self.run.id):
+                self.run.status = QUEUED
 
     async def _exhausted(self, budget: str, limit: int) -> None:
         await self.end(

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import peewee
 
-from protege.access import ApprovalPolicy
+from protege.access import ApprovalPolicy, routing_key
 from protege.db import database
 from protege.errors import ProtegeError
 from protege.models.base import JSONListField, Record, utcnow
@@ -51,6 +51,7 @@ class Approval(Record):
     created_at = peewee.DateTimeField(default=utcnow)
     expires_at = peewee.DateTimeField()
     answered_at = peewee.DateTimeField(null=True)
+    self_approval = peewee.BooleanField(default=True)  # may the run's own sender answer
     settled = peewee.BooleanField(default=False)  # the harness recorded what became of it
 
     class Meta:
@@ -59,7 +60,17 @@ class Approval(Record):
     @property
     def policy(self) -> ApprovalPolicy:
         """Who may answer this approval."""
-        return ApprovalPolicy(tuple(self.approvers), tuple(self.notified))
+        return ApprovalPolicy(
+            tuple(self.approvers), tuple(self.notified), self_approval=self.self_approval
+        )
+
+    def may_answer(self, sender: str | None) -> bool:
+        """Whether ``sender`` (one mailbox, checked by the gateway) may answer: an approver,
+        and not the one who asked when the policy wants someone else's yes."""
+        if not self.policy.approves(sender):
+            return False
+        asker = routing_key(self.requested_by)
+        return self.self_approval or asker is None or routing_key(sender) != asker
 
     @classmethod
     def with_token(cls, token: str) -> Approval | None:

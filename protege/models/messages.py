@@ -15,6 +15,7 @@ OUTBOUND = "outbound"
 ACCEPTED = "accepted"  # inbound, a run was queued
 REFUSED = "refused"  # inbound, the agent's access rules refused the sender
 IGNORED = "ignored"  # inbound, an auto-reply or a loop: stored, no run
+ANSWER = "answer"  # inbound, an approver's answer to an approval request: no run of its own
 PENDING = "pending"  # outbound, stored and waiting for the delivery loop
 SENT = "sent"  # outbound, the transport took it
 FAILED = "failed"  # outbound, the transport gave up

@@ -218,7 +218,8 @@ class Run(Record):
     @staticmethod
     def request_cancel(run_id: int, now: datetime.datetime) -> str | None:
         """Stop run ``run_id``: a queued or waiting run is cancelled at once, a running one is
-        asked to stop at its next step. Returns the status it had, or None if there is no such run."""
+        asked to stop at its next step. Returns the status it had, or None if there is no
+        such run."""
         p = database.param
         with database.atomic():
             found = Run.select(Run.status).where(Run.id == run_id).first()
