@@ -93,6 +93,9 @@ def answer_by_mail(
     tokens = tokens_in(parsed, recipients)
     if not tokens:
         return None
+    if len(tokens) > 1:  # a real answer carries its request's token wherever it carries one
+        logger.warning("approval answer for %s carries several tokens; ignored", agent.name)
+        return Answer(False, "an answer carrying several approval tokens: nothing decided")
     found = {
         a.id: a
         for a in Approval.select(Approval, Run)

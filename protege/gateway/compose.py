@@ -23,7 +23,7 @@ from email.parser import BytesParser, Parser
 import attrs
 
 from protege.errors import ProtegeError
-from protege.gateway.inbound import LOOP_HEADER
+from protege.gateway.parse import LOOP_HEADER
 
 MAX_ID_LENGTH = 250
 MAX_REFERENCES = 20
