@@ -159,13 +159,17 @@ def test_a_guarded_call_waits_and_the_request_goes_to_the_approver(
     assert str(request["Reply-To"]) == f"sundae+approve-{approval.token}@thescoop.example"
     assert request["Message-ID"].strip() == f"<approval.{approval.token}@thescoop.example>"
     body = request.get_content()
-    assert "issue_refund" in body and '"order_number": "SCP-1042"' in body
-    assert "jane@acme.com" in body and "APPROVE or DENY" in body
-    assert approval.token not in body and approval.token not in str(request["Subject"])
+    assert "issue_refund" in body
+    assert '"order_number": "SCP-1042"' in body
+    assert "jane@acme.com" in body
+    assert "APPROVE or DENY" in body
+    assert approval.token not in body
+    assert approval.token not in str(request["Subject"])
     # The model was told the call waits, and ended its turn: the run waits.
     shown = [m for m in scripted_model.shown(1) if m["role"] == "tool"]
     told = json.loads(shown[0]["content"])
-    assert told["awaiting_approval"] is True and told["ok"] is False
+    assert told["awaiting_approval"] is True
+    assert told["ok"] is False
     assert kinds(run) == [
         "model_request",
         "model_response",
@@ -227,7 +231,8 @@ def test_approval_runs_the_call_once_even_if_delivered_twice(sundae, post, app, 
     (resumed,) = drain(app)
     post.send(answer)  # and once more after the run went on
     assert drain(app) == []
-    assert resumed.id == run.id and resumed.status == "done"
+    assert resumed.id == run.id
+    assert resumed.status == "done"
     assert REFUNDS == [{"order_number": "SCP-1042", "reason": "arrived melted"}]
     (approval,) = Approval.select()
     assert (approval.status, approval.answered_by, approval.reason) == (
@@ -257,11 +262,13 @@ def test_denial_reaches_the_model_with_the_reason_fenced(sundae, post, app, scri
     post.send(post.answer(post.request(), "mara@thescoop.com", "Deny: the photo shows no melt"))
     scripted_model.script(say("Told Jane no."))
     (resumed,) = drain(app)
-    assert resumed.id == run.id and resumed.status == "done"
+    assert resumed.id == run.id
+    assert resumed.status == "done"
     assert REFUNDS == []
     note = scripted_model.shown(2)[-1]["content"]
     assert note.startswith("(protege: mara@thescoop.com denied your call call_1_0 to issue_refund")
-    assert "<<<UNTRUSTED" in note and "the photo shows no melt" in note
+    assert "<<<UNTRUSTED" in note
+    assert "the photo shows no melt" in note
 
 
 def test_expiry_reaches_the_model(sundae, post, app, scripted_model):
@@ -273,7 +280,8 @@ def test_expiry_reaches_the_model(sundae, post, app, scripted_model):
     assert Scheduler(app, clock=lambda: later).tick().expired == [approval.id]
     scripted_model.script(say("Nobody approved; told Jane."))
     (resumed,) = drain(app)
-    assert resumed.id == run.id and resumed.status == "done"
+    assert resumed.id == run.id
+    assert resumed.status == "done"
     assert REFUNDS == []
     assert "approval_expired" in kinds(run)
     note = scripted_model.shown(2)[-1]["content"]
