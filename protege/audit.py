@@ -62,6 +62,18 @@ def snapshot(record: Record | None) -> dict[str, Any] | None:
             "toolkit": record.toolkit.name,
             "allow_on_scheduled_runs": record.allow_proactive,
             "rules": [str(r) for r in sorted(record.rules, key=lambda r: r.id)],
+            **(
+                {
+                    "approval": {
+                        "by": list(record.approval_by),
+                        "to": list(record.approval_to),
+                        "timeout_seconds": record.approval_timeout,
+                        "self_approval": record.self_approval,
+                    }
+                }
+                if record.approval_by
+                else {}
+            ),
         }
     if isinstance(record, Responsibility):
         return {

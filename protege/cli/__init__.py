@@ -16,6 +16,11 @@ from protege.errors import ProtegeError
 COMMANDS = {
     "access": ("protege.cli.access", "access", "Explain which tools a run would get, and why."),
     "access-rules": ("protege.cli.rules", "access_rules", "Who may reach an agent at all."),
+    "approvals": (
+        "protege.cli.approvals",
+        "approvals",
+        "Tool calls waiting for approval: list, approve, deny.",
+    ),
     "audit": ("protege.cli.audit", "audit", "Who changed access, when, before and after."),
     "agents": ("protege.cli.agents", "agents", "Create, list, show and delete agents."),
     "doctor": ("protege.cli.doctor", "doctor", "Report every problem with tools and plugins."),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from protege.cli.database import agent_and_toolkit, audited, open_database
+from protege.errors import ProtegeError
 
 
 @click.group()
@@ -44,15 +45,125 @@ def detach(agent: str, toolkit: str) -> None:
 @click.argument("toolkit")
 @click.option(
     "--allow-proactive/--no-allow-proactive",
-    required=True,
+    default=None,
     help="Whether the toolkit's tools are offered on the agent's scheduled runs.",
 )
-def configure(agent: str, toolkit: str, allow_proactive: bool) -> None:
-    """Set the terms of a grant."""
+@click.option(
+    "--approval-by",
+    "approval_by",
+    multiple=True,
+    metavar="PATTERN",
+    help="Calls to the toolkit's tools wait for a yes from a sender matching PATTERN "
+    "(repeatable; same patterns as gate rules, e.g. '*@thescoop.com').",
+)
+@click.option(
+    "--approval-to",
+    "approval_to",
+    multiple=True,
+    metavar="ADDRESS",
+    help="Mail approval requests to ADDRESS, an approver (repeatable; default: the "
+    "approver patterns that are plain addresses).",
+)
+@click.option(
+    "--approval-timeout",
+    metavar="DURATION",
+    help="How long a call waits for an answer before it is refused: 90m, 72h, 3d (default 72h).",
+)
+@click.option(
+    "--self-approval/--no-self-approval",
+    default=None,
+    help="Whether a call asked for by an approver runs at once (default: it does).",
+)
+@click.option("--no-approval", is_flag=True, help="The toolkit's tools run without approval.")
+def configure(
+    agent: str,
+    toolkit: str,
+    allow_proactive: bool | None,
+    approval_by: tuple[str, ...],
+    approval_to: tuple[str, ...],
+    approval_timeout: str | None,
+    self_approval: bool | None,
+    no_approval: bool,
+) -> None:
+    """Set the terms of a grant: scheduled runs, and the approval its tools need."""
+    from protege.access import DEFAULT_APPROVAL_TIMEOUT, checked_policy
+
+    approval_options = bool(approval_by or approval_to or approval_timeout) or (
+        self_approval is not None
+    )
+    if allow_proactive is None and not approval_options and not no_approval:
+        raise click.UsageError(
+            "say what to set: --allow-proactive/--no-allow-proactive, "
+            "--approval-by ..., or --no-approval"
+        )
+    if no_approval and approval_options:
+        raise click.UsageError("--no-approval cannot go with other approval options")
     open_database()
     found_agent, found_toolkit, grant = agent_and_toolkit(agent, toolkit)
-    with audited("scheduled runs allowed" if allow_proactive else "scheduled runs refused", grant):
-        grant.allow_proactive = allow_proactive
-        grant.save()
-    state = "offered" if allow_proactive else "not offered"
-    click.echo(f"{found_toolkit.name} is {state} on {found_agent.name}'s scheduled runs")
+    lines = []
+    if allow_proactive is not None:
+        with audited(
+            "scheduled runs allowed" if allow_proactive else "scheduled runs refused", grant
+        ):
+            grant.allow_proactive = allow_proactive
+            grant.save()
+        state = "offered" if allow_proactive else "not offered"
+        lines.append(f"{found_toolkit.name} is {state} on {found_agent.name}'s scheduled runs")
+    if no_approval:
+        with audited("approval no longer required", grant):
+            grant.require_approval(None)
+        lines.append(f"{found_toolkit.name}'s tools run without approval for {found_agent.name}")
+    elif approval_options:
+        current = grant.approval
+        if not approval_by and current is None:
+            raise ProtegeError("say who approves with --approval-by PATTERN")
+        policy = checked_policy(
+            approval_by or (current.approvers if current else ()),
+            approval_to or (current.notify if current and not approval_by else ()),
+            parse_duration(approval_timeout)
+            if approval_timeout
+            else (current.timeout if current else DEFAULT_APPROVAL_TIMEOUT),
+            self_approval
+            if self_approval is not None
+            else (current.self_approval if current else True),
+        )
+        with audited("approval required", grant):
+            grant.require_approval(policy)
+        lines.append(describe_approval(found_toolkit.name, found_agent.name, policy))
+    for line in lines:
+        click.echo(line)
+
+
+def describe_approval(toolkit: str, agent: str, policy) -> str:
+    """One line saying what approval a grant's tools need."""
+    own = (
+        "an approver asking is approved at once"
+        if policy.self_approval
+        else ("someone other than the asker must approve")
+    )
+    return (
+        f"{toolkit}'s tools wait for approval by {', '.join(policy.approvers)} on {agent}'s "
+        f"runs (requests to {', '.join(policy.notify)}; refused after "
+        f"{format_duration(policy.timeout)} unanswered; {own})"
+    )
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> int:
+    """Seconds in a duration such as ``90m``, ``72h`` or ``3d`` (a bare number is seconds)."""
+    value = text.strip().lower()
+    unit = value[-1:] if value[-1:] in _UNITS else "s"
+    number = value[:-1] if value[-1:] in _UNITS else value
+    if not number.isdigit() or int(number) == 0:
+        raise click.BadParameter(f"{text!r} is not a duration such as 90m, 72h or 3d")
+    return int(number) * _UNITS[unit]
+
+
+def format_duration(seconds: int) -> str:
+    """``seconds`` in the largest whole unit (``72h``, ``3d``, ``90m``)."""
+    for unit in ("d", "h", "m"):
+        if seconds % _UNITS[unit] == 0:
+            return f"{seconds // _UNITS[unit]}{unit}"
+    return f"{seconds}s"

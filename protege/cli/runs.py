@@ -178,9 +178,9 @@ def _run_numbered(run_id: int):
 
 
 def show_outcome(run, as_json: bool) -> None:
-    """Show ``run``; exit with status 1 unless it is done."""
+    """Show ``run``; exit with status 1 unless it is done (or waits for approval)."""
     _show(run, as_json)
-    if run.status != "done":
+    if run.status not in ("done", "waiting"):
         raise click.exceptions.Exit(1)
 
 

@@ -76,8 +76,13 @@ RECORDED = {
         "mara@thescoop.com), on behalf of jane@acme.com, until 2026-03-05T10:00:00",
     ),
     events.APPROVAL_ANSWERED: (
-        {"approval": 3, "tool": "process_refund", "decision": "denied", "by": "mara@thescoop.com",
-         "reason": "not\nthis one"},
+        {
+            "approval": 3,
+            "tool": "process_refund",
+            "decision": "denied",
+            "by": "mara@thescoop.com",
+            "reason": "not\nthis one",
+        },
         "approval 3 for process_refund denied by mara@thescoop.com: not this one",
     ),
     events.APPROVAL_EXPIRED: (

@@ -1,0 +1,144 @@
+"""``protege approvals``: tool calls waiting for a person's yes, and answering them."""
+
+from __future__ import annotations
+
+import click
+
+from protege.cli.database import open_database, open_installation
+from protege.cli.output import echo_json, echo_table
+from protege.errors import ProtegeError
+
+
+@click.group()
+def approvals() -> None:
+    """Tool calls waiting for approval: list them, approve or deny them."""
+
+
+@approvals.command("list")
+@click.option("--all", "everything", is_flag=True, help="Answered and expired ones too.")
+@click.option("--agent", help="Only this agent's approvals.")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def list_approvals(everything: bool, agent: str | None, as_json: bool) -> None:
+    """List approvals, oldest first: pending ones unless --all."""
+    from protege.models import Agent, Approval, Run
+    from protege.models.approvals import PENDING
+
+    open_database()
+    query = Approval.select(Approval, Run, Agent).join(Run).join(Agent).order_by(Approval.id)
+    if not everything:
+        query = query.where(Approval.status == PENDING)
+    if agent is not None:
+        query = query.where(Run.agent == Agent.named(agent).id)
+    rows = [_summary(a) for a in query]
+    if as_json:
+        echo_json(rows)
+        return
+    if not rows:
+        click.echo("no approvals are waiting" if not everything else "no approvals")
+        return
+    echo_table(
+        ["id", "run", "agent", "tool", "asked by", "status", "expires (UTC)", "answered by"],
+        [
+            [
+                r["id"],
+                r["run"],
+                r["agent"],
+                r["tool"],
+                r["requested_by"] or "(scheduled run)",
+                r["status"],
+                r["expires_at"],
+                r["answered_by"] or "",
+            ]
+            for r in rows
+        ],
+    )
+
+
+@approvals.command("show")
+@click.argument("approval_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def show(approval_id: int, as_json: bool) -> None:
+    """Show one approval: the call, its arguments, who may answer, what was decided."""
+    from protege.harness.events import printable
+
+    open_database()
+    summary = _summary(_approval(approval_id))
+    if as_json:
+        echo_json(summary)
+        return
+    for key, value in summary.items():
+        click.echo(printable(f"{key}: {value}"))
+
+
+@approvals.command("approve")
+@click.argument("approval_id", type=int)
+@click.option("--reason", help="Why (recorded in the run's trail).")
+@click.option("--run", "run_now", is_flag=True, help="Carry out the resumed run right away.")
+def approve(approval_id: int, reason: str | None, run_now: bool) -> None:
+    """Approve a waiting call: it runs once when its run resumes."""
+    _answer(approval_id, "approved", reason, run_now)
+
+
+@approvals.command("deny")
+@click.argument("approval_id", type=int)
+@click.option("--reason", help="Why (the model is told).")
+@click.option("--run", "run_now", is_flag=True, help="Carry out the resumed run right away.")
+def deny(approval_id: int, reason: str | None, run_now: bool) -> None:
+    """Deny a waiting call: it does not run, and the model is told so."""
+    _answer(approval_id, "denied", reason, run_now)
+
+
+def _answer(approval_id: int, decision: str, reason: str | None, run_now: bool) -> None:
+    from protege.audit import command_line_actor
+    from protege.models import Approval, Run
+
+    installation = open_installation() if run_now else None
+    if installation is None:
+        open_database()
+    approval = _approval(approval_id)
+    if approval.status != "pending":
+        raise ProtegeError(f"approval {approval_id} was {approval.status} already")
+    if not Approval.answer(approval.id, decision, command_line_actor(), reason):
+        raise ProtegeError(f"approval {approval_id} was answered meanwhile")
+    run = Run.get_by_id(approval.run_id)
+    then = (
+        f"run {run.id} is queued again"
+        if run.status == "queued"
+        else f"run {run.id} is {run.status}"
+    )
+    click.echo(f"approval {approval_id} ({approval.tool}) {decision}; {then}")
+    if installation is not None and run.status == "queued":
+        from protege.cli.runs import carried_out
+
+        ended = carried_out(run, installation)
+        click.echo(f"run {ended.id}: {ended.status}" + (f" ({ended.error})" if ended.error else ""))
+
+
+def _approval(approval_id: int):
+    from protege.models import Approval
+
+    found = Approval.get_or_none(Approval.id == approval_id)
+    if found is None:
+        raise ProtegeError(f"no approval {approval_id} (see `protege approvals list`)")
+    return found
+
+
+def _summary(approval) -> dict[str, object]:
+    return {
+        "id": approval.id,
+        "run": approval.run_id,
+        "agent": approval.run.agent.name,
+        "tool": approval.tool,
+        "arguments": approval.arguments,
+        "requested_by": approval.requested_by,
+        "approvers": list(approval.approvers),
+        "notified": list(approval.notified),
+        "status": approval.status,
+        "created_at": approval.created_at.isoformat(timespec="seconds"),
+        "expires_at": approval.expires_at.isoformat(timespec="minutes"),
+        "answered_by": approval.answered_by,
+        "answered_at": approval.answered_at.isoformat(timespec="seconds")
+        if approval.answered_at
+        else None,
+        "reason": approval.reason,
+    }
