@@ -156,7 +156,16 @@ def thread_history(run: Run, fence: Fence) -> list[dict[str, Any]]:
     for event in (
         Event.select()
         .where(Event.run.in_([r.id for r in runs.values()]))
-        .where(Event.kind.in_([events.MODEL_RESPONSE, events.TOOL_RESULT]))
+        .where(
+            Event.kind.in_(
+                [
+                    events.MODEL_RESPONSE,
+                    events.TOOL_RESULT,
+                    events.APPROVAL_ANSWERED,
+                    events.APPROVAL_EXPIRED,
+                ]
+            )
+        )
         .order_by(Event.run, Event.seq)
     ):
         timelines.setdefault(event.run_id, []).append(event)

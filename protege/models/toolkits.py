@@ -7,7 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 import peewee
 
-from protege.access import DEFAULT_APPROVAL_TIMEOUT, ApprovalPolicy, Decision, decide
+from protege.access import (
+    DEFAULT_APPROVAL_TIMEOUT,
+    ApprovalPolicy,
+    Decision,
+    checked_policy,
+    decide,
+)
 from protege.errors import ProtegeError, did_you_mean
 from protege.models.base import JSONListField, Record, utcnow
 from protege.models.rules import RuleRecord
@@ -147,15 +153,32 @@ class AgentToolkit(Record):
             self.self_approval,
         )
 
-    def require_approval(self, policy: ApprovalPolicy | None) -> None:
-        """Make calls to this grant's tools wait for ``policy``'s approvers (None: they run
-        at once again), and save. Build the policy with ``protege.access.checked_policy``."""
-        if policy is None:
+    def require_approval(
+        self,
+        by: Iterable[str] | ApprovalPolicy | None,
+        to: Iterable[str] = (),
+        timeout: int = DEFAULT_APPROVAL_TIMEOUT,
+        self_approval: bool = True,
+    ) -> ApprovalPolicy | None:
+        """Make calls to this grant's tools wait for a yes from a sender matching one of
+        the patterns ``by`` (requests mailed to ``to``, or to the plain addresses among
+        ``by``; refused after ``timeout`` seconds unanswered; an approver asking is
+        approved at once unless ``self_approval`` is false), and save. ``by`` may also be
+        a whole ``ApprovalPolicy``; None lets the tools run at once again. Returns the
+        policy; ``ProtegeError`` for one that cannot work."""
+        if by is None:
+            policy = None
             self.approval_by, self.approval_to = [], []
         else:
+            policy = (
+                by
+                if isinstance(by, ApprovalPolicy)
+                else checked_policy(by, to, timeout, self_approval)
+            )
             self.approval_by, self.approval_to = list(policy.approvers), list(policy.notify)
             self.approval_timeout, self.self_approval = policy.timeout, policy.self_approval
         self.save()
+        return policy
 
 
 class AgentToolkitRule(RuleRecord):

@@ -42,7 +42,7 @@ def env(protege_db, scripted_model, run_protege, tmp_path):
     (run_protege.project / "shop_tools.py").write_text(SHOP_TOOLS)
     agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
     finance = agent.grant(Toolkit.create(name="Finance", member_tool_ids=["issue_refund"]))
-    finance.require_approval(checked_policy(["*@thescoop.com"], ["mara@thescoop.com"]))
+    finance.require_approval(["*@thescoop.com"], ["mara@thescoop.com"])
     return {
         "PROTEGE_DATABASE_URL": protege_db.url,
         "PROTEGE_DATA_DIR": str(tmp_path / "data"),

@@ -14,7 +14,6 @@ from pathlib import Path
 import attrs
 import pytest
 
-from protege.access import checked_policy
 from protege.config import load_config
 from protege.gateway.smtp import free_port, start_gateway
 from protege.installation import open_installation
@@ -71,7 +70,7 @@ def sundae(app):
     agent = Agent.create(name="Sundae", address=AGENT, instructions="Help customers.")
     agent.grant(Toolkit.create(name="Support", member_tool_ids=["lookup_order"]))
     finance = agent.grant(Toolkit.create(name="Finance", member_tool_ids=["issue_refund"]))
-    finance.require_approval(checked_policy(["*@thescoop.com"], ["mara@thescoop.com"]))
+    finance.require_approval(["*@thescoop.com"], ["mara@thescoop.com"])
     return agent
 
 
@@ -319,9 +318,7 @@ def test_an_approver_asking_is_approved_at_once(sundae, post, app, scripted_mode
 
 def test_without_self_approval_someone_else_must_agree(sundae, post, app, scripted_model):
     grant = sundae.grant_of(Toolkit.named("Finance"))
-    grant.require_approval(
-        checked_policy(["*@thescoop.com"], ["boss@thescoop.com"], self_approval=False)
-    )
+    grant.require_approval(["*@thescoop.com"], ["boss@thescoop.com"], self_approval=False)
     scripted_model.script(
         tool_call("issue_refund", order_number="SCP-7", reason="broken"), say("Asked.")
     )

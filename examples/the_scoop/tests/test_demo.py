@@ -7,6 +7,11 @@ import sys
 
 from the_scoop.demo import demo_config
 
+REFUNDS = (
+    "import sys; from pathlib import Path; from the_scoop.shop import Refund, open_shop; "
+    "open_shop(Path(sys.argv[1])); print(*[r.order.number for r in Refund.select()])"
+)
+
 
 def test_demo_shows_the_seed_outcome(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PROTEGE_", "OPENAI_"))}
@@ -23,25 +28,36 @@ def test_demo_shows_the_seed_outcome(tmp_path):
     assert out.splitlines()[0] == (
         "The Scoop demo, with the scripted model (no model is configured: set"
     )
-    jane, mara, jane_again = out.split("=== Email ")[1:4]
+    jane, mara, jane_again, mara_again = out.split("=== Email ")[1:5]
     assert (
-        "tools offered: check_flavor_stock, create_file, lookup_order, read_attachment, "
-        "search_emails, send_email"
+        "tools offered: check_flavor_stock, create_file, lookup_order, process_refund, "
+        "read_attachment, search_emails, send_email"
     ) in jane
     assert "    Attached: melted-order.png\n" in jane
     assert "    read_attachment: ran, showed melted-order.png to the model\n" in jane
-    assert "process_refund" not in jane
-    assert "process_refund: ran" in mara
-    assert "process_refund: REFUSED (not granted for this sender)" in jane_again
-    outbox = out.split("=== The outbox: 3 replies")[1]
-    assert outbox.count("--- Sundae <sundae@thescoop.example> -> ") == 3
-    assert "Done: SCP-1042 is refunded in full ($24.50)." in outbox
+    assert "--- run 1 for Jane <jane@acme.com>: waiting" in jane
+    assert "    process_refund: waits for approval (asked mara@thescoop.com)\n" in jane
+    assert "Mara <mara@thescoop.com> -> sundae+approve-" in mara
+    assert "--- run 1 for Jane <jane@acme.com> (resumed: an approval was answered): done" in mara
+    assert "    process_refund: approved by mara@thescoop.com, ran\n" in mara
+    assert "--- run 2 for Jane <jane@acme.com>: waiting" in jane_again
+    assert "    process_refund: denied by mara@thescoop.com, not run\n" in mara_again
+    outbox = out.split("=== The outbox: 6 mails")[1]
+    assert outbox.count("--- Sundae <sundae@thescoop.example> -> mara@thescoop.com") == 2
+    assert outbox.count("--- Sundae <sundae@thescoop.example> -> jane@acme.com") == 4
+    assert "Good news: SCP-1042 is refunded in full ($24.50)." in outbox
+    assert "Subject: Approval needed: process_refund for jane@acme.com" in outbox
+    folder = tmp_path / "scoop"
+    refunds = subprocess.run(
+        [sys.executable, "-c", REFUNDS, str(folder / "data")], capture_output=True, text=True
+    )
+    assert refunds.stdout.split() == ["SCP-1042"]  # once, and only the approved one
     scout = out.split("=== A responsibility: Scout's 'morning stock report'")[1]
-    assert "the scheduler, at Mon 02 Mar 07:00 CET, queued run 4" in scout
+    assert "the scheduler, at Mon 02 Mar 07:00 CET, queued run 3" in scout
     assert "tools offered: check_flavor_stock, send_email\n" in scout  # not process_refund
     assert "--- Scout <scout@thescoop.example> -> mara@thescoop.com" in scout
     assert "Pistachio: OUT (0 pints)" in scout
-    assert len(list((tmp_path / "scoop" / "data" / "outbox").glob("*.eml"))) == 4
+    assert len(list((tmp_path / "scoop" / "data" / "outbox").glob("*.eml"))) == 7
     ending = out.split("=== See it all in the dashboard")[1].splitlines()
     assert ending[1:] == [
         f"    cd {tmp_path / 'scoop'}",
@@ -57,7 +73,7 @@ def test_demo_shows_the_seed_outcome(tmp_path):
         timeout=60,
     )
     assert listed.returncode == 0, listed.stderr
-    assert len(json.loads(listed.stdout)) == 4  # the folder's protege.toml finds the demo's data
+    assert len(json.loads(listed.stdout)) == 3  # the folder's protege.toml finds the demo's data
 
 
 def test_demo_with_a_configured_model_says_which(tmp_path):

@@ -22,7 +22,7 @@ from pathlib import Path
 import attrs
 import click
 
-from protege import db
+from protege import blobs, db
 from protege.config import Config, load_config
 from protege.gateway.smtp import free_port, start_gateway
 from protege.installation import Installation, open_installation
@@ -107,13 +107,18 @@ def _run(config: Config, model: ScriptedModel | None) -> None:
     db.migrate()
     sync(installation.manifest)
     sundae = Agent.create(name="Sundae", address=story.SUNDAE, instructions=story.INSTRUCTIONS)
-    for name, description, members, rules in story.TOOLKITS:
+    for name, description, members, rules, approval in story.TOOLKITS:
         grant = sundae.grant(
             Toolkit.create(name=name, description=description, member_tool_ids=members)
         )
         for kind, pattern in rules:
             grant.add_rule(kind, pattern)
         gate = ", ".join(f"{kind} {pattern}" for kind, pattern in rules) or "open to everyone"
+        if approval is not None:
+            grant.require_approval(*approval)
+            approvers, mailed = approval
+            gate += f"; each call waits for approval by {', '.join(approvers)}"
+            gate += f" (requests mailed to {', '.join(mailed)})"
         click.echo(f"Sundae holds {name} ({', '.join(members)}): {gate}")
     default_tools = Toolkit.default_tools()
     defaults = default_tools.member_tool_ids if default_tools is not None else []
@@ -124,15 +129,21 @@ def _run(config: Config, model: ScriptedModel | None) -> None:
         for number, (sender, subject, body) in enumerate(story.EMAILS):
             if model is not None:
                 model.script(*story.SCRIPT[number])
-            raw = _compose(story.SUNDAE, sender, subject, body, previous, photo=number == 0)
+            if sender == story.ANSWER:
+                raw = _answer(subject or "", body, _latest_request(), config)
+            else:
+                raw = _compose(story.SUNDAE, sender, subject, body, previous, photo=number == 0)
             with smtplib.SMTP(gateway.hostname, gateway.port, timeout=30) as client:
-                client.send_message(raw)
+                client.send_message(raw, to_addrs=[str(raw["To"])])
             _show_email(number + 1, raw)
             for run in drain(installation):
                 _show_run(run)
             previous = (
                 Message.select()
-                .where(Message.direction == "outbound")
+                .where(
+                    (Message.direction == "outbound")
+                    & ~Message.subject.startswith(APPROVAL_SUBJECT)
+                )
                 .order_by(Message.id.desc())
                 .first()
             )
@@ -140,6 +151,37 @@ def _run(config: Config, model: ScriptedModel | None) -> None:
         gateway.stop()
     _show_outbox(config)
     _scouts_morning(installation, model)
+
+
+APPROVAL_SUBJECT = "Approval needed"
+
+
+def _latest_request() -> Message:
+    found = (
+        Message.select()
+        .where((Message.direction == "outbound") & Message.subject.startswith(APPROVAL_SUBJECT))
+        .order_by(Message.id.desc())
+        .first()
+    )
+    if found is None:
+        raise click.ClickException("the story answers an approval request nobody sent")
+    return found
+
+
+def _answer(sender: str, body: str, request: Message, config: Config) -> EmailMessage:
+    """An approver's reply to an approval request, as a mail client writes it: to its
+    Reply-To, threaded under its Message-ID, the request quoted below."""
+    sent = email.message_from_bytes(blobs.read(request.raw_blob, config), policy=policy.default)
+    message = EmailMessage()
+    message["From"] = sender
+    message["To"] = str(sent["Reply-To"] or sent["From"])
+    message["Subject"] = f"Re: {request.subject}"
+    message["In-Reply-To"] = request.message_id
+    message["References"] = request.message_id
+    message["Message-ID"] = email.utils.make_msgid(domain=sender.split("@")[1].rstrip(">"))
+    quoted = "\n".join(f"> {line}" for line in request.body_text.splitlines())
+    message.set_content(f"{body}\n\n{quoted}\n")
+    return message
 
 
 def _compose(
@@ -178,7 +220,11 @@ def _show_email(number: int, message: EmailMessage) -> None:
     click.echo(f"=== Email {number}: {message['From']} -> {message['To']}{copied}")
     click.echo(f"    Subject: {message['Subject']}")
     body = message.get_body(("plain",))
-    click.echo(f"    {body.get_content().strip() if body is not None else ''}")
+    text = body.get_content().strip() if body is not None else ""
+    said = text.split("\n\n>", 1)[0]  # what they wrote, not the request they quoted
+    click.echo(f"    {said}")
+    if said != text:
+        click.echo("    (the approval request quoted below)")
     for attachment in message.iter_attachments():
         click.echo(f"    Attached: {attachment.get_filename()}")
 
@@ -189,30 +235,50 @@ def _show_run(run: Run) -> None:
         (e.payload["tools"] for e in timeline if e.kind == "model_request"), []
     )
     sender = run.message.sender if run.message is not None else "a responsibility"
-    click.echo(f"--- run {run.id} for {sender}: {run.status}")
+    resumed = " (resumed: an approval was answered)" if _answered(timeline) else ""
+    click.echo(f"--- run {run.id} for {sender}{resumed}: {run.status}")
     click.echo(f"    tools offered: {', '.join(offered) or 'none'}")
-    results = {e.payload["call_id"]: e for e in timeline if e.kind == "tool_result"}
+    results: dict[str, list] = {}
+    for event in (e for e in timeline if e.kind == "tool_result"):
+        results.setdefault(event.payload["call_id"], []).append(event.payload)
     refused = {e.payload["call_id"] for e in timeline if e.kind == "tool_refused"}
+    answers = {e.payload["call_id"]: e.payload for e in timeline if _answered([e])}
+    asked = {e.payload["call_id"]: e.payload for e in timeline if e.kind == "approval_requested"}
     for event in (e for e in timeline if e.kind == "tool_call"):
         call_id, tool = event.payload["call_id"], event.payload["tool"]
-        result = results.get(call_id)
-        if call_id in refused:
+        found = results.get(call_id, [])
+        result = found[-1] if found else None
+        if call_id in refused and not (result and result.get("awaiting_approval")):
             state = "REFUSED (not granted for this sender)"
         elif result is None:
             state = "not run"
+        elif result.get("awaiting_approval"):
+            state = f"waits for approval (asked {', '.join(asked[call_id]['notified'])})"
+        elif result.get("after_approval"):
+            answer = answers.get(call_id, {})
+            decided = f"{answer.get('decision', 'answered')} by {answer.get('by', '?')}"
+            ran = "ran" if answer.get("decision") == "approved" else "not run"
+            failed = ran == "ran" and not result["ok"]
+            state = f"{decided}, {ran}" + (", failed" if failed else "")
         else:
-            state = "ran" if result.payload["ok"] else "ran, failed"
-            shown = [part["filename"] for part in result.payload.get("parts") or []]
+            state = "ran" if result["ok"] else "ran, failed"
+            shown = [part["filename"] for part in result.get("parts") or []]
             state += f", showed {', '.join(shown)} to the model" if shown else ""
+        if call_id in answers and answers[call_id].get("approval") is None:
+            state = f"approved at once ({answers[call_id]['by']} asked), {state}"
         click.echo(f"    {tool}: {state}")
     if run.error:
         click.echo(f"    error: {run.error}")
     click.echo("")
 
 
+def _answered(timeline: list) -> bool:
+    return any(e.kind in ("approval_answered", "approval_expired") for e in timeline)
+
+
 def _show_outbox(config: Config) -> None:
-    outbox = sorted(Path(config.data_dir, "outbox").glob("*.eml"))
-    click.echo(f"=== The outbox: {len(outbox)} replies")
+    outbox = sorted(Path(config.data_dir, "outbox").glob("*.eml"), key=_sent_order)
+    click.echo(f"=== The outbox: {len(outbox)} mails")
     for path in outbox:
         sent = email.message_from_bytes(path.read_bytes(), policy=policy.default)
         copied = f", cc {sent['Cc']}" if sent["Cc"] else ""
@@ -220,6 +286,10 @@ def _show_outbox(config: Config) -> None:
         click.echo(f"    Subject: {sent['Subject']}")
         for line in sent.get_content().strip().splitlines():
             click.echo(f"    {line}")
+
+
+def _sent_order(path: Path) -> int:
+    return path.stat().st_mtime_ns  # the order they were sent in
 
 
 def _scouts_morning(installation: Installation, model: ScriptedModel | None) -> None:

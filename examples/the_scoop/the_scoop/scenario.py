@@ -8,67 +8,91 @@ from protege.testing import say, tool_call
 SUNDAE = "sundae@thescoop.example"
 INSTRUCTIONS = (
     "You are Sundae, the support colleague of The Scoop, an ice-cream shop. Be brief and "
-    "kind. Look orders up before talking about them. Refunds need the shop's approval: "
-    "when a customer asks for one, reply and copy the owner, mara@thescoop.com, asking her "
-    "to approve. Only process a refund when someone from the shop asks you to. Always "
-    "answer by email with send_email."
+    "kind. Look orders up before talking about them. When a customer asks for a refund "
+    "the order deserves, call process_refund: the shop approves each refund before it "
+    "runs, so tell the customer it waits for the shop's approval, and tell them again "
+    "once you hear the outcome. Always answer by email with send_email."
 )
+# The thread: a person's email to Sundae, or an approver's ANSWER to the latest approval
+# request Sundae's run mailed (a reply to that request, as a mail client writes it).
+ANSWER = "answer"
 EMAILS = [
     (
         "Jane <jane@acme.com>",
         "Melted order",
         "Hi! Order SCP-1042 arrived melted (photo attached). I'd like a refund, please.",
     ),
-    ("Mara <mara@thescoop.com>", None, "Approved - process it."),
+    (ANSWER, "Mara <mara@thescoop.com>", "Approve - the photo says it all."),
     ("Jane <jane@acme.com>", None, "Thanks! Could you process another one, for SCP-1043?"),
+    (ANSWER, "Mara <mara@thescoop.com>", "Deny: SCP-1043 arrived frozen solid and was eaten."),
 ]
 # Jane's first email carries a photo of the melted order (in this package).
 PHOTO = "melted-order.png"
 # In the demo's fresh database, the first email's raw source is blob 1 and its photo blob 2.
 PHOTO_BLOB_ID = 2
-# What the scripted model does on each run when no real model is configured.
+# What the scripted model does after each email when no real model is configured.
 SCRIPT = [
     [
         tool_call("read_attachment", blob_id=PHOTO_BLOB_ID),
         tool_call("lookup_order", order_number="SCP-1042"),
-        tool_call(
-            "send_email",
-            mode="reply",
-            cc=["mara@thescoop.com"],
-            body=(
-                "Hi Jane, I'm sorry SCP-1042 (Mango Sorbet, $24.50) arrived melted; your "
-                "photo shows it well. I've copied Mara, who approves refunds.\n\nSundae"
-            ),
-        ),
-        say("Replied to Jane and asked Mara to approve."),
-    ],
-    [
         tool_call("process_refund", order_number="SCP-1042", reason="arrived melted"),
         tool_call(
             "send_email",
             mode="reply",
-            body="Done: SCP-1042 is refunded in full ($24.50).\n\nSundae",
+            body=(
+                "Hi Jane, I'm sorry SCP-1042 (Mango Sorbet, $24.50) arrived melted; your "
+                "photo shows it well. I've asked the shop to approve a full refund and will "
+                "write as soon as they answer.\n\nSundae"
+            ),
         ),
-        say("Refunded SCP-1042."),
+        say("Refund requested; it waits for the shop's approval. Told Jane."),
     ],
     [
+        tool_call(
+            "send_email",
+            mode="reply",
+            body="Good news: SCP-1042 is refunded in full ($24.50).\n\nSundae",
+        ),
+        say("Mara approved; refunded SCP-1042 and told Jane."),
+    ],
+    [
+        tool_call("lookup_order", order_number="SCP-1043"),
         tool_call("process_refund", order_number="SCP-1043", reason="customer asked"),
         tool_call(
             "send_email",
             mode="reply",
             body=(
-                "Hi Jane, I can't issue refunds myself; the shop has to approve them. I've "
-                "noted your request for SCP-1043.\n\nSundae"
+                "Hi Jane, I've asked the shop to approve a refund for SCP-1043 too; I'll "
+                "let you know.\n\nSundae"
             ),
         ),
-        say("Could not refund; told Jane."),
+        say("Asked the shop about SCP-1043."),
+    ],
+    [
+        tool_call(
+            "send_email",
+            mode="reply",
+            body=(
+                "Hi Jane, the shop could not approve a refund for SCP-1043: it arrived in "
+                "good shape. Sorry!\n\nSundae"
+            ),
+        ),
+        say("Mara denied the refund for SCP-1043; told Jane."),
     ],
 ]
 
 TOOLKITS = [
-    # name, description, members, gate rules (kind, pattern)
-    ("Support", "Answer customers.", ["lookup_order", "check_flavor_stock"], []),
-    ("Finance", "Money matters.", ["process_refund"], [("allow", "*@thescoop.com")]),
+    # name, description, members, gate rules (kind, pattern), approvers (patterns, mailed to)
+    ("Support", "Answer customers.", ["lookup_order", "check_flavor_stock"], [], None),
+    # The gate is open: anyone may ask for a refund, but nothing is refunded before someone
+    # at the shop says yes (Mara's own asks need nobody else's).
+    (
+        "Finance",
+        "Money matters.",
+        ["process_refund"],
+        [],
+        (["*@thescoop.com"], ["mara@thescoop.com"]),
+    ),
 ]
 
 # Scout, the shop's internal operations colleague, and her morning stock report: a
