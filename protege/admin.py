@@ -107,6 +107,16 @@ class Explanation:
                 for g in self.resolution.grants
             ],
             "tools": self.resolution.tool_ids,
+            "approvals": {
+                tool: {
+                    "approvers": list(policy.approvers),
+                    "requests_to": list(policy.notify),
+                    "timeout_seconds": policy.timeout,
+                    "self_approval": policy.self_approval,
+                    "approved_at_once": policy.self_approves(self.sender),
+                }
+                for tool, policy in sorted(self.resolution.approvals.items())
+            },
         }
 
     def lines(self) -> list[str]:
@@ -127,6 +137,12 @@ class Explanation:
             if grant.missing_ids:
                 skipped = ", ".join(grant.missing_ids)
                 lines.append(f"            skipped (not in the manifest): {skipped}")
+        for tool, policy in sorted(self.resolution.approvals.items()):
+            at_once = " (this sender is one: approved at once)"
+            own = at_once if policy.self_approves(self.sender) else ""
+            lines.append(
+                f"  approval  {tool}: waits for a yes from {', '.join(policy.approvers)}{own}"
+            )
         lines.append(f"tools: {', '.join(self.resolution.tool_ids) or 'none'}")
         return lines
 

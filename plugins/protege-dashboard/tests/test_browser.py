@@ -167,22 +167,29 @@ def test_an_operator_builds_access_and_the_explain_form_answers(signed_in, demo)
     _screenshot(browser, "agent.png")
     assert "admitted  Kitchen: allow rule *@thescoop.com matches" in answers["mara@thescoop.com"]
     assert "refused   Kitchen: no allow rule matches" in answers["jane@gmail.com"]
+    # Finance is open to everyone; its refunds wait for a yes from the shop.
     assert "process_refund" in answers["mara@thescoop.com"].splitlines()[-1]
-    assert "process_refund" not in answers["jane@gmail.com"].splitlines()[-1]
+    assert "process_refund" in answers["jane@gmail.com"].splitlines()[-1]
+    assert (
+        "approval  process_refund: waits for a yes from *@thescoop.com"
+        in (answers["jane@gmail.com"])
+    )
     for sender, shown in answers.items():
         said = _protege(folder, "access", "explain", "Sundae", "--sender", sender)
         assert shown == said.rstrip("\n")
 
 
-def test_a_run_of_the_demo_shows_the_refused_refund(signed_in, demo):
+def test_a_run_of_the_demo_shows_the_approved_refund(signed_in, demo):
     browser, (_, url) = signed_in, demo
     browser.get(f"{url}/runs")
-    browser.find_element(By.ID, "run-3").click()
+    browser.find_element(By.ID, "run-1").click()
     _wait(browser, seen.presence_of_element_located((By.ID, "timeline")))
     timeline = browser.find_element(By.ID, "timeline").text
-    assert "REFUSED process_refund" in timeline
-    assert "call process_refund" in timeline
+    assert "approval 1 requested for process_refund from *@thescoop.com" in timeline
+    assert "waiting for approval (1)" in timeline
+    assert "approval 1 for process_refund approved by mara@thescoop.com" in timeline
+    assert "after approval, ok" in timeline
     page = browser.find_element(By.TAG_NAME, "main").text
-    assert "Thanks! Could you process another one, for SCP-1043?" in page  # what it answered
-    assert "Hi Jane, I can't issue refunds myself" in page  # the mail it sent
+    assert "I'd like a refund, please." in page  # what it answered
+    assert "Good news: SCP-1042 is refunded in full" in page  # the mail it sent
     _screenshot(browser, "run.png")
