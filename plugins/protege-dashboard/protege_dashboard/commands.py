@@ -35,7 +35,7 @@ def dashboard(host: str | None, port: int | None) -> None:
     from protege_dashboard.settings import PLUGIN_NAME, read_settings
 
     installation = _open()
-    settings = read_settings(installation.config.plugin_settings(PLUGIN_NAME))
+    settings = read_settings(installation.config.plugin_settings(PLUGIN_NAME) or {})
     host = host or settings.host
     port = settings.port if port is None else port
     settings = attrs.evolve(settings, host=host, port=port)
