@@ -157,26 +157,34 @@ def test_show_renders_every_run_the_demo_makes(run_protege, tmp_path):
     demo = run_protege("demo", "--dir", str(folder), env={"OPENAI_API_KEY": ""})
     assert demo.returncode == 0, demo.stderr
     env = {"PROTEGE_DATABASE_URL": f"sqlite:///{folder / 'data' / 'protege.db'}"}
-    for run_id, sender in ((1, "Jane"), (2, "Mara"), (3, "Jane")):
+    for run_id, decided in ((1, "approved"), (2, "denied")):
         text = run_protege("runs", "show", str(run_id), env=env)
         assert text.returncode == 0, text.stderr
         lines = text.stdout.splitlines()
-        assert lines[0].startswith(f"run {run_id}: Sundae, reply (message from {sender} <")
+        assert lines[0].startswith(f"run {run_id}: Sundae, reply (message from Jane <")
         assert lines[0].endswith(", done")
         deliveries = [line for line in lines if line[5:].startswith("  delivery queued to ")]
-        assert len(deliveries) == 1
-        assert "subject Re: Melted order <" in deliveries[0]
-        assert lines[-1].startswith("mail <")
-        assert lines[-1].endswith(": sent")
+        assert len(deliveries) == 2  # "it waits for the shop", then the outcome
+        assert all("subject Re: Melted order <" in line for line in deliveries)
+        asked = f"  approval {run_id} requested for process_refund from *@thescoop.com"
+        assert any(line[5:].startswith(asked) for line in lines)
+        answered = f"approval {run_id} for process_refund {decided} by mara@thescoop.com"
+        assert any(line[5:].startswith(answered) for line in lines)
+        mails = [line for line in lines if line.startswith("mail <")]
+        assert len(mails) == 3  # the approval request and the two replies
+        assert all(line.endswith(": sent") for line in mails)
 
         shown = json.loads(run_protege("runs", "show", str(run_id), "--json", env=env).stdout)
         assert shown["status"] == "done"
         kinds = [e["kind"] for e in shown["events"]]
-        assert kinds.count("delivery") == 1
-        assert len(kinds) == len(lines) - 2  # the heading and the mail's line
-        assert [m["status"] for m in shown["mail"]] == ["sent"]
-    refused = run_protege("runs", "show", "3", env=env).stdout
-    assert "REFUSED process_refund: the tool 'process_refund' is not available" in refused
+        assert kinds.count("delivery") == 2
+        assert ["waiting", "resumed", "approval_answered"] == [
+            k for k in kinds if k in ("waiting", "resumed", "approval_answered")
+        ]
+        assert len(kinds) == len(lines) - 1 - len(mails)  # the heading and the mails' lines
+        assert [m["status"] for m in shown["mail"]] == ["sent"] * 3
+    denied = run_protege("runs", "show", "2", env=env).stdout
+    assert "after approval, failed (untrusted): " in denied
 
 
 def test_show_survives_events_of_older_shapes_and_unknown_kinds(run_protege, env, scripted_model):
