@@ -15,7 +15,7 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 from protege import admin
-from protege_dashboard import access_pages, auth_pages, ingress, work_pages
+from protege_dashboard import access_pages, approval_pages, auth_pages, ingress, work_pages
 from protege_dashboard.security import (
     LoginLimiter,
     RequireLogin,
@@ -45,6 +45,7 @@ def create_app(installation: admin.Installation, settings: DashboardSettings) ->
         routes=[
             *auth_pages.ROUTES,
             *access_pages.ROUTES,
+            *approval_pages.ROUTES,
             *work_pages.ROUTES,
             *ingress.ROUTES,
             Mount("/static", StaticFiles(directory=STATIC), name="static"),

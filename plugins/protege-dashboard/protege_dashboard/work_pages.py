@@ -13,11 +13,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from protege import ProtegeError, admin, blobs
-from protege.models import Agent, Blob, Message, Responsibility, Run
+from protege.models import Agent, Approval, Blob, Message, Responsibility, Run
 from protege_dashboard.security import checked_form
 from protege_dashboard.web import actor, found, installation, redirect, render
 
-STATUSES = ("queued", "running", "done", "failed")
+STATUSES = ("queued", "running", "waiting", "done", "failed", "cancelled")
 KINDS = ("reply", "scheduled")
 PAGE = 50
 
@@ -82,6 +82,7 @@ async def run_page(request: Request) -> Response:
         answered_files=answered.attachments if answered is not None else [],
         sent=sent,
         events=[_event_view(row) for row in run.timeline()],
+        approvals=list(Approval.select().where(Approval.run == run.id).order_by(Approval.id)),
     )
 
 

@@ -189,7 +189,24 @@ def test_a_run_of_the_demo_shows_the_approved_refund(signed_in, demo):
     assert "waiting for approval (1)" in timeline
     assert "approval 1 for process_refund approved by mara@thescoop.com" in timeline
     assert "after approval, ok" in timeline
+    assert "Approval 1: process_refund" in browser.find_element(By.ID, "run-approvals").text
     page = browser.find_element(By.TAG_NAME, "main").text
     assert "I'd like a refund, please." in page  # what it answered
     assert "Good news: SCP-1042 is refunded in full" in page  # the mail it sent
     _screenshot(browser, "run.png")
+
+
+def test_the_finance_grant_shows_its_approval_policy(signed_in, demo):
+    browser, (_, url) = signed_in, demo
+    browser.get(f"{url}/agents")
+    browser.find_element(By.LINK_TEXT, "Sundae").click()
+    row = browser.find_element(By.XPATH, "//table[@id='agent-toolkits']//tr[td[text()='Finance']]")
+    row.find_element(By.LINK_TEXT, "Configure Access Settings").click()
+    assert browser.find_element(By.ID, "approval-policy").text == (
+        "Calls wait for a yes from *@thescoop.com; requests go to mara@thescoop.com; refused "
+        "after 72 h unanswered; an approver asking is approved at once."
+    )
+    browser.get(f"{url}/approvals?all=1")
+    listed = browser.find_element(By.ID, "approvals").text
+    assert "approved by mara@thescoop.com" in listed
+    assert "denied by mara@thescoop.com" in listed
