@@ -178,8 +178,10 @@ def test_show_renders_every_run_the_demo_makes(run_protege, tmp_path):
         assert shown["status"] == "done"
         kinds = [e["kind"] for e in shown["events"]]
         assert kinds.count("delivery") == 2
-        assert ["waiting", "resumed", "approval_answered"] == [
-            k for k in kinds if k in ("waiting", "resumed", "approval_answered")
+        assert [k for k in kinds if k in ("waiting", "resumed", "approval_answered")] == [
+            "waiting",
+            "resumed",
+            "approval_answered",
         ]
         assert len(kinds) == len(lines) - 1 - len(mails)  # the heading and the mails' lines
         assert [m["status"] for m in shown["mail"]] == ["sent"] * 3
