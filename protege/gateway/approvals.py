@@ -34,8 +34,9 @@ _TOKEN = r"([0-9a-fA-F]{40})"
 _IN_MESSAGE_ID = re.compile(rf"<{re.escape(MESSAGE_ID_PREFIX)}{_TOKEN}@", re.IGNORECASE)
 _IN_ADDRESS = re.compile(rf"\+{re.escape(APPROVE_TAG)}{_TOKEN}@", re.IGNORECASE)
 _WORD = re.compile(r"[A-Za-z]+")
-APPROVING = {"approve", "approved", "yes"}
-DENYING = {"deny", "denied", "no", "reject", "rejected"}
+# Only words that cannot mean anything else: "no problem" or "yes, but" get the how-to mail.
+APPROVING = {"approve", "approved"}
+DENYING = {"deny", "denied", "reject", "rejected"}
 MAX_REASON = 500
 
 HOW_TO_ANSWER = """Your reply could not be read as an answer to the approval request.
@@ -80,6 +81,8 @@ def decision_of(body: str) -> tuple[str | None, str | None]:
         return None, None
     word = match.group().lower()
     decision = APPROVED if word in APPROVING else DENIED if word in DENYING else None
+    if decision is None:
+        return None, None
     rest = text[match.end() :].split("\n\n", 1)[0]
     reason = " ".join(rest.lstrip(" \t:-,.!").split())[:MAX_REASON] or None
     return decision, reason

@@ -328,7 +328,30 @@ def test_without_self_approval_someone_else_must_agree(sundae, post, app, script
     post.send(post.answer(post.request(), "mara@thescoop.com", "approve"))
     assert drain(app) == []  # Mara cannot approve her own ask
     scripted_model.script(say("Refunded."))
-    post.send(post.answer(post.request(), "boss@thescoop.com", "yes"))
+    post.send(post.answer(post.request(), "boss@thescoop.com", "APPROVED."))
     (resumed,) = drain(app)
     assert resumed.status == "done"
     assert REFUNDS == [{"order_number": "SCP-7", "reason": "broken"}]
+
+
+@pytest.mark.parametrize(
+    ("body", "decided"),
+    [
+        ("Approve - go ahead.", ("approved", "go ahead.")),
+        ("\n\nAPPROVED\n\n> Sundae wants to call issue_refund", ("approved", None)),
+        (
+            "deny: the photo shows no melt\nsecond line\n\nsignature",
+            ("denied", "the photo shows no melt second line"),
+        ),
+        ("> approve\nReject, sorry", ("denied", "sorry")),
+        ("No problem, approved", (None, None)),
+        ("Yes", (None, None)),
+        ("Approvedish", (None, None)),
+        ("", (None, None)),
+        ("¿approve?", (None, None)),
+    ],
+)
+def test_the_first_word_decides_and_only_plain_words_count(body, decided):
+    from protege.gateway.approvals import decision_of
+
+    assert decision_of(body) == decided
