@@ -229,7 +229,9 @@ class Desk:
             shown = json.dumps(json.loads(approval.arguments), indent=2, ensure_ascii=True)
         except ValueError:
             shown = json.dumps(approval.arguments, ensure_ascii=True)
-        thread = f' in the thread "{message.subject}"' if message is not None else ""
+        # The subject is the sender's text: quoted as a JSON string, on one line.
+        subject = json.dumps(message.subject, ensure_ascii=True) if message is not None else ""
+        thread = f" in the thread {subject}" if message is not None else ""
         approvers = ", ".join(approval.approvers)
         body = "\n".join(
             [
