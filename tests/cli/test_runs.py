@@ -198,7 +198,7 @@ def test_show_survives_events_of_older_shapes_and_unknown_kinds(run_protege, env
     odd = [
         ("delivery", '{"mail": {"to": ["j@acme.com"]}}'),
         ("tool_result", "{}"),
-        ("approval_requested", '{"approver": "boss@thescoop.com"}'),
+        ("escalation_requested", '{"approver": "boss@thescoop.com"}'),
         ("error", "null"),
     ]
     for seq, (kind, payload) in enumerate(odd, start=3):
@@ -208,7 +208,7 @@ def test_show_survives_events_of_older_shapes_and_unknown_kinds(run_protege, env
     assert shown.stdout.splitlines()[3:] == [
         "   3   delivery (status unknown)",
         "   4   unknown outcome: ",
-        '   5 approval_requested: {"approver": "boss@thescoop.com"}',
+        '   5 escalation_requested: {"approver": "boss@thescoop.com"}',
         "   6 error: no reason recorded",
     ]
     events = json.loads(run_protege("runs", "show", "1", "--json", env=env).stdout)["events"]
