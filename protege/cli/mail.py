@@ -114,6 +114,8 @@ class _Helpers:
 
     def start(self) -> None:
         self._processes = [self._spawn() for _ in range(self.count)]
+        for process in self._processes:
+            _say(f"protege: worker process {process.pid} started")
         if self._processes:
             self._watcher.start()
 
