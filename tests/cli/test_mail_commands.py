@@ -135,7 +135,7 @@ def test_serve_warns_about_a_host_module_that_fails_to_import_and_goes_on(run_pr
     ]
 
 
-def test_serve_with_two_processes_runs_mail_and_stops_its_worker_process(
+def test_serve_with_two_processes_takes_mail_here_and_runs_it_in_a_worker_process(
     run_protege, env, scripted_model
 ):
     import os
@@ -148,22 +148,23 @@ def test_serve_with_two_processes_runs_mail_and_stops_its_worker_process(
         *("serve", "--port", str(port), "--processes", "2", "--concurrency", "1"),
         "--no-scheduler",
     )
+    seen = []
     try:
         assert read_line(process).endswith("in each of 2 process(es), no scheduler; Ctrl-C stops")
-        started = read_line(process)
-        assert started.startswith("protege: worker process ")
-        helper = int(started.split()[3])
         with smtplib.SMTP("127.0.0.1", port, timeout=10) as client:
             client.sendmail("jane@acme.com", ["sundae@thescoop.example"], EML)
-        seen = [read_line(process) for _ in range(3)]  # in whatever order the two print
-        assert "run 1 (Sundae): done" in seen
-        assert "mail 1 for Sundae: accepted, run 1 queued" in seen
+        while "run 1 (Sundae): done" not in seen and len(seen) < 10:
+            seen.append(read_line(process))  # the processes print in whatever order
     finally:
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
+    assert "mail 1 for Sundae: accepted, run 1 queued" in seen
+    helpers = [int(line.split()[3]) for line in seen if line.startswith("protege: worker process")]
+    assert len(helpers) == 2
     assert out.decode().splitlines()[-1] == "protege: stopped"
-    with pytest.raises(ProcessLookupError):
-        os.kill(helper, 0)  # stopped and reaped with its parent
+    for helper in helpers:
+        with pytest.raises(ProcessLookupError):
+            os.kill(helper, 0)  # stopped and reaped with their parent
     (outbound,) = Message.select().where(Message.direction == "outbound")
     assert outbound.status == "sent"
