@@ -63,7 +63,10 @@ def demo(tmp_path_factory) -> Iterator[tuple[Path, str]]:
         ready, _, _ = select.select([server.stdout], [], [], 60)
         assert ready, "protege dashboard said nothing"
         line = server.stdout.readline().decode()
-        assert line.startswith("protege dashboard on http://127.0.0.1:"), line
+        # An empty line: it ended; what it said on stderr is why.
+        assert line.startswith("protege dashboard on http://127.0.0.1:"), (
+            line or server.stderr.read().decode()
+        )
         yield folder, line.split()[3].rstrip("/")
     finally:
         server.terminate()
