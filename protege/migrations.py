@@ -288,23 +288,57 @@ def _0006_responsibilities_on_a_schedule(db: peewee.Database | peewee.DatabasePr
     )
 
 
+RUN_STATUSES = ("queued", "running", "done", "failed", "cancelled", "waiting")
+_RUN_STATUS_CHECK = "CHECK (status IN ('queued', 'running', 'done', 'failed'))"
+
+
+def _allow_more_run_statuses(db: peewee.Database | peewee.DatabaseProxy) -> None:
+    """Let ``run.status`` hold every status of ``RUN_STATUSES``."""
+    wider = "CHECK (status IN (" + ", ".join(f"'{s}'" for s in RUN_STATUSES) + "))"
+    if isinstance(getattr(db, "obj", db), peewee.PostgresqlDatabase):
+        _run(
+            db,
+            f"""
+            ALTER TABLE run ALTER COLUMN status TYPE VARCHAR(16);
+            ALTER TABLE run DROP CONSTRAINT run_status_check;
+            ALTER TABLE run ADD CONSTRAINT run_status_check {wider}
+            """,
+        )
+        return
+    # SQLite cannot alter a CHECK constraint. Widening one changes nothing stored (every row
+    # meets the wider check), which is the case SQLite documents as safe to make by editing
+    # the schema text itself: https://sqlite.org/lang_altertable.html#otheralter
+    (table,) = db.execute_sql("SELECT sql FROM sqlite_master WHERE name = 'run'").fetchone()
+    if _RUN_STATUS_CHECK not in table:
+        raise RuntimeError("the run table's status check is not the one migration 2 wrote")
+    (version,) = db.execute_sql("PRAGMA schema_version").fetchone()
+    db.execute_sql("PRAGMA writable_schema = ON")
+    try:
+        db.execute_sql(
+            "UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = 'run'",
+            (table.replace(_RUN_STATUS_CHECK, wider),),
+        )
+        db.execute_sql(f"PRAGMA schema_version = {int(version) + 1}")
+    finally:
+        db.execute_sql("PRAGMA writable_schema = OFF")
+
+
 def _0007_leases_and_pending_deliveries(db: peewee.Database | peewee.DatabaseProxy) -> None:
     # A running run is held by a lease its worker renews; a run whose lease ran out is
-    # taken over. Mail a run sends waits as pending until the transport has it.
-    postgres = isinstance(getattr(db, "obj", db), peewee.PostgresqlDatabase)
-    widen = "ALTER TABLE run ALTER COLUMN status TYPE VARCHAR(16);" if postgres else ""
+    # taken over, and an operator may cancel it. Mail a run sends waits as pending until
+    # the transport has it.
+    _allow_more_run_statuses(db)
     _run(
         db,
-        f"""
-        {widen}
+        """
         ALTER TABLE run ADD COLUMN lease_owner VARCHAR(64);
-        ALTER TABLE run ADD COLUMN lease_expires_at {{ts}};
-        ALTER TABLE run ADD COLUMN cancel_requested_at {{ts}};
+        ALTER TABLE run ADD COLUMN lease_expires_at {ts};
+        ALTER TABLE run ADD COLUMN cancel_requested_at {ts};
         CREATE INDEX run_lease ON run (status, lease_expires_at);
         ALTER TABLE message ADD COLUMN delivery_attempts INTEGER NOT NULL DEFAULT 0;
-        ALTER TABLE message ADD COLUMN next_attempt_at {{ts}};
+        ALTER TABLE message ADD COLUMN next_attempt_at {ts};
         ALTER TABLE message ADD COLUMN pending_recipients TEXT NOT NULL DEFAULT '[]';
-        ALTER TABLE message ADD COLUMN delivery_lease_expires_at {{ts}};
+        ALTER TABLE message ADD COLUMN delivery_lease_expires_at {ts};
         CREATE INDEX message_pending ON message (status, next_attempt_at)
         """,
     )

@@ -333,7 +333,13 @@ class _Attempt:
         failures = setup.failures
         if setup.pending:
             failures = await self._answer(
-                dispatcher, setup.pending, setup.turn_calls, failures, messages, setup.budget
+                dispatcher,
+                setup.pending,
+                setup.turn_calls,
+                failures,
+                messages,
+                setup.budget,
+                on_record=True,
             )
             if failures > limits.max_tool_failures:
                 return await self._exhausted("max_tool_failures", limits.max_tool_failures)
@@ -421,9 +427,11 @@ class _Attempt:
         failures: int,
         messages: list[dict[str, Any]],
         budget: PartBudget,
+        on_record: bool = False,
     ) -> int:
         """Answer ``calls`` (all or the rest of ``turn_calls``, one turn's calls in the
         model's order) with one tool message each; returns the run's tool failures so far.
+        ``on_record`` says the calls are in the trail already (a resumed run's).
 
         The calls run concurrently; their results are recorded and answered in the model's
         order. Files the results carry (images, PDFs) follow in one user message, since a
@@ -433,8 +441,9 @@ class _Attempt:
         limits: RunSettings = self.config.runs
         cap = limits.max_tool_calls_per_turn
         position = {call["id"]: index for index, call in enumerate(turn_calls)}
-        for call in calls:
-            dispatcher.announce(call, self.log)
+        if not on_record:
+            for call in calls:
+                dispatcher.announce(call, self.log)
         await self.step()  # the calls are on record before any of them runs
         if failures > limits.max_tool_failures:
             outcomes = [
