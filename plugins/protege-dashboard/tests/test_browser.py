@@ -188,4 +188,7 @@ def test_a_run_of_the_demo_shows_the_refused_refund(signed_in, demo):
     page = browser.find_element(By.TAG_NAME, "main").text
     assert "Thanks! Could you process another one, for SCP-1043?" in page  # what it answered
     assert "Hi Jane, I can't issue refunds myself" in page  # the mail it sent
+    # The demo ran the delivery loop's work: the mail is out (to its outbox), not pending.
+    delivery = browser.find_element(By.CSS_SELECTOR, "article.mail .delivery").text
+    assert delivery == "sent"
     _screenshot(browser, "run.png")
