@@ -90,6 +90,7 @@ def test_a_port_in_use_is_one_clear_line(protege):
         ("prot = 8025", "extra fields found (prot) @ plugins.protege-dashboard"),
         ('port = "high"', "plugins.protege-dashboard.port"),
         ("session_hours = 0", "'session_hours' must be > 0"),
+        ('allowed_hosts = "dash.example.com"', "must be a list of strings"),
         ('relay_password = "hunter2-hunter2"', "name the environment variable"),
     ],
 )
