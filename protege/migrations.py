@@ -288,6 +288,58 @@ def _0006_responsibilities_on_a_schedule(db: peewee.Database | peewee.DatabasePr
     )
 
 
+def _0009_search_by_field_newest_first(db: peewee.Database | peewee.DatabaseProxy) -> None:
+    # Search filters by sender, recipients and subject, so each is indexed on its own (an
+    # FTS5 column on SQLite, a weight on PostgreSQL: A sender, B recipients, C subject, D
+    # body). The b-tree on (agent, date) lets the newest matches be read in order and the
+    # reading stop at the limit, instead of every match being fetched and sorted.
+    if isinstance(getattr(db, "obj", db), peewee.PostgresqlDatabase):
+        n = SEARCHED_BODY_CHARACTERS
+        recipients = "to_addresses || ' ' || cc_addresses || ' ' || bcc_addresses"
+        _run(
+            db,
+            f"""
+            DROP INDEX message_search;
+            ALTER TABLE message DROP COLUMN search_vector;
+            ALTER TABLE message ADD COLUMN search_vector tsvector GENERATED ALWAYS AS (
+                setweight(to_tsvector('english',
+                    left(sender || ' ' || translate(sender, '@.', '  '), {n})), 'A')
+                || setweight(to_tsvector('english',
+                    left({recipients} || ' ' || translate({recipients}, '@.', '  '), {n})), 'B')
+                || setweight(to_tsvector('english', left(subject, {n // 10})), 'C')
+                || to_tsvector('english', left(body_text, {n}))
+            ) STORED;
+            CREATE INDEX message_search ON message USING GIN (search_vector);
+            CREATE INDEX message_agent_created ON message (agent_id, created_at, id)
+            """,
+        )
+        return
+    _run(
+        db,
+        """
+        DROP TRIGGER message_search_insert;
+        DROP TRIGGER message_search_delete;
+        DROP TABLE message_search;
+        CREATE VIRTUAL TABLE message_search USING fts5(
+            sender, recipients, subject, body, tokenize = 'porter unicode61'
+        );
+        CREATE TRIGGER message_search_insert AFTER INSERT ON message BEGIN
+            INSERT INTO message_search (rowid, sender, recipients, subject, body) VALUES (
+                new.id, new.sender,
+                new.to_addresses || ' ' || new.cc_addresses || ' ' || new.bcc_addresses,
+                new.subject, new.body_text);
+        END;
+        CREATE TRIGGER message_search_delete AFTER DELETE ON message BEGIN
+            DELETE FROM message_search WHERE rowid = old.id;
+        END;
+        INSERT INTO message_search (rowid, sender, recipients, subject, body)
+            SELECT id, sender, to_addresses || ' ' || cc_addresses || ' ' || bcc_addresses,
+                subject, body_text FROM message;
+        CREATE INDEX message_agent_created ON message (agent_id, created_at, id)
+        """,
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "agents and toolkits", _0001_agents_and_toolkits),
     Migration(2, "messages and runs", _0002_messages_and_runs),
@@ -295,6 +347,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "mail: reply-to lists, refused recipients", _0004_reply_to_lists_and_refusals),
     Migration(5, "search indexes a bounded prefix of long mail", _0005_bounded_search_text),
     Migration(6, "responsibilities on a schedule", _0006_responsibilities_on_a_schedule),
+    Migration(9, "search by field, newest first", _0009_search_by_field_newest_first),
 )
 
 

@@ -22,14 +22,14 @@ def explain(agent: str, sender: str | None, scheduled: bool, as_json: bool) -> N
     """For each toolkit of AGENT: admitted or not, and which rule decided; then the tools."""
     from protege.access import routing_key
     from protege.models import Agent
-    from protege.models.resolution import resolve
+    from protege.models.resolution import explain as explain_resolution
     from protege.registry import manifest
 
     if (sender is None) == (not scheduled):
         raise click.UsageError("give exactly one of --sender ADDRESS or --scheduled")
     open_database()
     found = Agent.named(agent)
-    resolution = resolve(found, manifest(), sender=sender, scheduled=scheduled)
+    resolution = explain_resolution(found, manifest(), sender=sender, scheduled=scheduled)
     reach = None if scheduled else found.admits(sender)
     if as_json:
         echo_json(

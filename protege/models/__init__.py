@@ -3,7 +3,7 @@
 from protege.models.agents import Agent, AgentAccessRule
 from protege.models.base import Record
 from protege.models.blobs import Blob, MessageAttachment
-from protege.models.messages import Message
+from protege.models.messages import Message, SearchCriteria
 from protege.models.runs import Event, Responsibility, Run
 from protege.models.toolkits import AgentToolkit, AgentToolkitRule, Toolkit
 
@@ -19,5 +19,6 @@ __all__ = [
     "Record",
     "Responsibility",
     "Run",
+    "SearchCriteria",
     "Toolkit",
 ]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import peewee
 
 from protege.db import database
@@ -81,32 +83,148 @@ class Message(Record):
         return list(Message.raw(sql, self.agent_id, self.thread_key, self.id, limit))[::-1]
 
     @staticmethod
-    def matching(agent_id: int, words: list[str], limit: int) -> list[Message]:
-        """The agent's messages (refused ones left out) holding every one of ``words``,
-        newest first, at most ``limit``."""
-        # Full-text search is FTS5 on SQLite and a tsvector on PostgreSQL, neither of which
-        # peewee's query builder speaks: plain SQL, one statement per database.
-        p = database.param
+    def matching(agent_id: int, criteria: SearchCriteria, limit: int) -> list[Message]:
+        """The agent's messages (refused ones left out) that meet ``criteria``, newest first,
+        at most ``limit``.
+
+        Built so the cost follows ``limit`` rather than the number of matches: the newest
+        candidates are read in order and the reading stops once ``limit`` of them qualify.
+        """
         if isinstance(database.obj, peewee.PostgresqlDatabase):
-            sql = (
-                f"SELECT * FROM message WHERE agent_id = {p} AND status <> 'refused' "
-                f"AND search_vector @@ plainto_tsquery('english', {p}) "
-                f"ORDER BY created_at DESC, id DESC LIMIT {p}"
-            )
-            params: tuple[Any, ...] = (agent_id, " ".join(words), limit)
+            sql, params = _postgresql_search(agent_id, criteria, limit)
         else:
-            phrase = " ".join('"' + word.replace('"', '""') + '"' for word in words)
-            sql = (
-                "SELECT message.* FROM message JOIN message_search "
-                "ON message_search.rowid = message.id "
-                f"WHERE message_search MATCH {p} AND message.agent_id = {p} "
-                "AND message.status <> 'refused' "
-                f"ORDER BY message.created_at DESC, message.id DESC LIMIT {p}"
-            )
-            params = (phrase, agent_id, limit)
+            sql, params = _sqlite_search(agent_id, criteria, limit)
         return list(Message.raw(sql, *params))
 
     @property
     def inbound(self) -> bool:
         """Whether the agent received this message (rather than sent it)."""
         return self.direction == INBOUND
+
+
+@attrs.frozen
+class SearchCriteria:
+    """What a mail search asks for; every part given must hold.
+
+    ``words`` may be anywhere (participants, subject, body); ``sender_words``,
+    ``recipient_words`` and ``subject_words`` only in the sender, the recipients (To, Cc,
+    Bcc) and the subject. A word is matched as the run of tokens it spells ("jane@acme.com"
+    is jane, acme, com in a row), never read as query syntax. ``after`` is inclusive and
+    ``before`` exclusive, both naive UTC like ``Message.created_at``.
+    """
+
+    words: tuple[str, ...] = ()
+    sender_words: tuple[str, ...] = ()
+    recipient_words: tuple[str, ...] = ()
+    subject_words: tuple[str, ...] = ()
+    direction: str | None = None
+    after: datetime.datetime | None = None
+    before: datetime.datetime | None = None
+    has_attachment: bool | None = None
+
+    def fields(self) -> tuple[tuple[str | None, tuple[str, ...]], ...]:
+        """Each searched field (None for any) with the words it must hold; fields without
+        words are left out."""
+        return tuple(
+            (field, words)
+            for field, words in (
+                (None, self.words),
+                ("sender", self.sender_words),
+                ("recipients", self.recipient_words),
+                ("subject", self.subject_words),
+            )
+            if words
+        )
+
+
+# Full-text search is FTS5 on SQLite and a tsvector on PostgreSQL, neither of which
+# peewee's query builder speaks: plain SQL, one builder per database.
+_PG_WEIGHTS = {"sender": "A", "recipients": "B", "subject": "C"}
+# A tsquery's text quotes each lexeme ('it''s'); tagging each quoted lexeme with a weight
+# restricts it to one field without ever parsing the user's text as tsquery syntax.
+_PG_LEXEME = "'''((?:[^'']|'''')*)'''"
+
+
+def _row_filters(criteria: SearchCriteria, p: str) -> tuple[list[str], list[Any]]:
+    clauses = ["message.agent_id = " + p, "message.status <> 'refused'"]
+    params: list[Any] = []
+    if criteria.direction is not None:
+        clauses.append(f"message.direction = {p}")
+        params.append(criteria.direction)
+    if criteria.after is not None:
+        clauses.append(f"message.created_at >= {p}")
+        params.append(criteria.after)
+    if criteria.before is not None:
+        clauses.append(f"message.created_at < {p}")
+        params.append(criteria.before)
+    if criteria.has_attachment is not None:
+        exists = "EXISTS (SELECT 1 FROM message_attachment a WHERE a.message_id = message.id)"
+        clauses.append(exists if criteria.has_attachment else f"NOT {exists}")
+    return clauses, params
+
+
+def _sqlite_search(
+    agent_id: int, criteria: SearchCriteria, limit: int
+) -> tuple[str, tuple[Any, ...]]:
+    p = database.param
+    clauses, params = _row_filters(criteria, p)
+    fields = criteria.fields()
+    if not fields:
+        sql = (
+            f"SELECT * FROM message WHERE {' AND '.join(clauses)} "
+            f"ORDER BY created_at DESC, id DESC LIMIT {p}"
+        )
+        return sql, (agent_id, *params, limit)
+    # Each word is an FTS5 string (in double quotes, inner ones doubled), which the
+    # tokenizer turns into a phrase: no operator, column name or bracket in it is read as one.
+    match = " AND ".join(
+        (f"{field} : " if field else "") + '"' + word.replace('"', '""') + '"'
+        for field, words in fields
+        for word in words
+    )
+    # Rowids grow with time and FTS5 yields them newest first, lazily: reading stops at
+    # the limit however many messages match.
+    sql = (
+        "SELECT message.* FROM message_search "
+        "JOIN message ON message.id = message_search.rowid "
+        f"WHERE message_search MATCH {p} AND {' AND '.join(clauses)} "
+        f"ORDER BY message_search.rowid DESC LIMIT {p}"
+    )
+    return sql, (match, agent_id, *params, limit)
+
+
+def _pg_word(p: str, word: str, weight: str | None) -> tuple[str, list[str]]:
+    # The word as written and, when it holds @ or ., with those as spaces, which is how
+    # addresses are also indexed: "acme.com" finds jane@acme.com.
+    forms = [word]
+    if "@" in word or "." in word:
+        forms.append(word.replace("@", " ").replace(".", " "))
+    tsquery = " || ".join([f"phraseto_tsquery('english', {p})"] * len(forms))
+    if weight is not None:
+        tsquery = (
+            f"regexp_replace(({tsquery})::text, {_PG_LEXEME}, '''\\1'':{weight}', 'g')::tsquery"
+        )
+    return f"({tsquery})", forms
+
+
+def _postgresql_search(
+    agent_id: int, criteria: SearchCriteria, limit: int
+) -> tuple[str, tuple[Any, ...]]:
+    p = database.param
+    clauses, params = _row_filters(criteria, p)
+    parts = []
+    for field, words in criteria.fields():
+        for word in words:
+            part, forms = _pg_word(p, word, _PG_WEIGHTS[field] if field else None)
+            parts.append(part)
+            params.extend(forms)
+    if parts:
+        clauses.append(f"message.search_vector @@ ({' && '.join(parts)})")
+    # With the (agent, date) index the planner reads the newest rows backwards and stops at
+    # the limit when matches are common, and goes through the full-text index when they
+    # are rare: either way the cost is bounded by the limit, not by the matches.
+    sql = (
+        f"SELECT * FROM message WHERE {' AND '.join(clauses)} "
+        f"ORDER BY created_at DESC, id DESC LIMIT {p}"
+    )
+    return sql, (agent_id, *params, limit)
