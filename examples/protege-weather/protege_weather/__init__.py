@@ -7,11 +7,12 @@ and an entry point in the ``protege`` group named after the module.
 from __future__ import annotations
 
 import os
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from protege import Tool, Trust, hookimpl
+
+if TYPE_CHECKING:
+    import httpx
 
 BASE_URL_VARIABLE = "PROTEGE_WEATHER_BASE_URL"
 DEFAULT_BASE_URL = "https://api.open-meteo.com"
@@ -45,6 +46,10 @@ class GetForecastTool(Tool):
         self.client = client
 
     def use(self, context: Any, latitude: float, longitude: float, days: int = 3):
+        # httpx is imported here, not at the top: listing the tools (every `protege` command
+        # builds the manifest) should not pay for an HTTP client no one is calling.
+        import httpx
+
         params = {
             "latitude": latitude,
             "longitude": longitude,
@@ -74,6 +79,8 @@ class GetForecastTool(Tool):
         return self.success(latitude=latitude, longitude=longitude, days=forecast)
 
     def _client(self) -> httpx.Client:
+        import httpx
+
         if self.client is None:
             base_url = os.environ.get(BASE_URL_VARIABLE, DEFAULT_BASE_URL)
             self.client = httpx.Client(base_url=base_url, timeout=10.0)
