@@ -177,7 +177,7 @@ HOSTILE = [
     "...",
     "@.",
     "durian\x00",
-    "ｍａｎｇｏ durian",
+    "\uff4d\uff41\uff4e\uff47\uff4f durian",  # fullwidth letters
     "x" * 500,
 ]
 
