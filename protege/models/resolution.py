@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import attrs
+import peewee
 
 from protege.access import Decision, candidate_patterns, pattern_matches, routing_key, verdict
 from protege.db import database
@@ -80,36 +81,54 @@ def resolve(
     nothing away from another that admits them. Members missing from the manifest are
     skipped. The result is ordered by id.
 
-    At most two queries, however many grants and rules: one for the grants, one for the
-    rules that match the sender (found by index, see ``candidate_patterns``). Per grant it
-    does only what the tools need: ``Resolution.grants`` is worked out on demand.
+    One query, however many grants and rules, in which the database applies each gate to
+    the sender and returns only the member lists of admitted toolkits; the rules that match
+    are found by index (see ``candidate_patterns``). A sender too long for that takes two
+    queries and the check in Python. ``Resolution.grants``, each decision with its reason,
+    is worked out only when asked for.
     """
-    admitted: set[str] = set()
+    p = database.param
     if scheduled:
-        for (members,) in database.execute_sql(
-            _PROACTIVE_SQL.format(p=database.param), (agent.id,)
-        ):
-            admitted |= _members(members)
+        rows = database.execute_sql(_PROACTIVE_SQL.format(p=p), (agent.id,))
     else:
         key = routing_key(sender)
-        grants = database.execute_sql(_GATES_SQL.format(p=database.param), (agent.id,)).fetchall()
-        denied: set[int] = set()
-        allowed: set[int] = set()
-        if key is not None and any(has_rules for _, _, has_rules, _ in grants):
-            for grant_id, kind, _ in _rules_matching(agent.id, key):
-                (denied if kind == "deny" else allowed).add(grant_id)
-        for grant_id, members, has_rules, allow_list in grants:
-            # verdict()'s precedence, reduced to a yes or no: a matching deny rule refuses,
-            # then a matching allow rule admits; otherwise an allow-list refuses, a block-list
-            # admits a sender that parses, and a gate without rules admits everyone.
-            if grant_id in denied:
-                continue
-            if grant_id in allowed or not has_rules or (key is not None and not allow_list):
-                admitted |= _members(members)
+        candidates = [] if key is None else candidate_patterns(key)
+        if candidates is None:
+            rows = _admitted_for_long_key(agent.id, key)  # type: ignore[arg-type]
+        else:
+            sql, params = _admitted_sql(agent.id, candidates)
+            rows = database.execute_sql(sql, params)
+    admitted: set[str] = set()
+    for (members,) in rows:
+        admitted |= _members(members)
     return Resolution(
         tools=[entry for entry in manifest.tools if entry.id in admitted],
         explain=lambda: explain(agent, manifest, sender=sender, scheduled=scheduled),
     )
+
+
+def _admitted_sql(agent_id: int, candidates: list[str]) -> tuple[str, tuple[object, ...]]:
+    p = database.param
+    if not candidates:  # a sender that does not parse: only open gates admit it
+        return _OPEN_GATES_SQL.format(p=p), (agent_id,)
+    sql = _ADMITTED_SQL.format(
+        p=p, candidates=", ".join([p] * len(candidates)), by_pattern=_by_pattern()
+    )
+    return sql, (agent_id, *candidates, agent_id)
+
+
+def _admitted_for_long_key(agent_id: int, key: str) -> list[tuple[str]]:
+    grants = database.execute_sql(_GATES_SQL.format(p=database.param), (agent_id,)).fetchall()
+    denied: set[int] = set()
+    allowed: set[int] = set()
+    if any(has_rules for _, _, has_rules, _ in grants):
+        for grant_id, kind, _ in _rules_matching(agent_id, key):
+            (denied if kind == "deny" else allowed).add(grant_id)
+    return [
+        (members,)
+        for grant_id, members, has_rules, allow_list in grants
+        if grant_id not in denied and (grant_id in allowed or not has_rules or not allow_list)
+    ]
 
 
 def explain(
@@ -162,6 +181,35 @@ def explain(
 
 # The queries below run once per run (and per catalogue view), so they are plain SQL:
 # building them with peewee's query builder cost several times more than running them.
+# A gate's decision (``protege.access.verdict``) as SQL: a matching deny rule refuses, else a
+# matching allow rule admits; a gate no rule of which matches refuses if it has allow rules
+# (an allow-list) and admits otherwise (a block-list, or no rules). The matching rules are
+# looked up by pattern first (CROSS JOIN and INDEXED BY keep SQLite from scanning every
+# rule of every grant instead).
+_ADMITTED_SQL = """
+SELECT t.member_tool_ids
+FROM agent_toolkit g
+JOIN toolkit t ON t.id = g.toolkit_id
+LEFT JOIN (
+    SELECT r.grant_id, MAX(CASE WHEN r.kind = 'deny' THEN 1 ELSE 0 END) AS denied
+    FROM agent_toolkit_rule r {by_pattern} CROSS JOIN agent_toolkit mine
+    WHERE mine.id = r.grant_id AND mine.agent_id = {p} AND r.pattern IN ({candidates})
+    GROUP BY r.grant_id
+) matched ON matched.grant_id = g.id
+WHERE g.agent_id = {p} AND CASE
+    WHEN matched.grant_id IS NOT NULL THEN matched.denied = 0
+    ELSE NOT EXISTS (
+        SELECT 1 FROM agent_toolkit_rule r WHERE r.grant_id = g.id AND r.kind = 'allow'
+    )
+END
+"""
+_OPEN_GATES_SQL = """
+SELECT t.member_tool_ids
+FROM agent_toolkit g
+JOIN toolkit t ON t.id = g.toolkit_id
+WHERE g.agent_id = {p}
+  AND NOT EXISTS (SELECT 1 FROM agent_toolkit_rule r WHERE r.grant_id = g.id)
+"""
 _PROACTIVE_SQL = """
 SELECT t.member_tool_ids
 FROM agent_toolkit g
@@ -195,9 +243,9 @@ WHERE g.agent_id = {p}
 """
 _MATCHING_RULES_SQL = """
 SELECT r.grant_id, r.kind, r.pattern
-FROM agent_toolkit_rule r
-JOIN agent_toolkit g ON g.id = r.grant_id
-WHERE g.agent_id = {p} AND ({narrowing})
+FROM agent_toolkit_rule r {by_pattern}
+{join} agent_toolkit g
+WHERE g.id = r.grant_id AND g.agent_id = {p} AND ({narrowing})
 ORDER BY r.id
 """
 
@@ -230,15 +278,25 @@ def _rules_matching(agent_id: int, key: str) -> list[tuple[int, str, str]]:
     """The agent's gate rules that match ``key``: (grant id, kind, pattern), in rule order."""
     p = database.param
     candidates = candidate_patterns(key)
-    if candidates is None:  # a very long key: narrow to its exact rules and all wildcards
+    if candidates is None:  # a very long key: the agent's rules, its exact ones and wildcards
         narrowing, params = f"r.pattern = {p} OR r.pattern LIKE {p}", [key, "%*%"]
-    else:
+        join, by_pattern = ",", ""  # the planner chooses: the agent's grants first
+    else:  # by the pattern index first
         narrowing, params = f"r.pattern IN ({', '.join([p] * len(candidates))})", candidates
-    sql = _MATCHING_RULES_SQL.format(p=p, narrowing=narrowing)
+        join, by_pattern = "CROSS JOIN", _by_pattern()
+    sql = _MATCHING_RULES_SQL.format(p=p, narrowing=narrowing, join=join, by_pattern=by_pattern)
     rows = database.execute_sql(sql, (agent_id, *params)).fetchall()
     if candidates is None:
         return [row for row in rows if pattern_matches(row[2], key)]
     return rows  # each candidate is a pattern that matches the key
+
+
+def _by_pattern() -> str:
+    # SQLite's statistics count how many rules share a pattern, not how few of the
+    # candidates exist at all; with them it would rather read every rule of every grant.
+    if isinstance(database.obj, peewee.PostgresqlDatabase):
+        return ""
+    return "INDEXED BY agent_toolkit_rule_pattern"
 
 
 @functools.lru_cache(maxsize=4096)
