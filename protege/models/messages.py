@@ -183,14 +183,47 @@ def _sqlite_search(
         for word in words
     )
     # Rowids grow with time and FTS5 yields them newest first, lazily: reading stops at
-    # the limit however many messages match.
+    # the limit however many messages match. CROSS JOIN keeps the full-text index the
+    # outer loop, where a date range would tempt SQLite to read the range and sort.
+    bounds, bound_params = _rowid_bounds(agent_id, criteria, p)
     sql = (
         "SELECT message.* FROM message_search "
-        "JOIN message ON message.id = message_search.rowid "
-        f"WHERE message_search MATCH {p} AND {' AND '.join(clauses)} "
+        "CROSS JOIN message ON message.id = message_search.rowid "
+        f"WHERE message_search MATCH {p}{bounds} AND {' AND '.join(clauses)} "
         f"ORDER BY message_search.rowid DESC LIMIT {p}"
     )
-    return sql, (match, agent_id, *params, limit)
+    return sql, (match, *bound_params, agent_id, *params, limit)
+
+
+# How far back protege's clock may ever step between two messages being stored: the rowid
+# bounds below hold as long as it never does more.
+CLOCK_SLACK = datetime.timedelta(days=1)
+_NO_ROWID = 2**63 - 1
+
+
+def _rowid_bounds(agent_id: int, criteria: SearchCriteria, p: str) -> tuple[str, list[Any]]:
+    # The date range as a range of rowids, so FTS5 starts its newest-first reading at the
+    # range's end instead of reading every newer match first. A message stored after
+    # another is never dated more than CLOCK_SLACK before it, so any message dated before
+    # ``before`` has a smaller id than the first one dated CLOCK_SLACK after it, and any
+    # dated from ``after`` on a larger id than the last one dated CLOCK_SLACK before it.
+    # Both are found by the (agent, date) index; the dates themselves are still checked.
+    bounds, params = "", []
+    if criteria.after is not None:
+        bounds += (
+            " AND message_search.rowid > COALESCE((SELECT id FROM message "
+            f"WHERE agent_id = {p} AND created_at < {p} "
+            "ORDER BY created_at DESC, id DESC LIMIT 1), 0)"
+        )
+        params += [agent_id, criteria.after - CLOCK_SLACK]
+    if criteria.before is not None:
+        bounds += (
+            " AND message_search.rowid < COALESCE((SELECT id FROM message "
+            f"WHERE agent_id = {p} AND created_at >= {p} "
+            f"ORDER BY created_at, id LIMIT 1), {_NO_ROWID})"
+        )
+        params += [agent_id, criteria.before + CLOCK_SLACK]
+    return bounds, params
 
 
 def _pg_word(p: str, word: str, weight: str | None) -> tuple[str, list[str]]:

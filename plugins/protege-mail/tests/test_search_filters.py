@@ -237,3 +237,20 @@ def _plan(explain, agent, words):
     sql, params = builder(agent.id, criteria, 10)
     rows = db.database.execute_sql(f"{explain} {sql}", params).fetchall()
     return "\n".join(str(row[-1]) for row in rows)
+
+
+def test_a_clock_that_stepped_back_hides_nothing_from_a_date_range(sundae):
+    # Stored in this order, dated out of it (the clock went back an hour in between).
+    first = record_inbound(sundae, sender="jane@acme.com", subject="First", body="mango")
+    second = record_inbound(sundae, sender="jane@acme.com", subject="Second", body="mango")
+    first.created_at = datetime.datetime(2026, 3, 2, 12, 0)
+    first.save()
+    second.created_at = datetime.datetime(2026, 3, 2, 11, 0)
+    second.save()
+    assert subjects(sundae, query="mango", before="2026-03-02T11:30:00") == ["Second"]
+    assert subjects(sundae, query="mango", after="2026-03-02T11:30:00") == ["First"]
+    # Which is "newer" is moot here: by date on PostgreSQL, by storing order on SQLite.
+    assert sorted(subjects(sundae, query="mango", after="2026-03-02T10:00:00")) == [
+        "First",
+        "Second",
+    ]
