@@ -56,6 +56,7 @@ def test_an_unmigrated_database_is_refused_with_what_to_run(tmp_path):
         "0004 mail: reply-to lists, refused recipients",
         "0005 search indexes a bounded prefix of long mail",
         "0006 responsibilities on a schedule",
+        "0009 search by field, newest first",
     ]
     db.require_current()
     db.database.close()
