@@ -92,12 +92,16 @@ def resolve(
         rows = database.execute_sql(_PROACTIVE_SQL.format(p=p), (agent.id,))
     else:
         key = routing_key(sender)
-        candidates = [] if key is None else candidate_patterns(key)
-        if candidates is None:
-            rows = _admitted_for_long_key(agent.id, key)  # type: ignore[arg-type]
+        candidates = None if key is None else candidate_patterns(key)
+        if key is None:  # a sender that does not parse: only open gates admit it
+            rows = database.execute_sql(_OPEN_GATES_SQL.format(p=p), (agent.id,))
+        elif candidates is None:
+            rows = _admitted_for_long_key(agent.id, key)
         else:
-            sql, params = _admitted_sql(agent.id, candidates)
-            rows = database.execute_sql(sql, params)
+            sql = _ADMITTED_SQL.format(
+                p=p, candidates=", ".join([p] * len(candidates)), by_pattern=_by_pattern()
+            )
+            rows = database.execute_sql(sql, (agent.id, *candidates, agent.id))
     admitted: set[str] = set()
     for (members,) in rows:
         admitted |= _members(members)
@@ -105,16 +109,6 @@ def resolve(
         tools=[entry for entry in manifest.tools if entry.id in admitted],
         explain=lambda: explain(agent, manifest, sender=sender, scheduled=scheduled),
     )
-
-
-def _admitted_sql(agent_id: int, candidates: list[str]) -> tuple[str, tuple[object, ...]]:
-    p = database.param
-    if not candidates:  # a sender that does not parse: only open gates admit it
-        return _OPEN_GATES_SQL.format(p=p), (agent_id,)
-    sql = _ADMITTED_SQL.format(
-        p=p, candidates=", ".join([p] * len(candidates)), by_pattern=_by_pattern()
-    )
-    return sql, (agent_id, *candidates, agent_id)
 
 
 def _admitted_for_long_key(agent_id: int, key: str) -> list[tuple[str]]:
@@ -139,7 +133,7 @@ def explain(
     scheduled: bool = False,
 ) -> Resolution:
     """What ``resolve`` decides, with each grant's decision and the rule or default behind
-    it (for ``protege access explain``). Two queries, as ``resolve``."""
+    it (for ``protege access explain``). Two queries, however many grants and rules."""
     grants = _grants_with_rule_counts(agent.id)
     key = routing_key(sender)
     matching: dict[int, list[_MatchedRule]] = {}
@@ -181,6 +175,7 @@ def explain(
 
 # The queries below run once per run (and per catalogue view), so they are plain SQL:
 # building them with peewee's query builder cost several times more than running them.
+#
 # A gate's decision (``protege.access.verdict``) as SQL: a matching deny rule refuses, else a
 # matching allow rule admits; a gate no rule of which matches refuses if it has allow rules
 # (an allow-list) and admits otherwise (a block-list, or no rules). The matching rules are
