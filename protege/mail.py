@@ -159,7 +159,10 @@ def search_date(text: str) -> datetime.datetime:
         raise ValueError(
             f"{text!r} is not a date (2026-03-01) or date and time (2026-03-01T09:30:00Z)"
         ) from None
-    return _naive_utc(moment)  # type: ignore[return-value]
+    try:
+        return _naive_utc(moment)  # type: ignore[return-value]
+    except OverflowError:  # 9999-12-31T23:00-05:00 is in the year 10000 in UTC
+        raise ValueError(f"{text!r} is outside the dates a search can use") from None
 
 
 def _naive_utc(moment: datetime.datetime | None) -> datetime.datetime | None:

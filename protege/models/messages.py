@@ -209,21 +209,31 @@ def _rowid_bounds(agent_id: int, criteria: SearchCriteria, p: str) -> tuple[str,
     # dated from ``after`` on a larger id than the last one dated CLOCK_SLACK before it.
     # Both are found by the (agent, date) index; the dates themselves are still checked.
     bounds, params = "", []
-    if criteria.after is not None:
+    after = _shifted(criteria.after, -CLOCK_SLACK)
+    before = _shifted(criteria.before, CLOCK_SLACK)
+    if after is not None:
         bounds += (
             " AND message_search.rowid > COALESCE((SELECT id FROM message "
             f"WHERE agent_id = {p} AND created_at < {p} "
             "ORDER BY created_at DESC, id DESC LIMIT 1), 0)"
         )
-        params += [agent_id, criteria.after - CLOCK_SLACK]
-    if criteria.before is not None:
+        params += [agent_id, after]
+    if before is not None:
         bounds += (
             " AND message_search.rowid < COALESCE((SELECT id FROM message "
             f"WHERE agent_id = {p} AND created_at >= {p} "
             f"ORDER BY created_at, id LIMIT 1), {_NO_ROWID})"
         )
-        params += [agent_id, criteria.before + CLOCK_SLACK]
+        params += [agent_id, before]
     return bounds, params
+
+
+def _shifted(moment: datetime.datetime | None, delta: datetime.timedelta) -> Any:
+    # None (no bound) when there is no date, or the slack goes past the calendar's ends.
+    try:
+        return None if moment is None else moment + delta
+    except OverflowError:
+        return None
 
 
 def _pg_word(p: str, word: str, weight: str | None) -> tuple[str, list[str]]:

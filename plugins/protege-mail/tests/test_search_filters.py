@@ -131,6 +131,30 @@ def test_a_date_that_is_not_one_is_refused_clearly(sundae, mailbox, bad):
     assert "is not a date (2026-03-01) or date and time" in result.reason
 
 
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({"after": "0001-01-01"}, 4),
+        ({"before": "9999-12-31T23:59:59"}, 4),
+        ({"after": "0001-01-01T00:00:00", "before": "0001-01-02"}, 0),
+        ({"after": "9999-12-31"}, 0),
+    ],
+)
+@pytest.mark.parametrize("query", [None, "mango"])
+def test_the_ends_of_the_calendar_are_dates_like_any(sundae, mailbox, arguments, expected, query):
+    if query:
+        arguments = {**arguments, "query": query}
+    assert len(subjects(sundae, **arguments)) == expected
+
+
+def test_a_date_past_the_calendars_end_in_utc_is_refused_clearly(sundae, mailbox):
+    result = tool(sundae, before="9999-12-31T23:00:00-05:00")
+    assert not result.ok
+    assert result.reason == (
+        "before: '9999-12-31T23:00:00-05:00' is outside the dates a search can use"
+    )
+
+
 def test_dates_with_an_offset_are_read_as_utc():
     assert search_date("2026-03-01") == datetime.datetime(2026, 3, 1)
     assert search_date("2026-03-01T09:30:00+02:00") == datetime.datetime(2026, 3, 1, 7, 30)
