@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import attrs
 import cattrs
 
+from protege.addresses import canonical_address
 from protege.errors import ConfigError
 
 CONFIG_FILENAME = "protege.toml"
@@ -170,13 +171,7 @@ class WebSettings:
 
 
 def _notify_address(instance: object, attribute: attrs.Attribute, value: str | None) -> None:
-    if value is None:
-        return
-    # Address parsing (the email package, idna) loads only for a configuration that names
-    # an address: most commands never need it.
-    from protege.addresses import canonical_address
-
-    if canonical_address(value) is None:
+    if value is not None and canonical_address(value) is None:
         raise ValueError(f"notify: {value!r} is not an email address")
 
 
