@@ -292,7 +292,9 @@ def _0009_search_by_field_newest_first(db: peewee.Database | peewee.DatabaseProx
     # Search filters by sender, recipients and subject, so each is indexed on its own (an
     # FTS5 column on SQLite, a weight on PostgreSQL: A sender, B recipients, C subject, D
     # body). The b-tree on (agent, date) lets the newest matches be read in order and the
-    # reading stop at the limit, instead of every match being fetched and sorted.
+    # reading stop at the limit, instead of every match being fetched and sorted. On
+    # SQLite the agent is a token of its own ("agent17" in column agent), so the full-text
+    # index itself skips other agents' mail rather than the search reading past it.
     if isinstance(getattr(db, "obj", db), peewee.PostgresqlDatabase):
         n = SEARCHED_BODY_CHARACTERS
         recipients = "to_addresses || ' ' || cc_addresses || ' ' || bcc_addresses"
@@ -321,19 +323,20 @@ def _0009_search_by_field_newest_first(db: peewee.Database | peewee.DatabaseProx
         DROP TRIGGER message_search_delete;
         DROP TABLE message_search;
         CREATE VIRTUAL TABLE message_search USING fts5(
-            sender, recipients, subject, body, tokenize = 'porter unicode61'
+            agent, sender, recipients, subject, body, tokenize = 'porter unicode61'
         );
         CREATE TRIGGER message_search_insert AFTER INSERT ON message BEGIN
-            INSERT INTO message_search (rowid, sender, recipients, subject, body) VALUES (
-                new.id, new.sender,
+            INSERT INTO message_search (rowid, agent, sender, recipients, subject, body) VALUES (
+                new.id, 'agent' || new.agent_id, new.sender,
                 new.to_addresses || ' ' || new.cc_addresses || ' ' || new.bcc_addresses,
                 new.subject, new.body_text);
         END;
         CREATE TRIGGER message_search_delete AFTER DELETE ON message BEGIN
             DELETE FROM message_search WHERE rowid = old.id;
         END;
-        INSERT INTO message_search (rowid, sender, recipients, subject, body)
-            SELECT id, sender, to_addresses || ' ' || cc_addresses || ' ' || bcc_addresses,
+        INSERT INTO message_search (rowid, agent, sender, recipients, subject, body)
+            SELECT id, 'agent' || agent_id, sender,
+                to_addresses || ' ' || cc_addresses || ' ' || bcc_addresses,
                 subject, body_text FROM message;
         CREATE INDEX message_agent_created ON message (agent_id, created_at, id)
         """,

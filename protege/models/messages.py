@@ -177,10 +177,14 @@ def _sqlite_search(
         return sql, (agent_id, *params, limit)
     # Each word is an FTS5 string (in double quotes, inner ones doubled), which the
     # tokenizer turns into a phrase: no operator, column name or bracket in it is read as one.
+    # A word for any field is looked for in the text columns only, never in agent's.
     match = " AND ".join(
-        (f"{field} : " if field else "") + '"' + word.replace('"', '""') + '"'
-        for field, words in fields
-        for word in words
+        [f'agent : "agent{int(agent_id)}"']
+        + [
+            f"{field or _TEXT_COLUMNS} : " + '"' + word.replace('"', '""') + '"'
+            for field, words in fields
+            for word in words
+        ]
     )
     # Rowids grow with time and FTS5 yields them newest first, lazily: reading stops at
     # the limit however many messages match. CROSS JOIN keeps the full-text index the
@@ -193,6 +197,9 @@ def _sqlite_search(
         f"ORDER BY message_search.rowid DESC LIMIT {p}"
     )
     return sql, (match, *bound_params, agent_id, *params, limit)
+
+
+_TEXT_COLUMNS = "{sender recipients subject body}"
 
 
 # How far back protege's clock may ever step between two messages being stored: the rowid

@@ -46,7 +46,15 @@ def test_mail_stored_before_is_found_by_field(protege_db):
         f"'<a@acme.com>', CURRENT_TIMESTAMP)",
         (agent.id,),
     )
+    other = Agent.create(name="Scout", address="scout@thescoop.example")
+    database.execute_sql(
+        "INSERT INTO message (agent_id, direction, sender, subject, body_text, message_id, "
+        f"thread_key, created_at) VALUES ({p}, 'inbound', 'jane@acme.com', 'Secret', "
+        "'mango plans', '<b@acme.com>', '<b@acme.com>', CURRENT_TIMESTAMP)",
+        (other.id,),
+    )
     assert db.migrate() == ["0009 search by field, newest first"]
+    assert [m.subject for m in search(other, "mango")] == ["Secret"]
     assert [m.subject for m in search(agent, "mango")] == ["Melted sorbet"]
     assert [m.subject for m in search(agent, sender="jane@acme.com")] == ["Melted sorbet"]
     assert [m.subject for m in search(agent, recipient="mara")] == ["Melted sorbet"]

@@ -203,6 +203,10 @@ HOSTILE = [
     "durian\x00",
     "\uff4d\uff41\uff4e\uff47\uff4f durian",  # fullwidth letters
     "x" * 500,
+    # how SQLite's index names each agent's mail: a word, not a way to every message
+    "agent1",
+    "agent2",
+    "agent : agent1",
 ]
 
 
