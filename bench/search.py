@@ -7,12 +7,14 @@ for each kind of query and prints its p50 and p95:
 
 - a rare word (in 10 messages per million), a word in 1% and a word in 10% of the mail;
 - a sender filter (one sender of 1,000, so 0.1% of the mail);
-- a date range (one day of the year the mail spans), and the same with the 10% word.
+- a date range (one day of the year the mail spans), and the same with the 10% word;
+- beyond the targets, a word that only another agent's mail has: ``--others`` messages
+  (100,000 by default) of a second agent, newer than the first's, each holding it.
 
-Target: p95 <= 50 ms for each at 1,000,000 messages, on both databases. PostgreSQL runs in
-a schema of its own, dropped afterwards.
+Target: p95 <= 50 ms for each of the first six at 1,000,000 messages, on both databases.
+PostgreSQL runs in a schema of its own, dropped afterwards.
 
-    .venv/bin/python bench/search.py [--messages 100000] [--repeat 50]
+    .venv/bin/python bench/search.py [--messages 100000] [--others 10000] [--repeat 50]
         [--database sqlite|postgresql|both] [--postgres-url postgresql://...]
 """
 
@@ -75,6 +77,36 @@ SELECT {agent}, CASE WHEN n %% 3 = 0 THEN 'outbound' ELSE 'inbound' END,
        TIMESTAMP '{start}' + n * INTERVAL '{spacing} seconds'
 FROM generate_series({first}::bigint, {last}::bigint) AS n
 """
+_SQLITE_OTHERS = """
+WITH RECURSIVE seq(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < {count})
+INSERT INTO message (agent_id, direction, sender, subject, body_text, message_id,
+                     thread_key, created_at)
+SELECT {agent}, 'inbound', 'other' || (n % 100) || '@example.org', 'Elsewhere',
+       'Notes from elsewhere, number ' || n, '<o' || n || '@bench.example>',
+       '<o' || n || '@bench.example>',
+       strftime('%Y-%m-%d %H:%M:%f', '{start}', '+' || n || ' seconds')
+FROM seq
+"""
+_POSTGRES_OTHERS = """
+INSERT INTO message (agent_id, direction, sender, subject, body_text, message_id,
+                     thread_key, created_at)
+SELECT {agent}, 'inbound', 'other' || (n %% 100) || '@example.org', 'Elsewhere',
+       'Notes from elsewhere, number ' || n, '<o' || n || '@bench.example>',
+       '<o' || n || '@bench.example>', TIMESTAMP '{start}' + n * INTERVAL '1 second'
+FROM generate_series(1, {count}) AS n
+"""
+
+
+def fill_others(agent: Agent, messages: int, after: datetime.datetime) -> None:
+    """Insert ``messages`` messages for another agent, dated from ``after`` on, each with
+    the word "elsewhere" (which the bench agent's mail never has)."""
+    postgres = isinstance(db.database.obj, peewee.PostgresqlDatabase)
+    template = _POSTGRES_OTHERS if postgres else _SQLITE_OTHERS
+    sql = template.format(agent=agent.id, count=messages, start=after.isoformat(sep=" "))
+    with db.database.atomic():
+        db.database.execute_sql(sql)
+    if postgres:
+        db.database.execute_sql("ANALYZE message")
 
 
 def fill(agent: Agent, messages: int) -> float:
@@ -112,6 +144,7 @@ def queries(messages: int) -> dict[str, dict[str, Any]]:
         "sender filter (0.1%)": {"sender": "sender421@example.com"},
         "date range (one day)": day,
         "date range + word in 10%": {"query": "tenpercent", **day},
+        "word only in others' mail": {"query": "elsewhere"},
     }
 
 
@@ -127,13 +160,19 @@ def percentiles(call: Callable[[], object], repeat: int) -> tuple[float, float, 
     return statistics.median(times), cuts[18], result
 
 
-def bench(name: str, url: str | None, messages: int, repeat: int) -> list[str]:
+def bench(name: str, url: str | None, messages: int, others: int, repeat: int) -> list[str]:
     """Fill a fresh database and time every query kind on it; the report's lines."""
     print(f"{name}: filling {messages:,} messages", flush=True)
     with tempfile.TemporaryDirectory() as tmp, fresh_database(Path(tmp), url):
         agent = Agent.create(name="Bench", address="bench@agents.example")
         seconds = fill(agent, messages)
-        lines = [f"{name}, {messages:,} messages (filled in {seconds:.0f} s), limit 10:"]
+        other = Agent.create(name="Other", address="other@agents.example")
+        end = START + datetime.timedelta(seconds=(messages + 1) * SPACING_SECONDS)
+        fill_others(other, others, end)
+        lines = [
+            f"{name}, {messages:,} messages (filled in {seconds:.0f} s) and {others:,} of "
+            "another agent, limit 10:"
+        ]
         for kind, arguments in queries(messages).items():
             p50, p95, found = percentiles(lambda a=arguments: search(agent, **a), repeat)
             count = len(found)  # type: ignore[arg-type]
@@ -146,18 +185,19 @@ def bench(name: str, url: str | None, messages: int, repeat: int) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--others", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--database", choices=["sqlite", "postgresql", "both"], default="both")
     parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES)
     args = parser.parse_args()
     report = []
     if args.database in ("sqlite", "both"):
-        report += bench("SQLite", None, args.messages, args.repeat)
+        report += bench("SQLite", None, args.messages, args.others, args.repeat)
         print("\n".join(report), flush=True)
     if args.database in ("postgresql", "both"):
-        report += bench("PostgreSQL", args.postgres_url, args.messages, args.repeat)
+        report += bench("PostgreSQL", args.postgres_url, args.messages, args.others, args.repeat)
     print("\n".join(report))
-    print("target: p95 <= 50 ms for every kind at 1,000,000 messages")
+    print("target: p95 <= 50 ms for every kind but the last at 1,000,000 messages")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -91,9 +92,8 @@ class Message(Record):
         candidates are read in order and the reading stops once ``limit`` of them qualify.
         """
         if isinstance(database.obj, peewee.PostgresqlDatabase):
-            sql, params = _postgresql_search(agent_id, criteria, limit)
-        else:
-            sql, params = _sqlite_search(agent_id, criteria, limit)
+            return _postgresql_matching(agent_id, criteria, limit)
+        sql, params = _sqlite_search(agent_id, criteria, limit)
         return list(Message.raw(sql, *params))
 
     @property
@@ -145,8 +145,12 @@ _PG_WEIGHTS = {"sender": "A", "recipients": "B", "subject": "C"}
 _PG_LEXEME = "'''((?:[^'']|'''')*)'''"
 
 
-def _row_filters(criteria: SearchCriteria, p: str) -> tuple[list[str], list[Any]]:
-    clauses = ["message.agent_id = " + p, "message.status <> 'refused'"]
+def _row_filters(
+    criteria: SearchCriteria, p: str, *, agent_by_index: bool = True
+) -> tuple[list[str], list[Any]]:
+    # agent_id + 0 is the same test, which no index can answer.
+    agent = "message.agent_id" if agent_by_index else "message.agent_id + 0"
+    clauses = [f"{agent} = {p}", "message.status <> 'refused'"]
     params: list[Any] = []
     if criteria.direction is not None:
         clauses.append(f"message.direction = {p}")
@@ -257,24 +261,77 @@ def _pg_word(p: str, word: str, weight: str | None) -> tuple[str, list[str]]:
     return f"({tsquery})", forms
 
 
-def _postgresql_search(
-    agent_id: int, criteria: SearchCriteria, limit: int
-) -> tuple[str, tuple[Any, ...]]:
-    p = database.param
-    clauses, params = _row_filters(criteria, p)
-    parts = []
+# How many of an agent's newest messages PostgreSQL reads, newest first, for the words of
+# a search that are common in the whole table: with the default limit of 10, words in at
+# least 1 of 200 of the agent's messages are found there.
+PG_RECENT_WINDOW = 2000
+# Words the planner expects in fewer messages than this (all agents together) are looked
+# up in the full-text index straight away.
+PG_RARE_MATCHES = 5000
+
+
+def _postgresql_matching(agent_id: int, criteria: SearchCriteria, limit: int) -> list[Message]:
+    # The planner judges how common a word is from the whole table, not from one agent's
+    # mail, so left to itself it may read an agent's whole mailbox backwards for a word
+    # that only other agents use (2.2 s at a million messages). Instead: words rare in the
+    # whole table go to the full-text index, whose cost follows their matches; common ones
+    # are first looked for in the agent's newest messages by the (agent, date) index, and
+    # only if too few are there does the full-text index fetch and sort their matches.
+    if not criteria.fields():
+        sql, params = _postgresql_search(agent_id, criteria, limit)
+        return list(Message.raw(sql, *params))
+    if _pg_expected_matches(criteria) >= PG_RARE_MATCHES:
+        sql, params = _postgresql_search(agent_id, criteria, limit, step="recent")
+        found = list(Message.raw(sql, *params))
+        if len(found) == limit:
+            return found
+    sql, params = _postgresql_search(agent_id, criteria, limit, step="words")
+    with database.atomic() as scope:
+        database.execute_sql("SET LOCAL enable_indexscan = off")
+        found = list(Message.raw(sql, *params))
+        scope.rollback()  # takes the setting back with it, inside a caller's transaction too
+    return found
+
+
+def _pg_expected_matches(criteria: SearchCriteria) -> float:
+    """How many messages of all agents the planner expects to hold the words."""
+    parts, params = _pg_words(database.param, criteria)
+    sql = f"EXPLAIN (FORMAT JSON) SELECT 1 FROM message WHERE search_vector @@ ({parts})"
+    (plan,) = database.execute_sql(sql, params).fetchone()
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    return float(plan[0]["Plan"]["Plan Rows"])
+
+
+def _pg_words(p: str, criteria: SearchCriteria) -> tuple[str, list[Any]]:
+    parts, params = [], []
     for field, words in criteria.fields():
         for word in words:
             part, forms = _pg_word(p, word, _PG_WEIGHTS[field] if field else None)
             parts.append(part)
             params.extend(forms)
-    if parts:
-        clauses.append(f"message.search_vector @@ ({' && '.join(parts)})")
-    # With the (agent, date) index the planner reads the newest rows backwards and stops at
-    # the limit when matches are common, and goes through the full-text index when they
-    # are rare: either way the cost is bounded by the limit, not by the matches.
-    sql = (
-        f"SELECT * FROM message WHERE {' AND '.join(clauses)} "
-        f"ORDER BY created_at DESC, id DESC LIMIT {p}"
-    )
-    return sql, (agent_id, *params, limit)
+    return " && ".join(parts), params
+
+
+def _postgresql_search(
+    agent_id: int, criteria: SearchCriteria, limit: int, step: str | None = None
+) -> tuple[str, tuple[Any, ...]]:
+    """The search as one statement: by default as the planner likes; ``step="recent"``
+    looks only at the agent's PG_RECENT_WINDOW newest messages; ``step="words"`` keeps the
+    (agent, date) index out, so only the full-text index can find the rows."""
+    p = database.param
+    clauses, params = _row_filters(criteria, p, agent_by_index=step != "words")
+    order = f"ORDER BY created_at DESC, id DESC LIMIT {p}"
+    if not criteria.fields():  # no words: the (agent, date) index alone
+        sql = f"SELECT * FROM message WHERE {' AND '.join(clauses)} {order}"
+        return sql, (agent_id, *params, limit)
+    parts, text_params = _pg_words(p, criteria)
+    matches = f"message.search_vector @@ ({parts})"
+    if step == "recent":
+        sql = (
+            f"SELECT * FROM (SELECT * FROM message WHERE {' AND '.join(clauses)} {order}) "
+            f"AS message WHERE {matches} {order}"
+        )
+        return sql, (agent_id, *params, PG_RECENT_WINDOW, *text_params, limit)
+    sql = f"SELECT * FROM message WHERE {' AND '.join([*clauses, matches])} {order}"
+    return sql, (agent_id, *params, *text_params, limit)

@@ -2,6 +2,7 @@
 are only ever words, however hostile."""
 
 import datetime
+import os
 
 import peewee
 import pytest
@@ -10,6 +11,7 @@ from protege import Trust, blobs, db
 from protege.mail import MAX_SEARCH_RESULTS, record_inbound, search, search_date
 from protege.models import Agent, Message, MessageAttachment
 from protege.testing import make_context, run_tool
+from protege.testing.database import TEST_DATABASE_VARIABLE
 from protege_mail.search import MAX_RESULTS
 
 
@@ -282,3 +284,54 @@ def test_a_clock_that_stepped_back_hides_nothing_from_a_date_range(sundae):
         "First",
         "Second",
     ]
+
+
+def test_a_search_leaves_the_database_settings_as_they_were(sundae, mailbox):
+    # PostgreSQL's second step turns plain index scans off for itself only, also inside a
+    # transaction of the caller's, which goes on with the settings it had.
+    postgres = isinstance(db.database.obj, peewee.PostgresqlDatabase)
+    with db.database.atomic():
+        assert [m.subject for m in search(sundae, "soup")] == ["Melted sorbet"]
+        if postgres:
+            (setting,) = db.database.execute_sql("SHOW enable_indexscan").fetchone()
+            assert setting == "on"
+        assert len(search(sundae, "mango")) == 4
+    if postgres:
+        (setting,) = db.database.execute_sql("SHOW enable_indexscan").fetchone()
+        assert setting == "on"
+
+
+@pytest.mark.skipif(
+    not os.environ.get(TEST_DATABASE_VARIABLE),
+    reason="PostgreSQL only; make test-postgres runs the database tests with it",
+)
+@pytest.mark.parametrize(
+    "criteria",
+    [
+        {"words": ("mango",)},
+        {"words": ("mango",), "direction": "inbound"},
+        {"sender_words": ("thescoop",)},
+        {"words": ("refund",), "has_attachment": False},
+        {"words": ("durian",)},
+    ],
+)
+def test_each_postgresql_step_finds_what_the_planner_finds(sundae, mailbox, criteria):
+    # Small tables never take the step through the agent's newest messages, so each
+    # statement is run here on its own.
+    from protege.models.messages import SearchCriteria, _postgresql_search
+
+    def subjects_by(step):
+        sql, params = _postgresql_search(sundae.id, SearchCriteria(**criteria), 10, step=step)
+        return [m.subject for m in Message.raw(sql, *params)]
+
+    expected = subjects_by(None)
+    assert subjects_by("recent") == expected
+    assert subjects_by("words") == expected
+    assert expected == [m.subject for m in search(sundae, **_as_search(criteria))]
+
+
+def _as_search(criteria):
+    names = {"words": "query", "sender_words": "sender"}
+    return {
+        names.get(k, k): " ".join(v) if isinstance(v, tuple) else v for k, v in criteria.items()
+    }
