@@ -298,16 +298,23 @@ def _0009_search_by_field_newest_first(db: peewee.Database | peewee.DatabaseProx
     if isinstance(getattr(db, "obj", db), peewee.PostgresqlDatabase):
         n = SEARCHED_BODY_CHARACTERS
         recipients = "to_addresses || ' ' || cc_addresses || ' ' || bcc_addresses"
+
+        def addresses(text: str) -> str:
+            # Each address whole (jane@acme.com), its domain whole (acme.com) and every part
+            # (jane, acme, com): whichever of these a query word is, it is one lexeme here.
+            return (
+                f"{text} || ' ' || translate({text}, '@', ' ') "
+                f"|| ' ' || translate({text}, '@.', '  ')"
+            )
+
         _run(
             db,
             f"""
             DROP INDEX message_search;
             ALTER TABLE message DROP COLUMN search_vector;
             ALTER TABLE message ADD COLUMN search_vector tsvector GENERATED ALWAYS AS (
-                setweight(to_tsvector('english',
-                    left(sender || ' ' || translate(sender, '@.', '  '), {n})), 'A')
-                || setweight(to_tsvector('english',
-                    left({recipients} || ' ' || translate({recipients}, '@.', '  '), {n})), 'B')
+                setweight(to_tsvector('english', left({addresses("sender")}, {n})), 'A')
+                || setweight(to_tsvector('english', left({addresses(recipients)}, {n})), 'B')
                 || setweight(to_tsvector('english', left(subject, {n // 10})), 'C')
                 || to_tsvector('english', left(body_text, {n}))
             ) STORED;
