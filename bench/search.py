@@ -14,7 +14,7 @@ for each kind of query and prints its p50 and p95:
 Target: p95 <= 50 ms for each of the first six at 1,000,000 messages, on both databases.
 PostgreSQL runs in a schema of its own, dropped afterwards.
 
-    .venv/bin/python bench/search.py [--messages 100000] [--others 10000] [--repeat 50]
+    .venv/bin/python bench/search.py [--messages 100000] [--others 10000] [--repeat 30]
         [--database sqlite|postgresql|both] [--postgres-url postgresql://...]
 """
 
