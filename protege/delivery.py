@@ -47,6 +47,10 @@ _CLAIM_SQL = (
 )
 
 
+# Read first, so that an idle delivery loop's look only reads (see Run.claim_next).
+_ANY_DUE = "SELECT 1 FROM message WHERE status = 'pending' AND next_attempt_at <= {p} LIMIT 1"
+
+
 def lease_seconds(config: Config) -> float:
     """How long a delivery loop holds a mail it is sending: a slow relay's whole answer."""
     return max(60.0, 4 * config.mail.smtp_timeout)
@@ -59,6 +63,8 @@ def claim_due(
     loop holds (of run ``run_id`` only, if given); returns their ids. Several loops, in
     several processes, may share them."""
     p = database.param
+    if not database.execute_sql(_ANY_DUE.format(p=p), (now,)).fetchall():
+        return []
     lock = " FOR UPDATE SKIP LOCKED" if isinstance(database.obj, peewee.PostgresqlDatabase) else ""
     of_run = "" if run_id is None else f" AND run_id = {p}"
     until = now + datetime.timedelta(seconds=lease_seconds(config))

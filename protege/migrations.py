@@ -372,6 +372,68 @@ def _0008_operators_and_audit(db: peewee.Database | peewee.DatabaseProxy) -> Non
     )
 
 
+def _0009_search_by_field_newest_first(db: peewee.Database | peewee.DatabaseProxy) -> None:
+    # Search filters by sender, recipients and subject, so each is indexed on its own (an
+    # FTS5 column on SQLite, a weight on PostgreSQL: A sender, B recipients, C subject, D
+    # body). The b-tree on (agent, date) lets the newest matches be read in order and the
+    # reading stop at the limit, instead of every match being fetched and sorted. On
+    # SQLite the agent is a token of its own ("agent17" in column agent), so the full-text
+    # index itself skips other agents' mail rather than the search reading past it.
+    if isinstance(getattr(db, "obj", db), peewee.PostgresqlDatabase):
+        n = SEARCHED_BODY_CHARACTERS
+        recipients = "to_addresses || ' ' || cc_addresses || ' ' || bcc_addresses"
+
+        def addresses(text: str) -> str:
+            # Each address whole (jane@acme.com), its domain whole (acme.com) and every part
+            # (jane, acme, com): whichever of these a query word is, it is one lexeme here.
+            return (
+                f"{text} || ' ' || translate({text}, '@', ' ') "
+                f"|| ' ' || translate({text}, '@.', '  ')"
+            )
+
+        _run(
+            db,
+            f"""
+            DROP INDEX message_search;
+            ALTER TABLE message DROP COLUMN search_vector;
+            ALTER TABLE message ADD COLUMN search_vector tsvector GENERATED ALWAYS AS (
+                setweight(to_tsvector('english', left({addresses("sender")}, {n})), 'A')
+                || setweight(to_tsvector('english', left({addresses(recipients)}, {n})), 'B')
+                || setweight(to_tsvector('english', left(subject, {n // 10})), 'C')
+                || to_tsvector('english', left(body_text, {n}))
+            ) STORED;
+            CREATE INDEX message_search ON message USING GIN (search_vector);
+            CREATE INDEX message_agent_created ON message (agent_id, created_at, id)
+            """,
+        )
+        return
+    _run(
+        db,
+        """
+        DROP TRIGGER message_search_insert;
+        DROP TRIGGER message_search_delete;
+        DROP TABLE message_search;
+        CREATE VIRTUAL TABLE message_search USING fts5(
+            agent, sender, recipients, subject, body, tokenize = 'porter unicode61'
+        );
+        CREATE TRIGGER message_search_insert AFTER INSERT ON message BEGIN
+            INSERT INTO message_search (rowid, agent, sender, recipients, subject, body) VALUES (
+                new.id, 'agent' || new.agent_id, new.sender,
+                new.to_addresses || ' ' || new.cc_addresses || ' ' || new.bcc_addresses,
+                new.subject, new.body_text);
+        END;
+        CREATE TRIGGER message_search_delete AFTER DELETE ON message BEGIN
+            DELETE FROM message_search WHERE rowid = old.id;
+        END;
+        INSERT INTO message_search (rowid, agent, sender, recipients, subject, body)
+            SELECT id, 'agent' || agent_id, sender,
+                to_addresses || ' ' || cc_addresses || ' ' || bcc_addresses,
+                subject, body_text FROM message;
+        CREATE INDEX message_agent_created ON message (agent_id, created_at, id)
+        """,
+    )
+
+
 def _0010_approvals(db: peewee.Database | peewee.DatabaseProxy) -> None:
     # A grant may make its tools wait for an approver's yes; each waiting call is one
     # approval, matched to the answer by a secret token.
@@ -416,6 +478,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "responsibilities on a schedule", _0006_responsibilities_on_a_schedule),
     Migration(7, "run leases, pending deliveries", _0007_leases_and_pending_deliveries),
     Migration(8, "operators and the audit log", _0008_operators_and_audit),
+    Migration(9, "search by field, newest first", _0009_search_by_field_newest_first),
     Migration(10, "approval by email", _0010_approvals),
 )
 

@@ -60,6 +60,7 @@ def test_an_unmigrated_database_is_refused_with_what_to_run(tmp_path):
         "0006 responsibilities on a schedule",
         "0007 run leases, pending deliveries",
         "0008 operators and the audit log",
+        "0009 search by field, newest first",
         "0010 approval by email",
     ]
     db.require_current()

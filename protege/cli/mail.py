@@ -24,7 +24,8 @@ from protege.errors import ProtegeError
 @click.option(
     "--processes",
     type=click.IntRange(min=1),
-    help="Processes carrying runs, this one included (default: [serve] processes).",
+    help="Processes carrying runs (default: [serve] processes); with more than one, this "
+    "process only takes mail and queues duties.",
 )
 @click.option(
     "--no-scheduler",
@@ -53,7 +54,11 @@ def serve(
     installation = open_installation()
     config = installation.config
     width = concurrency or config.serve.max_concurrent_runs
+    count = processes or config.serve.processes
+    # With several processes, this one only takes mail and queues duties, so that taking
+    # mail never waits on runs; each of the others carries runs and sends their mail.
     pool = Workers(installation, max_concurrent_runs=width, on_finished=_report)
+    helpers = _Helpers(count if count > 1 else 0, width)
     gateway = None
     if not no_gateway:
         try:
@@ -63,8 +68,8 @@ def serve(
             raise ProtegeError(
                 f"cannot listen for mail on {where}: {error.strerror or error}"
             ) from None
-    pool.start()
-    helpers = _Helpers((processes or config.serve.processes) - 1, width)
+    if not helpers.count:
+        pool.start()
     scheduler = None if no_scheduler else Scheduler(installation, on_line=_say)
     stopped = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):  # before the announcement: it invites them
@@ -77,7 +82,7 @@ def serve(
     scheduling = "no scheduler" if scheduler is None else "the scheduler"
     _say(
         f"protege: {listening}, {width} run(s) at once in each of "
-        f"{helpers.count + 1} process(es), {scheduling}; Ctrl-C stops"
+        f"{helpers.count or 1} process(es), {scheduling}; Ctrl-C stops"
     )
     helpers.start()
     if scheduler is not None:  # after the announcement, so that it comes first
@@ -92,13 +97,14 @@ def serve(
     if scheduler is not None:
         scheduler.stop()
     helpers.stop(config.serve.shutdown_seconds)
-    pool.stop()
+    if not helpers.count:
+        pool.stop()
     _say("protege: stopped")
 
 
 class _Helpers:
-    """The other processes of ``serve --processes N``: each carries runs (no gateway, no
-    scheduler); one that dies is started again until serve stops."""
+    """The worker processes of ``serve --processes N``: each carries runs and sends their
+    mail (no gateway, no scheduler); one that dies is started again until serve stops."""
 
     def __init__(self, count: int, width: int) -> None:
         self.count = count
@@ -114,6 +120,8 @@ class _Helpers:
 
     def start(self) -> None:
         self._processes = [self._spawn() for _ in range(self.count)]
+        for process in self._processes:
+            _say(f"protege: worker process {process.pid} started")
         if self._processes:
             self._watcher.start()
 

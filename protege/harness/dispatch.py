@@ -17,6 +17,7 @@ import contextvars
 import functools
 import inspect
 import json
+import queue
 import threading
 import time
 import traceback
@@ -386,8 +387,39 @@ def _in_daemon_thread(call: Any, done: Callable[[], None]) -> asyncio.Future:
         with contextlib.suppress(RuntimeError):  # the run already ended: nobody is waiting
             loop.call_soon_threadsafe(settle, outcome, error)
 
-    threading.Thread(target=work, name="protege-tool", daemon=True).start()
+    _TOOL_THREADS.submit(work)
     return future
+
+
+class _DaemonThreads:
+    """Threads for tools, kept between calls (starting a thread costs more than most tool
+    calls), and daemons, so that a tool stuck past its timeout never holds the process
+    open at exit as a ``ThreadPoolExecutor``'s worker would. How many run at once is
+    bounded by the caller (``_slots``): a stuck tool keeps its thread, and a new one is
+    started when none is idle."""
+
+    def __init__(self) -> None:
+        self._work: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def submit(self, work: Callable[[], None]) -> None:
+        with self._lock:
+            start = self._idle == 0
+            if not start:
+                self._idle -= 1
+        self._work.put(work)
+        if start:
+            threading.Thread(target=self._serve, name="protege-tool", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            self._work.get()()
+            with self._lock:
+                self._idle += 1
+
+
+_TOOL_THREADS = _DaemonThreads()
 
 
 # How long an async tool's own loop may go without turning before the tool is reported

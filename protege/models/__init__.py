@@ -5,7 +5,7 @@ from protege.models.approvals import Approval, ApprovalPolicy
 from protege.models.audit import AuditEntry, Operator
 from protege.models.base import Record
 from protege.models.blobs import Blob, MessageAttachment
-from protege.models.messages import Message
+from protege.models.messages import Message, SearchCriteria
 from protege.models.runs import Event, Responsibility, Run
 from protege.models.toolkits import AgentToolkit, AgentToolkitRule, Toolkit
 
@@ -25,5 +25,6 @@ __all__ = [
     "Record",
     "Responsibility",
     "Run",
+    "SearchCriteria",
     "Toolkit",
 ]

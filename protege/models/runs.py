@@ -38,6 +38,12 @@ _NEXT_EXPIRED = (
     "id = (SELECT id FROM run WHERE status = 'running' AND lease_expires_at < {p} "
     "ORDER BY id LIMIT 1{lock}) AND status = 'running' AND lease_expires_at < {p}"
 )
+# Looked at first, so an idle worker's poll only reads: on SQLite, an UPDATE takes the write
+# lock even when it matches nothing, and would hold up mail being stored.
+_ANY_TO_CLAIM = (
+    "SELECT 1 FROM run WHERE status = 'queued' "
+    "OR (status = 'running' AND lease_expires_at < {p}) LIMIT 1"
+)
 _RENEW_SQL = (
     "UPDATE run SET lease_expires_at = {p} WHERE id = {p} AND lease_owner = {p} "
     "AND status = 'running' RETURNING cancel_requested_at"
@@ -187,6 +193,8 @@ class Run(Record):
         """Take the next run for a worker: first a running run whose lease expired before
         ``now`` (its worker died), then the oldest queued one; None when there is neither."""
         p = database.param
+        if not database.execute_sql(_ANY_TO_CLAIM.format(p=p), (now,)).fetchall():
+            return None
         lock = (
             " FOR UPDATE SKIP LOCKED" if isinstance(database.obj, peewee.PostgresqlDatabase) else ""
         )

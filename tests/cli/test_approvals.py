@@ -238,3 +238,15 @@ def _mail(sender: str, to: str, body: str, in_reply_to: str | None = None) -> by
 def _send(port: int, raw: bytes) -> None:
     with smtplib.SMTP("127.0.0.1", port, timeout=10) as client:
         client.sendmail("someone@example.com", ["sundae@thescoop.example"], raw)
+
+
+def test_a_waiting_run_is_cancelled_at_once_and_a_late_answer_resumes_nothing(
+    run_protege, env, scripted_model
+):
+    jane_asks(run_protege, env, scripted_model)
+    cancelled = run_protege("runs", "cancel", "1", env=env)
+    assert cancelled.stdout == "run 1 cancelled (it was waiting for approval)\n"
+    approved = run_protege("approvals", "approve", "1", env=env)
+    assert approved.stdout == "approval 1 (issue_refund) approved; run 1 is cancelled\n"
+    assert Run.get_by_id(1).status == "cancelled"
+    assert refunds(run_protege) == []

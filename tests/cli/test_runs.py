@@ -385,3 +385,22 @@ def test_cancel_asks_a_running_run_to_stop_at_its_next_step(run_protege, env):
     result = run_protege("runs", "cancel", str(run.id), env=env)
     assert (result.returncode, result.stdout) == (0, f"run {run.id} will stop at its next step\n")
     assert Run.get_by_id(run.id).cancel_requested_at is not None
+
+
+def test_a_cancel_is_in_the_audit_log_and_a_refused_one_is_not(run_protege, env):
+    from protege.mail import record_inbound
+    from protege.models import AuditEntry
+    from protege.queue import queue_reply
+
+    run = queue_reply(record_inbound(Agent.named("Sundae"), sender="j@acme.com", body="Hi"))
+    assert run_protege("runs", "cancel", str(run.id), env=env).returncode == 0
+    (entry,) = AuditEntry.select()
+    assert (entry.action, entry.subject_kind, entry.subject) == (
+        "cancel requested",
+        "run",
+        f"run {run.id} of Sundae",
+    )
+    assert entry.actor.startswith("cli:")
+    assert (entry.before["status"], entry.after["status"]) == ("queued", "cancelled")
+    assert run_protege("runs", "cancel", str(run.id), env=env).returncode == 1
+    assert AuditEntry.select().count() == 1
