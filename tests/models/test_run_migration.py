@@ -32,6 +32,7 @@ def test_runs_stored_before_migration_7_survive_it_and_may_be_cancelled(tmp_path
     assert db.migrate() == [
         "0007 run leases, pending deliveries",
         "0008 operators and the audit log",
+        "0009 search by field, newest first",
     ]
     assert [(r.status, r.lease_owner) for r in Run.select().order_by(Run.id)] == [
         ("queued", None),
