@@ -235,6 +235,8 @@ class _Attempt:
         self.clock = clock
         self.log = EventLog(run.id, claim.last_seq)
         self.cancellation = threading.Event()
+        if claim.cancel_requested:  # cancelled while its last worker had it
+            self.cancellation.set()
         self.lost = False
         self.logger = _CorrelatedLogger(logger, run.correlation_id)
 
