@@ -61,7 +61,38 @@ class HoldTool(Tool):
         return self.success()
 
 
-TOOLS = [MeetTool, BlockLoopTool, HoldTool]
+REFUNDS = []
+
+
+class RefundTool(Tool):
+    """A side effect that must happen once: money moves."""
+
+    description = "Refunds."
+
+    def use(self, context):
+        REFUNDS.append(context.correlation_id)
+        return self.success(refunded=True)
+
+
+class HoldAfterRefundTool(Tool):
+    """Holds its run once the refund of the same turn is on record."""
+
+    description = "Holds, after the refund."
+    timeout = 60
+
+    def use(self, context):
+        from protege.models import Event
+
+        recorded = threading.Event()
+        while not recorded.wait(0.02):  # a database condition: nothing to be woken by
+            if Event.select().where(Event.kind == "tool_result").exists():
+                recorded.set()
+        HOLDING.set()
+        RELEASE.wait(30)
+        return self.success()
+
+
+TOOLS = [MeetTool, BlockLoopTool, HoldTool, RefundTool, HoldAfterRefundTool]
 
 
 @pytest.fixture
@@ -189,3 +220,20 @@ def test_workers_stopped_take_no_more_runs(agent, app, scripted_model):
     pool.stop(grace=1)
     run = _queue(agent, "late")
     assert drain(app)[0].id == run.id  # still queued: only this drain took it
+
+
+def test_a_call_that_ended_is_not_run_again_when_its_turn_is_handed_back(
+    agent, app, scripted_model
+):
+    from protege.testing import tool_calls
+
+    REFUNDS.clear()
+    run = _queue(agent, "refund")
+    scripted_model.script(tool_calls([("refund", {}), ("hold_after_refund", {})]), say("done"))
+    pool = Workers(app, max_concurrent_runs=1, poll_interval=0.05).start()
+    assert HOLDING.wait(30)  # the refund is on record; the other call is still under way
+    pool.stop(grace=0)
+    RELEASE.set()
+    (resumed,) = drain(app)
+    assert (resumed.id, resumed.status) == (run.id, "done")
+    assert len(REFUNDS) == 1
