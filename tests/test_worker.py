@@ -5,6 +5,7 @@ import logging
 import queue
 import threading
 
+import attrs
 import pytest
 
 from protege import Tool
@@ -237,3 +238,70 @@ def test_a_call_that_ended_is_not_run_again_when_its_turn_is_handed_back(
     (resumed,) = drain(app)
     assert (resumed.id, resumed.status) == (run.id, "done")
     assert len(REFUNDS) == 1
+
+
+class LeakyTool(Tool):
+    """Writes inside a transaction it never closes (a bug, or on purpose)."""
+
+    description = "Leaks a transaction."
+
+    def use(self, context):
+        from protege.db import database
+        from protege.models import Toolkit
+
+        database.atomic().__enter__()
+        Toolkit.create(name="Leaked", member_tool_ids=[])
+        return self.success()
+
+
+class StuckTool(Tool):
+    """Never ends within its timeout (a socket with no timeout, say)."""
+
+    description = "Hangs."
+    timeout = 0.5
+
+    def use(self, context):
+        RELEASE.wait(60)
+        return self.success()
+
+
+class QuickTool(Tool):
+    description = "Answers at once."
+
+    def use(self, context):
+        return self.success()
+
+
+HOSTILE = [LeakyTool, StuckTool, QuickTool]
+
+
+@pytest.fixture
+def hostile_app(tmp_path, scripted_model, protege_db):
+    config = load_config(tmp_path)
+    one_thread = attrs.evolve(config, runs=attrs.evolve(config.runs, tool_threads=1))
+    return open_installation(one_thread, manifest=manifest_of(HOSTILE), connect=False)
+
+
+def test_a_transaction_a_tool_left_open_is_rolled_back_and_holds_nothing(
+    hostile_app, scripted_model
+):
+    from protege.models import Toolkit
+
+    agent = agent_granted(HOSTILE)
+    scripted_model.script_for("leak", tool_call("leaky"), tool_call("quick"), say("ok"))
+    _queue(agent, "leak")
+    (done,) = drain(hostile_app)
+    assert done.status == "done"  # its own writes were not blocked by the open transaction
+    assert not Toolkit.select().where(Toolkit.name == "Leaked").exists()
+
+
+def test_a_tool_stuck_past_its_timeout_gives_up_its_thread_slot(hostile_app, scripted_model):
+    agent = agent_granted(HOSTILE)
+    scripted_model.script_for("first", tool_call("stuck"), say("gave up"))
+    scripted_model.script_for("second", tool_call("quick"), say("ok"))
+    _queue(agent, "first")
+    _queue(agent, "second")
+    first, second = drain(hostile_app)  # one slot in all: the stuck tool must let it go
+    results = [e.payload for r in (first, second) for e in r.timeline() if e.kind == "tool_result"]
+    assert [r["ok"] for r in results] == [False, True]
+    assert "did not finish within 0.5 s" in results[0]["content"]

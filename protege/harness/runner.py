@@ -21,6 +21,7 @@ from concurrent.futures import Executor
 from typing import Any, Protocol, TypeVar
 
 import attrs
+import peewee
 
 from protege.config import Config, RunSettings
 from protege.context import RunContext
@@ -508,13 +509,19 @@ class _Attempt:
                     _recipients(mail),
                 )
                 raise
-            # The pending mail and the event that asked for it land in one transaction.
-            with database.atomic():
-                outcome = installation.deliver(
-                    agent=agent, run=run, mail=dict(mail), attachments=attachments
-                )
-                if not outcome.get("repeated"):
-                    log.write_now(events.Delivery.from_payload(outcome))
+            # The pending mail and the event that asked for it land in one transaction, and
+            # only while this worker still holds the run: one that lost it sends nothing.
+            try:
+                with database.atomic():
+                    self._renew()
+                    outcome = installation.deliver(
+                        agent=agent, run=run, mail=dict(mail), attachments=attachments
+                    )
+                    if not outcome.get("repeated"):
+                        log.write_now(events.Delivery.from_payload(outcome))
+            except peewee.IntegrityError:  # another worker wrote this run's next event
+                self.lost = True
+                raise LeaseLost(f"run {run.id} was taken over by another worker") from None
             return outcome
 
         return RunContext(
