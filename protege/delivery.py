@@ -80,7 +80,7 @@ def hand_off(message_id: int, config: Config, now: datetime.datetime | None = No
     message = Message.get_by_id(message_id)
     if message.status != PENDING:
         return message
-    raw = blobs.read(message.raw_blob, config.data_dir)
+    raw = blobs.read(message.raw_blob, config)
     waiting = list(message.pending_recipients)
     if config.mail.transport == "outbox":
         write_to_outbox(raw, message, Path(config.data_dir) / "outbox")

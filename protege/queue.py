@@ -15,7 +15,8 @@ import peewee
 from protege.db import database
 from protege.errors import ProtegeError
 from protege.models import Agent, Message, Responsibility, Run
-from protege.models.runs import DONE, FAILED, QUEUED, REPLY, SCHEDULED, Claim
+from protege.models.base import utcnow
+from protege.models.runs import DONE, FAILED, QUEUED, REPLY, RUNNING, SCHEDULED, Claim
 
 __all__ = [
     "AlreadyQueued",
@@ -79,6 +80,15 @@ def requeue(run: Run) -> Run:
     """
     if run.status in (QUEUED, DONE):
         raise ProtegeError(f"run {run.id} is {run.status}: only failed or stuck runs are retried")
+    if (
+        run.status == RUNNING
+        and run.lease_expires_at is not None
+        and run.lease_expires_at >= utcnow()
+    ):
+        raise ProtegeError(
+            f"run {run.id} is running and its worker holds it (until "
+            f"{run.lease_expires_at:%H:%M:%S} UTC): cancel it, or wait for it to end"
+        )
     Run.update(
         status=QUEUED,
         error=None,

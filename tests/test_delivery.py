@@ -187,3 +187,33 @@ def test_the_delivery_loop_sends_what_is_pending_and_a_last_pass_on_stop(sundae,
 
     assert asyncio.run(serve()) == 1
     assert len(outbox(config)) == 1
+
+
+class AcceptsThenQuitsBadly:
+    """A relay that takes the mail (250 after DATA), then answers QUIT with an error."""
+
+    def __init__(self, quit_answer):
+        self.quit_answer = quit_answer
+        self.received = []
+
+    async def handle_DATA(self, server, session, envelope):
+        self.received.append(envelope)
+        return "250 OK: queued as 1"
+
+    async def handle_QUIT(self, server, session, envelope):
+        return self.quit_answer
+
+
+@pytest.mark.parametrize("quit_answer", ["421 4.4.2 closing", "500 5.5.1 what"])
+def test_mail_the_relay_took_is_sent_once_whatever_quit_answers(sundae, config, quit_answer):
+    relay = AcceptsThenQuitsBadly(quit_answer)
+    controller = Controller(relay, hostname="127.0.0.1", port=free_port())
+    controller.start()
+    try:
+        smtp = by_smtp(config, controller.port, smtp_backoff_seconds=0, smtp_retries=3)
+        queue_mail(sundae, smtp)
+        (mail,) = send_pending(smtp)
+        assert send_pending(smtp) == []
+    finally:
+        controller.stop()
+    assert (mail.status, len(relay.received)) == ("sent", 1)

@@ -5,6 +5,7 @@ import logging
 import queue
 import threading
 
+import attrs
 import pytest
 
 from protege import Tool
@@ -61,7 +62,38 @@ class HoldTool(Tool):
         return self.success()
 
 
-TOOLS = [MeetTool, BlockLoopTool, HoldTool]
+REFUNDS = []
+
+
+class RefundTool(Tool):
+    """A side effect that must happen once: money moves."""
+
+    description = "Refunds."
+
+    def use(self, context):
+        REFUNDS.append(context.correlation_id)
+        return self.success(refunded=True)
+
+
+class HoldAfterRefundTool(Tool):
+    """Holds its run once the refund of the same turn is on record."""
+
+    description = "Holds, after the refund."
+    timeout = 60
+
+    def use(self, context):
+        from protege.models import Event
+
+        recorded = threading.Event()
+        while not recorded.wait(0.02):  # a database condition: nothing to be woken by
+            if Event.select().where(Event.kind == "tool_result").exists():
+                recorded.set()
+        HOLDING.set()
+        RELEASE.wait(30)
+        return self.success()
+
+
+TOOLS = [MeetTool, BlockLoopTool, HoldTool, RefundTool, HoldAfterRefundTool]
 
 
 @pytest.fixture
@@ -189,3 +221,87 @@ def test_workers_stopped_take_no_more_runs(agent, app, scripted_model):
     pool.stop(grace=1)
     run = _queue(agent, "late")
     assert drain(app)[0].id == run.id  # still queued: only this drain took it
+
+
+def test_a_call_that_ended_is_not_run_again_when_its_turn_is_handed_back(
+    agent, app, scripted_model
+):
+    from protege.testing import tool_calls
+
+    REFUNDS.clear()
+    run = _queue(agent, "refund")
+    scripted_model.script(tool_calls([("refund", {}), ("hold_after_refund", {})]), say("done"))
+    pool = Workers(app, max_concurrent_runs=1, poll_interval=0.05).start()
+    assert HOLDING.wait(30)  # the refund is on record; the other call is still under way
+    pool.stop(grace=0)
+    RELEASE.set()
+    (resumed,) = drain(app)
+    assert (resumed.id, resumed.status) == (run.id, "done")
+    assert len(REFUNDS) == 1
+
+
+class LeakyTool(Tool):
+    """Writes inside a transaction it never closes (a bug, or on purpose)."""
+
+    description = "Leaks a transaction."
+
+    def use(self, context):
+        from protege.db import database
+        from protege.models import Toolkit
+
+        database.atomic().__enter__()
+        Toolkit.create(name="Leaked", member_tool_ids=[])
+        return self.success()
+
+
+class StuckTool(Tool):
+    """Never ends within its timeout (a socket with no timeout, say)."""
+
+    description = "Hangs."
+    timeout = 0.5
+
+    def use(self, context):
+        RELEASE.wait(60)
+        return self.success()
+
+
+class QuickTool(Tool):
+    description = "Answers at once."
+
+    def use(self, context):
+        return self.success()
+
+
+HOSTILE = [LeakyTool, StuckTool, QuickTool]
+
+
+@pytest.fixture
+def hostile_app(tmp_path, scripted_model, protege_db):
+    config = load_config(tmp_path)
+    one_thread = attrs.evolve(config, runs=attrs.evolve(config.runs, tool_threads=1))
+    return open_installation(one_thread, manifest=manifest_of(HOSTILE), connect=False)
+
+
+def test_a_transaction_a_tool_left_open_is_rolled_back_and_holds_nothing(
+    hostile_app, scripted_model
+):
+    from protege.models import Toolkit
+
+    agent = agent_granted(HOSTILE)
+    scripted_model.script_for("leak", tool_call("leaky"), tool_call("quick"), say("ok"))
+    _queue(agent, "leak")
+    (done,) = drain(hostile_app)
+    assert done.status == "done"  # its own writes were not blocked by the open transaction
+    assert not Toolkit.select().where(Toolkit.name == "Leaked").exists()
+
+
+def test_a_tool_stuck_past_its_timeout_gives_up_its_thread_slot(hostile_app, scripted_model):
+    agent = agent_granted(HOSTILE)
+    scripted_model.script_for("first", tool_call("stuck"), say("gave up"))
+    scripted_model.script_for("second", tool_call("quick"), say("ok"))
+    _queue(agent, "first")
+    _queue(agent, "second")
+    first, second = drain(hostile_app)  # one slot in all: the stuck tool must let it go
+    results = [e.payload for r in (first, second) for e in r.timeline() if e.kind == "tool_result"]
+    assert [r["ok"] for r in results] == [False, True]
+    assert "did not finish within 0.5 s" in results[0]["content"]

@@ -28,6 +28,7 @@ from typing import Any
 import attrs
 
 from protege.context import RunContext, current_tool_call
+from protege.db import database
 from protege.errors import ProtegeError
 from protege.harness import events
 from protege.harness.events import EventLog
@@ -238,19 +239,38 @@ class Dispatcher:
         so that a tool that blocks holds up nothing but itself."""
         slots = _slots(self.tool_threads)
         await slots.acquire()  # waiting for a free thread counts against the call's timeout
-        if not inspect.iscoroutinefunction(entry.tool_class.use):
+        held = [True]
+
+        def release() -> None:  # once: when the tool ends, or when its call is over
+            if held.pop() if held else False:
+                slots.release()
+
+        apart = None
+        if inspect.iscoroutinefunction(entry.tool_class.use):
+            apart = _Apart()
+            work = functools.partial(_use_apart, entry.tool_class, self.context, arguments, apart)
+            watch = asyncio.create_task(_watch(apart, entry, self.logger))
+        else:
             work = functools.partial(_use, entry.tool_class, self.context, arguments)
-            return await _in_daemon_thread(work, slots.release)
-        apart = _Apart()
-        work = functools.partial(_use_apart, entry.tool_class, self.context, arguments, apart)
-        watch = asyncio.create_task(_watch(apart, entry, self.logger))
         try:
-            return await _in_daemon_thread(work, slots.release)
+            return await _in_daemon_thread(work, release)
         except asyncio.CancelledError:
-            apart.cancel()  # the timeout: a tool that awaits stops at its next await
+            # The timeout: the call is over for the run, and its slot goes to the next one.
+            # An async tool stops at its next await; a sync one runs on in its thread.
+            release()
+            if apart is not None:
+                apart.cancel()
+            else:
+                self.logger.warning(
+                    "tool %s is still running past its timeout of %g s; its thread is left "
+                    "to finish (it can no longer send mail)",
+                    entry.id,
+                    entry.tool_class.timeout,
+                )
             raise
         finally:
-            watch.cancel()
+            if apart is not None:
+                watch.cancel()
 
     def _finish(
         self,
@@ -415,8 +435,25 @@ class _DaemonThreads:
     def _serve(self) -> None:
         while True:
             self._work.get()()
+            _forget_connection()
             with self._lock:
                 self._idle += 1
+
+
+def _forget_connection() -> None:
+    """Drop the database connection a tool call left on this thread, and any transaction it
+    left open: the next call on the thread starts clean, and an idle thread holds no
+    connection (PostgreSQL counts them) and no lock (SQLite's write lock blocks everyone)."""
+    bound = database.obj
+    state = getattr(bound, "_state", None)  # peewee's per-thread connection state
+    connection = getattr(state, "conn", None)
+    if state is None or connection is None:
+        return
+    state.reset()
+    with contextlib.suppress(Exception):
+        connection.rollback()
+    with contextlib.suppress(Exception):
+        connection.close()
 
 
 _TOOL_THREADS = _DaemonThreads()

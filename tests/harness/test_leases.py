@@ -180,4 +180,15 @@ def test_the_calls_of_one_turn_run_together_and_are_answered_in_order(agent, app
         {"ok": True},
     ]
     results = [e.payload["tool"] for e in done.timeline() if e.kind == "tool_result"]
-    assert results == ["ping", "pong"]  # the model's order, whatever order they ended in
+    assert results == ["pong", "ping"]  # on record as each ended: pong let ping go
+
+
+def test_a_turn_of_a_thousand_tool_calls_is_recorded_and_the_run_goes_on(
+    agent, app, scripted_model
+):
+    scripted_model.script(tool_calls([("pong", {})] * 1000), say("ok"))
+    done = run_reply(agent, sender="jane@acme.com", body="Many", installation=app)
+    assert done.status == "done"
+    kinds = [e.kind for e in done.timeline()]
+    assert kinds.count("tool_call") == 1000
+    assert kinds.count("tool_result") == 1000  # 16 run, the rest declined, every one answered

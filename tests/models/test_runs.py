@@ -89,3 +89,28 @@ def test_claim_next_loads_the_run_with_its_agent_and_message(queued):
     run, claim = claim_next("a", T0, LEASE)
     assert (run.id, claim.owner, claim.last_seq) == (queued[0].id, "a", 0)
     assert (run.agent.name, run.message.body_text) == ("Sundae", "0")
+
+
+def test_a_run_left_running_by_a_protege_older_than_leases_is_taken_over(queued):
+    Run.update(status="running", attempts=1).where(Run.id == queued[0].id).execute()
+    taken = Run.claim_next("alive", T0, LEASE)
+    assert (taken.run_id, taken.taken_over) == (queued[0].id, True)
+
+
+def test_a_run_a_live_worker_holds_is_not_retried(queued):
+    from protege.errors import ProtegeError
+    from protege.models.base import utcnow
+    from protege.queue import requeue
+
+    claim = Run.claim_next("alive", utcnow(), 600)
+    with pytest.raises(ProtegeError, match="its worker holds it"):
+        requeue(Run.get_by_id(claim.run_id))
+    assert Run.get_by_id(claim.run_id).lease_owner == "alive"
+
+
+def test_a_claim_says_the_run_was_cancelled_while_its_last_worker_had_it(queued):
+    first = Run.claim_next("dead", T0, LEASE)
+    Run.request_cancel(first.run_id, T0)
+    Run.claim_next("other", T0, LEASE)  # the second queued run
+    taken = Run.claim_next("alive", later(LEASE + 1), LEASE)
+    assert (taken.run_id, taken.cancel_requested) == (first.run_id, True)

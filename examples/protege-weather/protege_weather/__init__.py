@@ -61,6 +61,10 @@ class GetForecastTool(Tool):
         self.client = client
 
     def use(self, context: Any, latitude: float, longitude: float, days: int = 3):
+        # httpx is imported here, not at the top: listing the tools (every `protege` command
+        # builds the manifest) should not pay for an HTTP client no one is calling.
+        import httpx
+
         params = {
             "latitude": latitude,
             "longitude": longitude,
@@ -90,8 +94,6 @@ class GetForecastTool(Tool):
         return self.success(latitude=latitude, longitude=longitude, days=forecast)
 
     def _client(self, context: Any) -> httpx.Client:
-        # httpx is imported here, not at the top: listing the tools (every `protege` command
-        # builds the manifest) should not pay for an HTTP client no one is calling.
         import httpx
 
         if self.client is None:
