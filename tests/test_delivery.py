@@ -12,7 +12,7 @@ from aiosmtpd.controller import Controller
 
 from protege import blobs
 from protege.config import load_config
-from protege.delivery import DeliveryLoop, claim_due, send_pending
+from protege.delivery import DeliveryLoop, claim_due, hand_off, send_pending
 from protege.gateway.outbound import deliver
 from protege.gateway.smtp import free_port
 from protege.models import Agent, Message
@@ -96,7 +96,13 @@ def test_a_mail_that_cannot_be_handed_off_stays_pending_and_the_rest_go(sundae, 
     blobs.blob_store_for(config).delete(broken.raw_blob.sha256)  # gone: the hand-off raises
     sent = send_pending(config)
     assert [m.id for m in sent] == [fine.id]
-    assert Message.get_by_id(broken.id).status == "pending"
+    waiting = Message.get_by_id(broken.id)
+    assert (waiting.status, waiting.delivery_attempts) == ("pending", 1)
+    for hour in range(1, 10):  # each try after the backoff counts, until the retries run out
+        send_pending(config, clock=lambda hour=hour: utcnow() + datetime.timedelta(hours=hour))
+    given_up = Message.get_by_id(broken.id)
+    assert (given_up.status, given_up.delivery_attempts) == ("failed", 4)
+    assert given_up.delivery_error.startswith("gave up after 4 attempts: BlobMissingError")
 
 
 class Deferring:
@@ -217,3 +223,33 @@ def test_mail_the_relay_took_is_sent_once_whatever_quit_answers(sundae, config, 
     finally:
         controller.stop()
     assert (mail.status, len(relay.received)) == ("sent", 1)
+
+
+class ReclaimedWhileSending:
+    """A relay so slow that another delivery loop claims the mail while it answers."""
+
+    def __init__(self, config):
+        self.config = config
+        self.received = []
+
+    async def handle_DATA(self, server, session, envelope):
+        self.received.append(envelope)
+        later = utcnow() + datetime.timedelta(hours=1)
+        await asyncio.to_thread(claim_due, self.config, later, 10)  # the other loop
+        return "250 OK"
+
+
+def test_a_loop_whose_claim_ran_out_while_sending_does_not_record_over_the_next(sundae, config):
+    relay = ReclaimedWhileSending(config)
+    controller = Controller(relay, hostname="127.0.0.1", port=free_port())
+    controller.start()
+    try:
+        smtp = by_smtp(config, controller.port)
+        mail = queue_mail(sundae, smtp)
+        (mine,) = claim_due(smtp, utcnow(), 10)
+        hand_off(mine, smtp)
+    finally:
+        controller.stop()
+    assert len(relay.received) == 1
+    still = Message.get_by_id(mail.id)
+    assert (still.status, still.delivery_attempts) == ("pending", 0)  # the other loop's now

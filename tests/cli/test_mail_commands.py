@@ -168,3 +168,23 @@ def test_serve_with_two_processes_takes_mail_here_and_runs_it_in_a_worker_proces
             os.kill(helper, 0)  # stopped and reaped with their parent
     (outbound,) = Message.select().where(Message.direction == "outbound")
     assert outbound.status == "sent"
+
+
+def test_worker_processes_stop_when_their_serve_is_killed(run_protege, env):
+    port = free_port()
+    process = start(
+        run_protege,
+        env,
+        *("serve", "--port", str(port), "--processes", "2", "--no-scheduler"),
+    )
+    seen = [read_line(process)]
+    while sum("worker process" in line for line in seen) < 2:
+        seen.append(read_line(process))
+    process.kill()  # kill -9: no chance to stop its workers itself
+    process.wait(30)
+    rest = []
+    while line := read_line(process, timeout=60):  # "" once every worker closed the pipe
+        rest.append(line)
+    gone = "protege: the serve that started this worker process is gone; stopping"
+    assert rest.count(gone) == 2
+    assert rest.count("protege: stopped") == 2

@@ -21,7 +21,8 @@ def test_status_counts_queued_running_stuck_failed_runs_and_pending_mail(
     now = utcnow()
     Run.claim(runs[1].id, "alive", now, 600)
     Run.claim(runs[2].id, "dead", now - datetime.timedelta(hours=1), 60)  # stuck
-    Run.get_by_id(runs[3].id).finish("failed", "the model said no")
+    Run.claim(runs[3].id, "ended", now, 60)
+    Run.get_by_id(runs[3].id).finish("failed", "the model said no", owner="ended")
     deliver(agent=sundae, run=None, config=load_config(tmp_path), mail={"to": ["j@acme.com"]})
     env = {"PROTEGE_DATABASE_URL": protege_db.url}
     shown = run_protege("status", env=env)
