@@ -215,7 +215,8 @@ def test_forged_answers_change_nothing(sundae, post, app, scripted_model):
     assert Approval.get_by_id(approval.id).status == "pending"
     assert Run.get_by_id(run.id).status == "waiting"
     assert REFUNDS == []
-    statuses = [m.status for m in Message.select().where(Message.direction == "inbound")]
+    inbound = Message.select().where(Message.direction == "inbound").order_by(Message.id)
+    statuses = [m.status for m in inbound]
     assert statuses == ["accepted", "ignored", "ignored", "ignored", "ignored", "accepted"]
 
 
