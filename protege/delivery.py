@@ -27,7 +27,7 @@ from pathlib import Path
 
 import peewee
 
-from protege import blobs
+from protege import blobs, failpoints
 from protege.config import Config
 from protege.db import database
 from protege.gateway import relay
@@ -76,6 +76,7 @@ def hand_off(message_id: int, config: Config, now: datetime.datetime | None = No
         return message
     raw = blobs.read(message.raw_blob, config.data_dir)
     waiting = list(message.pending_recipients)
+    failpoints.reached("delivery.handoff")  # claimed and committed, not handed over yet
     if config.mail.transport == "outbox":
         write_to_outbox(raw, message, Path(config.data_dir) / "outbox")
         handover = relay.Handover(delivered=tuple(waiting))

@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeVar
 
 import attrs
 
+from protege import failpoints
 from protege.config import Config, RunSettings
 from protege.context import RunContext
 from protege.db import database
@@ -459,6 +460,7 @@ class _Attempt:
             )
             files += [(outcome.call_id, outcome)] if outcome.parts else []
         await self.step()  # what the tools answered is on record before the next turn
+        failpoints.reached("run.tool_recorded")
         if files:
             messages.append(_files_message(files, budget, dispatcher.fence))
         return failures
