@@ -237,13 +237,16 @@ class Run(Record):
 
     def finish(self, status: str, error: str | None = None, owner: str | None = None) -> bool:
         """Record that this run ended (done, failed or cancelled) and why; whether it was
-        recorded (not, when ``owner`` no longer holds the run's lease)."""
-        self.status, self.error, self.finished_at = status, error, utcnow()
+        recorded (not, when ``owner`` no longer holds the run's lease: then this object is
+        left as it was, since the run is another worker's to end)."""
+        finished_at = utcnow()
         cursor = database.execute_sql(
-            _FINISH_SQL.format(p=database.param),
-            (status, error, self.finished_at, self.id, owner),
+            _FINISH_SQL.format(p=database.param), (status, error, finished_at, self.id, owner)
         )
-        return cursor.rowcount == 1
+        if cursor.rowcount != 1:
+            return False
+        self.status, self.error, self.finished_at = status, error, finished_at
+        return True
 
 
 @attrs.frozen
