@@ -48,7 +48,10 @@ _CLAIM_SQL = (
 
 
 def lease_seconds(config: Config) -> float:
-    """How long a delivery loop holds a mail it is sending: a slow relay's whole answer."""
+    """How long a delivery loop holds a mail it is sending: a slow relay's whole answer; for
+    the outbox (a file written in a moment, and never twice), as long as a run's lease."""
+    if config.mail.transport == "outbox":
+        return config.runs.lease_seconds
     return max(60.0, 4 * config.mail.smtp_timeout)
 
 
