@@ -43,7 +43,8 @@ _RENEW_SQL = (
 )
 _FINISH_SQL = (
     "UPDATE run SET status = {p}, error = {p}, finished_at = {p}, lease_owner = NULL, "
-    "lease_expires_at = NULL WHERE id = {p} AND (lease_owner = {p} OR lease_owner IS NULL)"
+    "lease_expires_at = NULL WHERE id = {p} AND status = 'running' "
+    "AND (lease_owner = {p} OR ({p} IS NULL AND lease_owner IS NULL))"
 )
 _HAND_BACK_SQL = (
     "UPDATE run SET status = 'queued', attempts = attempts - 1, lease_owner = NULL, "
@@ -237,11 +238,13 @@ class Run(Record):
 
     def finish(self, status: str, error: str | None = None, owner: str | None = None) -> bool:
         """Record that this run ended (done, failed or cancelled) and why; whether it was
-        recorded (not, when ``owner`` no longer holds the run's lease: then this object is
-        left as it was, since the run is another worker's to end)."""
+        recorded: not when the run is no longer running, nor when ``owner`` no longer holds
+        its lease (a run taken over and ended by another worker stays as that one ended it;
+        this object is left as it was)."""
         finished_at = utcnow()
         cursor = database.execute_sql(
-            _FINISH_SQL.format(p=database.param), (status, error, finished_at, self.id, owner)
+            _FINISH_SQL.format(p=database.param),
+            (status, error, finished_at, self.id, owner, owner),
         )
         if cursor.rowcount != 1:
             return False

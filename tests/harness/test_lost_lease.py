@@ -63,3 +63,36 @@ def test_a_worker_that_lost_its_lease_leaves_the_run_to_the_new_worker(
     assert (stored.status, stored.lease_owner, stored.error) == ("running", "worker-b", None)
     assert [e.kind for e in stored.timeline()] == ["run_resumed"]
     assert not Message.select().where(Message.direction == "outbound").exists()
+
+
+def test_a_worker_that_lost_its_lease_cannot_end_a_run_the_new_worker_ended(
+    agent, config, scripted_model
+):
+    (delivered,) = ingest(EML, config=config)
+    started = utcnow()
+    first = Run.claim(delivered.run.id, "worker-a", started, 2)
+    second = Run.claim_next("worker-b", started + datetime.timedelta(seconds=10), 2)
+    assert second is not None
+    # The new worker carries the run to its end before the old one wakes up.
+    Event.append(delivered.run.id, [(1, "run_resumed", '{"attempt": 2, "reason": "taken"}')])
+    assert Run.get_by_id(delivered.run.id).finish("done", None, "worker-b")
+    scripted_model.script(say("Done."))
+    installation = open_installation(config, manifest=refresh(), connect=False)
+
+    run = _carry_out(Run.get_by_id(delivered.run.id), first, installation, lambda: started)
+
+    stored = Run.get_by_id(run.id)
+    assert (stored.status, stored.error) == ("done", None)
+    assert [e.kind for e in stored.timeline()] == ["run_resumed"]
+
+
+@pytest.mark.parametrize("status", ["done", "failed"])
+def test_an_ended_run_is_not_ended_again(agent, config, status):
+    (delivered,) = ingest(EML, config=config)
+    Run.claim(delivered.run.id, "worker-a", utcnow(), 60)
+    assert Run.get_by_id(delivered.run.id).finish(status, "why", "worker-a")
+    again = Run.get_by_id(delivered.run.id)
+    assert not again.finish("failed", "too late", "worker-a")
+    assert not again.finish("failed", "too late", None)
+    assert again.status == status
+    assert (Run.get_by_id(delivered.run.id).status, again.error) == (status, "why")
