@@ -50,7 +50,8 @@ def test_a_worker_that_lost_its_lease_leaves_the_run_to_the_new_worker(
     first = Run.claim(delivered.run.id, "worker-a", started, 2)
     later = started + datetime.timedelta(seconds=10)
     second = Run.claim_next("worker-b", later, 2)
-    assert second is not None and second.taken_over
+    assert second is not None
+    assert second.taken_over
     # The new worker has written its first event, under the number the old one would use.
     Event.append(delivered.run.id, [(1, "run_resumed", '{"attempt": 2, "reason": "taken"}')])
     scripted_model.script(answer)
