@@ -22,7 +22,7 @@ from typing import Any, Protocol, TypeVar
 
 import attrs
 
-from protege import failpoints
+from protege import db, failpoints
 from protege.config import Config, RunSettings
 from protege.context import RunContext
 from protege.db import database
@@ -490,7 +490,7 @@ class _Attempt:
                 )
                 raise
             # The pending mail and the event that asked for it land in one transaction.
-            with database.atomic():
+            with db.writing():
                 outcome = installation.deliver(
                     agent=agent, run=run, mail=dict(mail), attachments=attachments
                 )
