@@ -10,6 +10,8 @@ HTTP/1.1 with keep-alive, nothing but the standard library.
     python bench/fake_model.py --latency 0.05 --calls send_email
 
 prints the port it listens on, then serves until killed. ``start`` does that from Python.
+``POST /hold`` makes it keep every answer until ``POST /release`` (a benchmark's way to have
+runs wait while it measures something else).
 """
 
 from __future__ import annotations
@@ -61,12 +63,21 @@ async def _serve_connection(
     try:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
+            if head.startswith((b"POST /hold ", b"POST /release ")):
+                if head.startswith(b"POST /hold "):
+                    _RELEASED.clear()
+                else:
+                    _RELEASED.set()
+                writer.write(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+                await writer.drain()
+                continue
             length = 0
             for line in head.split(b"\r\n")[1:]:
                 name, _, value = line.partition(b":")
                 if name.strip().lower() == b"content-length":
                     length = int(value)
             body = json.loads(await reader.readexactly(length)) if length else {}
+            await _RELEASED.wait()
             await asyncio.sleep(options.latency + random.uniform(0, options.jitter))
             data = json.dumps(answer(body, calls)).encode()
             writer.write(
@@ -80,7 +91,13 @@ async def _serve_connection(
         writer.close()
 
 
+_RELEASED: asyncio.Event
+
+
 async def _main(options: argparse.Namespace) -> None:
+    global _RELEASED
+    _RELEASED = asyncio.Event()
+    _RELEASED.set()
     server = await asyncio.start_server(
         lambda r, w: _serve_connection(r, w, options), "127.0.0.1", options.port, backlog=1024
     )
