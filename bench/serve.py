@@ -133,13 +133,24 @@ def _listening(port: int) -> bool:
 
 
 def _finished(total: int) -> bool:
+    """Every run ended and no reply waiting (a run whose reply failed counts: it ended)."""
     from protege.db import database
 
-    done, sent = database.execute_sql(
-        "SELECT (SELECT COUNT(*) FROM run WHERE status = 'done'), "
-        "(SELECT COUNT(*) FROM message WHERE direction = 'outbound' AND status = 'sent')"
+    ended, pending = database.execute_sql(
+        "SELECT (SELECT COUNT(*) FROM run WHERE status IN ('done', 'failed')), "
+        "(SELECT COUNT(*) FROM message WHERE status = 'pending')"
     ).fetchone()
-    return done >= total and sent >= total
+    return ended >= total and pending == 0
+
+
+def _unsent(total: int) -> int:
+    """How many of ``total`` runs have no reply sent (their send_email failed)."""
+    from protege.db import database
+
+    (sent,) = database.execute_sql(
+        "SELECT COUNT(*) FROM message WHERE direction = 'outbound' AND status = 'sent'"
+    ).fetchone()
+    return total - sent
 
 
 def through_serve(
@@ -196,7 +207,12 @@ def through_serve(
             server.wait(60)
         except subprocess.TimeoutExpired:
             server.kill()
-    return {"runs_per_s": 2 * batch / seconds, "ingest_idle": idle, "ingest_busy": busy}
+    return {
+        "runs_per_s": 2 * batch / seconds,
+        "ingest_idle": idle,
+        "ingest_busy": busy,
+        "unsent": _unsent(2 * batch),
+    }
 
 
 async def _bare(base_url: str, conversations: int, width: int) -> float:
@@ -281,7 +297,8 @@ def main() -> None:
                     f"{processes:>4} {concurrency:>5} {serve['runs_per_s']:>7.1f} "
                     f"{serve['runs_per_s'] / ceiling:>8.2f} {bare:>7.1f} "
                     f"{serve['runs_per_s'] / bare:>8.2f} {serve['ingest_idle']:>8.0f} "
-                    f"{serve['ingest_busy']:>8.0f}",
+                    f"{serve['ingest_busy']:>8.0f}"
+                    + (f"   {serve['unsent']:.0f} replies not sent" if serve["unsent"] else ""),
                     flush=True,
                 )
                 if options.profile is not None:
