@@ -14,6 +14,7 @@ Also prints the wall time of `protege --help` against `python -c 'import click'`
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
@@ -76,36 +77,58 @@ def lookup(order_number: str) -> dict:
     return {"ok": True, **ORDERS[order_number]}
 
 
-def raw_turns(client, turns: int) -> float:
+def raw_turns(base_url: str, turns: int) -> float:
+    """CPU per turn of the bare async client, on one event loop, as serve runs them."""
+    import openai
+
     tools = [
         {
             "type": "function",
             "function": {"name": "lookup_order", "description": "Looks up.", "parameters": SCHEMA},
         }
     ]
-    start = time.process_time()
-    for _ in range(turns):
-        messages = [
-            {"role": "system", "content": "You are Sundae."},
-            {"role": "user", "content": "Where is SCP-1042?"},
-        ]
-        first = client.chat.completions.create(model="bench", messages=messages, tools=tools)
-        call = first.choices[0].message.tool_calls[0]
-        messages.append(first.choices[0].message.model_dump(exclude_none=True))
-        result = lookup(**json.loads(call.function.arguments))
-        messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)})
-        client.chat.completions.create(model="bench", messages=messages, tools=tools)
-    return (time.process_time() - start) / turns
+
+    async def turns_on_one_loop() -> float:
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0)
+        start = time.process_time()
+        for _ in range(turns):
+            messages = [
+                {"role": "system", "content": "You are Sundae."},
+                {"role": "user", "content": "Where is SCP-1042?"},
+            ]
+            first = await client.chat.completions.create(
+                model="bench", messages=messages, tools=tools
+            )
+            call = first.choices[0].message.tool_calls[0]
+            messages.append(first.choices[0].message.model_dump(exclude_none=True))
+            result = lookup(**json.loads(call.function.arguments))
+            messages.append(
+                {"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)}
+            )
+            await client.chat.completions.create(model="bench", messages=messages, tools=tools)
+        spent = time.process_time() - start
+        await client.close()
+        return spent / turns
+
+    return asyncio.run(turns_on_one_loop())
 
 
 def harness_turns(turns: int, folder: Path) -> float:
+    """CPU per turn through protege on one event loop, as serve runs them: the message
+    stored, the run queued, claimed, carried out and its events persisted."""
     import attrs
 
     from protege import Tool
     from protege.config import Config
+    from protege.harness import carry_out
+    from protege.harness.runner import new_owner
+    from protege.installation import open_installation
+    from protege.mail import record_inbound
     from protege.models import Agent, Toolkit
+    from protege.models.base import utcnow
+    from protege.queue import claim_next, queue_reply
     from protege.registry import Manifest, Origin, ToolEntry
-    from protege.testing import fresh_database, run_reply
+    from protege.testing import fresh_database
 
     class LookupOrderTool(Tool):
         description = "Looks up."
@@ -118,20 +141,25 @@ def harness_turns(turns: int, folder: Path) -> float:
     config = Config.defaults(folder)
     config = attrs.evolve(config, model=attrs.evolve(config.model, model="bench"))
     with fresh_database(folder):
+        installation = open_installation(config, manifest=manifest, connect=False)
         agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
         agent.grant(Toolkit.create(name="Support", member_tool_ids=["lookup_order"]))
-        run_reply(agent, sender="jane@acme.com", body="warm", config=config, manifest=manifest)
-        start = time.process_time()
-        for _ in range(turns):
-            run = run_reply(
-                agent,
-                sender="jane@acme.com",
-                body="Where is SCP-1042?",
-                config=config,
-                manifest=manifest,
-            )
-            assert run.status == "done", run.error
-        return (time.process_time() - start) / turns
+
+        async def carried(count: int) -> float:
+            start = time.process_time()
+            for _ in range(count):
+                message = record_inbound(agent, sender="jane@acme.com", body="Where is SCP-1042?")
+                queue_reply(message)
+                run, claim = claim_next(new_owner(), utcnow(), 60)
+                await carry_out(run, claim, installation)
+                assert run.status == "done", run.error
+            return (time.process_time() - start) / max(count, 1)
+
+        async def warm_then_measure() -> float:
+            await carried(5)
+            return await carried(turns)
+
+        return asyncio.run(warm_then_measure())
 
 
 def wall(command: list[str], rounds: int = 10) -> float:
@@ -153,11 +181,8 @@ def main() -> None:
         base_url = f"http://127.0.0.1:{server.stdout.readline().strip()}/v1"
         os.environ["OPENAI_BASE_URL"] = base_url
         os.environ["OPENAI_API_KEY"] = "bench"
-        import openai
-
-        client = openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0)
-        raw_turns(client, 10)  # warm up connections and imports
-        raw = raw_turns(client, args.turns)
+        raw_turns(base_url, 10)  # warm up imports
+        raw = raw_turns(base_url, args.turns)
         with tempfile.TemporaryDirectory() as tmp:
             harness = harness_turns(args.turns, Path(tmp))
     finally:
@@ -166,7 +191,7 @@ def main() -> None:
     print(f"one tool-call turn (2 requests), {args.turns} turns, client-side CPU per turn")
     print(f"raw openai client: {raw * 1000:7.2f} ms")
     print(f"protege harness:   {harness * 1000:7.2f} ms (with message, run and events stored)")
-    print(f"ratio harness/raw: {harness / raw:7.2f}x (target <= 2.0x)")
+    print(f"ratio harness/raw: {harness / raw:7.2f}x (target <= 1.5x)")
     protege = str(Path(sys.executable).parent / "protege")
     help_time = wall([protege, "--help"])
     click_time = wall([sys.executable, "-c", "import click"])

@@ -38,7 +38,8 @@ from protege.harness.events import render as render_event
 from protege.installation import Installation, open_installation
 from protege.models import Agent
 from protege.models.messages import REFUSED
-from protege.models.resolution import Resolution, resolve
+from protege.models.resolution import Resolution
+from protege.models.resolution import explain as explain_resolution
 from protege.queue import queue_scheduled as queue_responsibility
 from protege.registry import Manifest
 
@@ -138,7 +139,7 @@ def explain(
     would be offered, and which rule decided each toolkit."""
     if (sender is None) == (not scheduled):
         raise ValueError("explain needs exactly one of a sender or scheduled=True")
-    resolution = resolve(agent, manifest, sender=sender, scheduled=scheduled)
+    resolution = explain_resolution(agent, manifest, sender=sender, scheduled=scheduled)
     reach = None if scheduled else agent.admits(sender)
     return Explanation(agent.name, scheduled, sender, reach, resolution)
 

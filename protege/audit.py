@@ -1,5 +1,5 @@
-"""The audit log: every change to who may use what, with who made it and the subject before
-and after.
+"""The audit log: every change to who may use what (and every run an operator stopped),
+with who made it and the subject before and after.
 
 The dashboard and the command line record their changes through ``change``::
 
@@ -25,6 +25,7 @@ from protege.models import (
     AuditEntry,
     Record,
     Responsibility,
+    Run,
     Toolkit,
 )
 
@@ -40,7 +41,7 @@ def command_line_actor() -> str:
 
 
 def snapshot(record: Record | None) -> dict[str, Any] | None:
-    """What the audit log keeps of a toolkit, an agent, a grant or a responsibility."""
+    """What the audit log keeps of a toolkit, an agent, a grant, a responsibility or a run."""
     if record is None:
         return None
     if isinstance(record, Toolkit):
@@ -72,6 +73,14 @@ def snapshot(record: Record | None) -> dict[str, Any] | None:
             "timezone": record.timezone,
             "enabled": record.enabled,
         }
+    if isinstance(record, Run):
+        return {
+            "run": record.id,
+            "agent": record.agent.name,
+            "kind": record.kind,
+            "status": record.status,
+            "cancel_requested": record.cancel_requested_at is not None,
+        }
     raise TypeError(f"the audit log does not record {type(record).__name__}")
 
 
@@ -80,6 +89,8 @@ def _subject_name(kind: str, state: dict[str, Any]) -> str:
         return f"{state['toolkit']} on {state['agent']}"
     if kind == "responsibility":
         return f"{state['name']} of {state['agent']}"
+    if kind == "run":
+        return f"run {state['run']} of {state['agent']}"
     return str(state["name"])
 
 
@@ -88,6 +99,7 @@ _KINDS = {
     Agent: "agent",
     AgentToolkit: "grant",
     Responsibility: "responsibility",
+    Run: "run",
 }
 
 

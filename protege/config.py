@@ -105,8 +105,9 @@ class RunSettings:
 class ServeSettings:
     """``[serve]``: how ``protege serve`` carries runs out.
 
-    One process carries up to ``max_concurrent_runs`` runs at once on one event loop;
-    ``processes`` starts more worker processes beside it. Each looks for queued runs every
+    One process carries up to ``max_concurrent_runs`` runs at once on one event loop; with
+    ``processes`` above one, that many worker processes carry runs and the first only takes
+    mail and queues duties. Each looks for queued runs every
     ``poll_interval`` seconds (at once when its own gateway queues one). On SIGTERM it stops
     taking mail and runs, gives the runs in flight ``shutdown_seconds`` to end, and hands
     back to the queue those that did not. ``db_threads`` bounds the database connections a

@@ -87,16 +87,6 @@ def exclusive() -> contextlib.AbstractContextManager[None]:
     return exclusive_on(database)
 
 
-def writing() -> contextlib.AbstractContextManager[Any]:
-    """A transaction that will write. On SQLite it takes the write lock before its first
-    read: a transaction that read first and then writes fails at once ("database is
-    locked") when another connection wrote in between, where this one waits its turn
-    (``busy_timeout``). On PostgreSQL, a plain transaction."""
-    if isinstance(database.obj, peewee.SqliteDatabase):
-        return database.atomic(lock_type="IMMEDIATE")
-    return database.atomic()
-
-
 def migrate() -> list[str]:
     """Apply every pending schema migration; returns the names of those applied."""
     return apply_pending(database)

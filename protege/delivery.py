@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
-import functools
 import logging
 import os
 import re
@@ -47,12 +46,17 @@ _CLAIM_SQL = (
 )
 
 
+# Read first, so that an idle delivery loop's look only reads (see Run.claim_next).
+_ANY_DUE = "SELECT 1 FROM message WHERE status = 'pending' AND next_attempt_at <= {p} LIMIT 1"
+
+
 def lease_seconds(config: Config) -> float:
-    """How long a delivery loop holds a mail it is sending: a slow relay's whole answer; for
-    the outbox (a file written in a moment, and never twice), as long as a run's lease."""
+    """How long a delivery loop holds a mail it is sending: a slow relay's whole answer,
+    several recipients' worth of ``smtp_timeout``; for the outbox (a file written in a
+    moment, and never twice), as long as a run's lease."""
     if config.mail.transport == "outbox":
         return config.runs.lease_seconds
-    return max(60.0, 4 * config.mail.smtp_timeout)
+    return max(120.0, 10 * config.mail.smtp_timeout)
 
 
 def claim_due(
@@ -62,6 +66,8 @@ def claim_due(
     loop holds (of run ``run_id`` only, if given); returns their ids. Several loops, in
     several processes, may share them."""
     p = database.param
+    if not database.execute_sql(_ANY_DUE.format(p=p), (now,)).fetchall():
+        return []
     lock = " FOR UPDATE SKIP LOCKED" if isinstance(database.obj, peewee.PostgresqlDatabase) else ""
     of_run = "" if run_id is None else f" AND run_id = {p}"
     until = now + datetime.timedelta(seconds=lease_seconds(config))
@@ -77,7 +83,8 @@ def hand_off(message_id: int, config: Config, now: datetime.datetime | None = No
     message = Message.get_by_id(message_id)
     if message.status != PENDING:
         return message
-    raw = blobs.read(message.raw_blob, config.data_dir)
+    held = message.delivery_lease_expires_at  # this loop's claim; recorded only while it holds
+    raw = blobs.read(message.raw_blob, config)
     waiting = list(message.pending_recipients)
     failpoints.reached("delivery.handoff")  # claimed and committed, not handed over yet
     if config.mail.transport == "outbox":
@@ -89,12 +96,16 @@ def hand_off(message_id: int, config: Config, now: datetime.datetime | None = No
         handover = relay.send(
             raw, sender, waiting, config.mail, root=config.root, international=international
         )
-    _record(message, handover, config, now)
+    _record(message, handover, config, now, held)
     return message
 
 
 def _record(
-    message: Message, handover: relay.Handover, config: Config, now: datetime.datetime
+    message: Message,
+    handover: relay.Handover,
+    config: Config,
+    now: datetime.datetime,
+    held: datetime.datetime | None,
 ) -> None:
     attempts = message.delivery_attempts + 1
     refused = [*message.refused_recipients, *(r.as_dict() for r in handover.refused)]
@@ -130,17 +141,60 @@ def _record(
     message.next_attempt_at = next_attempt
     message.delivery_error = error if status == FAILED else None
     message.delivery_lease_expires_at = None
-    message.save(
-        only=[
-            Message.status,
-            Message.pending_recipients,
-            Message.refused_recipients,
-            Message.delivery_attempts,
-            Message.next_attempt_at,
-            Message.delivery_error,
-            Message.delivery_lease_expires_at,
-        ]
+    _save_if_held(message, held)
+
+
+_DELIVERY_FIELDS = (
+    "status",
+    "pending_recipients",
+    "refused_recipients",
+    "delivery_attempts",
+    "next_attempt_at",
+    "delivery_error",
+    "delivery_lease_expires_at",
+)
+
+
+def _save_if_held(message: Message, held: datetime.datetime | None) -> bool:
+    """Store what became of ``message`` unless another delivery loop claimed it since
+    (this one was too slow: the mail is that loop's now)."""
+    changes = {name: getattr(message, name) for name in _DELIVERY_FIELDS}
+    saved = (
+        Message.update(**changes)
+        .where((Message.id == message.id) & (Message.delivery_lease_expires_at == held))
+        .execute()
     )
+    if not saved:
+        logger.warning(
+            "mail %s was claimed by another delivery loop while this one sent it; "
+            "what this one saw is not recorded",
+            message.message_id,
+        )
+    return bool(saved)
+
+
+def _could_not_hand_off(
+    message_id: int, config: Config, now: datetime.datetime, error: str
+) -> None:
+    """Count a hand-off that failed before the transport answered (its bytes unreadable,
+    say): tried again after the backoff, failed for good past ``smtp_retries``."""
+    message = Message.get_or_none(Message.id == message_id)
+    if message is None or message.status != PENDING:
+        return
+    held = message.delivery_lease_expires_at
+    message.delivery_attempts += 1
+    message.delivery_lease_expires_at = None
+    if message.delivery_attempts > config.mail.smtp_retries:
+        message.status, message.next_attempt_at = FAILED, None
+        message.delivery_error = f"gave up after {message.delivery_attempts} attempts: {error}"
+        message.refused_recipients = [
+            *message.refused_recipients,
+            *({"address": a, "code": 0, "reason": error} for a in message.pending_recipients),
+        ]
+        message.pending_recipients = []
+    else:
+        message.next_attempt_at = now + _backoff(config, message.delivery_attempts)
+    _save_if_held(message, held)
 
 
 def _backoff(config: Config, attempts: int) -> datetime.timedelta:
@@ -156,15 +210,20 @@ def send_pending(
     tried: list[Message | None] = []
     run_id = None if run is None else run.id
     while ids := claim_due(config, clock(), limit, run_id):
-        tried += [_safely(hand_off, message_id, config, clock()) for message_id in ids]
+        tried += [_safely(message_id, config, clock()) for message_id in ids]
     return [m for m in tried if m is not None]
 
 
-def _safely(work: Callable[..., Message], *args: object) -> Message | None:
+def _safely(message_id: int, config: Config, now: datetime.datetime) -> Message | None:
+    """``hand_off``, with a failure of protege's own side counted as an attempt."""
     try:
-        return work(*args)
-    except Exception:  # left pending under its lease: tried again once the lease runs out
-        logger.exception("delivery of mail %s failed; it stays pending", args[0])
+        return hand_off(message_id, config, now)
+    except Exception as error:
+        logger.exception("mail %s could not be handed to the transport", message_id)
+        try:
+            _could_not_hand_off(message_id, config, now, f"{type(error).__name__}: {error}")
+        except Exception:  # the database too: the lease runs out and it is tried again
+            logger.exception("mail %s: the failure could not be recorded", message_id)
         return None
 
 
@@ -233,10 +292,7 @@ class DeliveryLoop:
             if ids:
                 sent = await asyncio.gather(
                     *(
-                        loop.run_in_executor(
-                            self.io,
-                            functools.partial(_safely, hand_off, i, self.config, self.clock()),
-                        )
+                        loop.run_in_executor(self.io, _safely, i, self.config, self.clock())
                         for i in ids
                     )
                 )

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import datetime
 import re
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from protege.addresses import InvalidAddress, parse_mailbox, routing_key
-from protege.models import Agent, Blob, Message, MessageAttachment
+from protege.models import Agent, Blob, Message, MessageAttachment, SearchCriteria
 from protege.models.blobs import attachments_of
-from protege.models.messages import INBOUND, REFUSED, SYNTHETIC_ID
+from protege.models.messages import INBOUND, OUTBOUND, REFUSED, SYNTHETIC_ID
 
 __all__ = [
     "MAX_SEARCH_RESULTS",
@@ -22,6 +23,7 @@ __all__ = [
     "reply_headers",
     "routing_key",
     "search",
+    "search_date",
     "thread_key",
     "visible_blob",
 ]
@@ -104,17 +106,74 @@ MAX_SEARCH_RESULTS = 50
 _WORD = re.compile(r"[\w@.+'-]+", re.UNICODE)
 
 
-def search(agent: Agent, query: str, limit: int = 10) -> list[Message]:
-    """The agent's own messages matching every word of ``query``, newest first.
+def search(
+    agent: Agent,
+    query: str = "",
+    limit: int = 10,
+    *,
+    sender: str = "",
+    recipient: str = "",
+    subject: str = "",
+    direction: str | None = None,
+    after: datetime.datetime | None = None,
+    before: datetime.datetime | None = None,
+    has_attachment: bool | None = None,
+) -> list[Message]:
+    """The agent's own messages meeting every criterion given, newest first.
 
-    Searches participants, subject and body with the database's full-text index (FTS5 on
-    SQLite, tsvector on PostgreSQL). Mail the agent refused is left out.
+    ``query`` words may be in the participants' addresses, the subject or the body;
+    ``sender``, ``recipient`` (To, Cc or Bcc) and ``subject`` words only there. Words are
+    only ever words: quotes, operators and brackets in them are not query syntax. A text
+    criterion given without any word in it matches nothing. ``direction`` is ``"inbound"``
+    or ``"outbound"``; ``after`` (inclusive) and ``before`` (exclusive) are naive UTC or
+    aware datetimes. Uses the database's full-text index (FTS5 on SQLite, tsvector on
+    PostgreSQL). Mail the agent refused is left out.
     """
+    if direction not in (None, INBOUND, OUTBOUND):
+        raise ValueError(f"direction must be {INBOUND!r} or {OUTBOUND!r}, not {direction!r}")
     limit = max(1, min(int(limit), MAX_SEARCH_RESULTS))
-    words = _WORD.findall(query or "")
-    if not words:
+    texts = (query, sender, recipient, subject)
+    words = [_words(text) for text in texts]
+    if any(text and not found for text, found in zip(texts, words, strict=True)):
         return []
-    return Message.matching(agent.id, words, limit)
+    criteria = SearchCriteria(
+        words=words[0],
+        sender_words=words[1],
+        recipient_words=words[2],
+        subject_words=words[3],
+        direction=direction,
+        after=_naive_utc(after),
+        before=_naive_utc(before),
+        has_attachment=has_attachment,
+    )
+    return Message.matching(agent.id, criteria, limit)
+
+
+def search_date(text: str) -> datetime.datetime:
+    """A date (``2026-03-01``) or date and time (``2026-03-01T09:30``, with or without an
+    offset) as naive UTC, for ``search``'s ``after`` and ``before``. A time without an
+    offset is UTC. ``ValueError`` with a readable message for anything else."""
+    try:
+        moment = datetime.datetime.fromisoformat(text.strip())
+    except (ValueError, AttributeError):
+        raise ValueError(
+            f"{text!r} is not a date (2026-03-01) or date and time (2026-03-01T09:30:00Z)"
+        ) from None
+    try:
+        return _naive_utc(moment)  # type: ignore[return-value]
+    except OverflowError:  # 9999-12-31T23:00-05:00 is in the year 10000 in UTC
+        raise ValueError(f"{text!r} is outside the dates a search can use") from None
+
+
+def _naive_utc(moment: datetime.datetime | None) -> datetime.datetime | None:
+    if moment is None or moment.tzinfo is None:
+        return moment
+    return moment.astimezone(datetime.UTC).replace(tzinfo=None)
+
+
+def _words(text: str) -> tuple[str, ...]:
+    # Only runs holding a letter or digit: the rest ("-", "'", "...") index as nothing.
+    return tuple(word for word in _WORD.findall(text or "") if any(c.isalnum() for c in word))
 
 
 def visible_blob(agent: Agent, blob_id: int) -> Blob | None:

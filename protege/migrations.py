@@ -288,23 +288,57 @@ def _0006_responsibilities_on_a_schedule(db: peewee.Database | peewee.DatabasePr
     )
 
 
+RUN_STATUSES = ("queued", "running", "done", "failed", "cancelled", "waiting")
+_RUN_STATUS_CHECK = "CHECK (status IN ('queued', 'running', 'done', 'failed'))"
+
+
+def _allow_more_run_statuses(db: peewee.Database | peewee.DatabaseProxy) -> None:
+    """Let ``run.status`` hold every status of ``RUN_STATUSES``."""
+    wider = "CHECK (status IN (" + ", ".join(f"'{s}'" for s in RUN_STATUSES) + "))"
+    if isinstance(getattr(db, "obj", db), peewee.PostgresqlDatabase):
+        _run(
+            db,
+            f"""
+            ALTER TABLE run ALTER COLUMN status TYPE VARCHAR(16);
+            ALTER TABLE run DROP CONSTRAINT run_status_check;
+            ALTER TABLE run ADD CONSTRAINT run_status_check {wider}
+            """,
+        )
+        return
+    # SQLite cannot alter a CHECK constraint. Widening one changes nothing stored (every row
+    # meets the wider check), which is the case SQLite documents as safe to make by editing
+    # the schema text itself: https://sqlite.org/lang_altertable.html#otheralter
+    (table,) = db.execute_sql("SELECT sql FROM sqlite_master WHERE name = 'run'").fetchone()
+    if _RUN_STATUS_CHECK not in table:
+        raise RuntimeError("the run table's status check is not the one migration 2 wrote")
+    (version,) = db.execute_sql("PRAGMA schema_version").fetchone()
+    db.execute_sql("PRAGMA writable_schema = ON")
+    try:
+        db.execute_sql(
+            "UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = 'run'",
+            (table.replace(_RUN_STATUS_CHECK, wider),),
+        )
+        db.execute_sql(f"PRAGMA schema_version = {int(version) + 1}")
+    finally:
+        db.execute_sql("PRAGMA writable_schema = OFF")
+
+
 def _0007_leases_and_pending_deliveries(db: peewee.Database | peewee.DatabaseProxy) -> None:
     # A running run is held by a lease its worker renews; a run whose lease ran out is
-    # taken over. Mail a run sends waits as pending until the transport has it.
-    postgres = isinstance(getattr(db, "obj", db), peewee.PostgresqlDatabase)
-    widen = "ALTER TABLE run ALTER COLUMN status TYPE VARCHAR(16);" if postgres else ""
+    # taken over, and an operator may cancel it. Mail a run sends waits as pending until
+    # the transport has it.
+    _allow_more_run_statuses(db)
     _run(
         db,
-        f"""
-        {widen}
+        """
         ALTER TABLE run ADD COLUMN lease_owner VARCHAR(64);
-        ALTER TABLE run ADD COLUMN lease_expires_at {{ts}};
-        ALTER TABLE run ADD COLUMN cancel_requested_at {{ts}};
+        ALTER TABLE run ADD COLUMN lease_expires_at {ts};
+        ALTER TABLE run ADD COLUMN cancel_requested_at {ts};
         CREATE INDEX run_lease ON run (status, lease_expires_at);
         ALTER TABLE message ADD COLUMN delivery_attempts INTEGER NOT NULL DEFAULT 0;
-        ALTER TABLE message ADD COLUMN next_attempt_at {{ts}};
+        ALTER TABLE message ADD COLUMN next_attempt_at {ts};
         ALTER TABLE message ADD COLUMN pending_recipients TEXT NOT NULL DEFAULT '[]';
-        ALTER TABLE message ADD COLUMN delivery_lease_expires_at {{ts}};
+        ALTER TABLE message ADD COLUMN delivery_lease_expires_at {ts};
         CREATE INDEX message_pending ON message (status, next_attempt_at)
         """,
     )
@@ -338,6 +372,68 @@ def _0008_operators_and_audit(db: peewee.Database | peewee.DatabaseProxy) -> Non
     )
 
 
+def _0009_search_by_field_newest_first(db: peewee.Database | peewee.DatabaseProxy) -> None:
+    # Search filters by sender, recipients and subject, so each is indexed on its own (an
+    # FTS5 column on SQLite, a weight on PostgreSQL: A sender, B recipients, C subject, D
+    # body). The b-tree on (agent, date) lets the newest matches be read in order and the
+    # reading stop at the limit, instead of every match being fetched and sorted. On
+    # SQLite the agent is a token of its own ("agent17" in column agent), so the full-text
+    # index itself skips other agents' mail rather than the search reading past it.
+    if isinstance(getattr(db, "obj", db), peewee.PostgresqlDatabase):
+        n = SEARCHED_BODY_CHARACTERS
+        recipients = "to_addresses || ' ' || cc_addresses || ' ' || bcc_addresses"
+
+        def addresses(text: str) -> str:
+            # Each address whole (jane@acme.com), its domain whole (acme.com) and every part
+            # (jane, acme, com): whichever of these a query word is, it is one lexeme here.
+            return (
+                f"{text} || ' ' || translate({text}, '@', ' ') "
+                f"|| ' ' || translate({text}, '@.', '  ')"
+            )
+
+        _run(
+            db,
+            f"""
+            DROP INDEX message_search;
+            ALTER TABLE message DROP COLUMN search_vector;
+            ALTER TABLE message ADD COLUMN search_vector tsvector GENERATED ALWAYS AS (
+                setweight(to_tsvector('english', left({addresses("sender")}, {n})), 'A')
+                || setweight(to_tsvector('english', left({addresses(recipients)}, {n})), 'B')
+                || setweight(to_tsvector('english', left(subject, {n // 10})), 'C')
+                || to_tsvector('english', left(body_text, {n}))
+            ) STORED;
+            CREATE INDEX message_search ON message USING GIN (search_vector);
+            CREATE INDEX message_agent_created ON message (agent_id, created_at, id)
+            """,
+        )
+        return
+    _run(
+        db,
+        """
+        DROP TRIGGER message_search_insert;
+        DROP TRIGGER message_search_delete;
+        DROP TABLE message_search;
+        CREATE VIRTUAL TABLE message_search USING fts5(
+            agent, sender, recipients, subject, body, tokenize = 'porter unicode61'
+        );
+        CREATE TRIGGER message_search_insert AFTER INSERT ON message BEGIN
+            INSERT INTO message_search (rowid, agent, sender, recipients, subject, body) VALUES (
+                new.id, 'agent' || new.agent_id, new.sender,
+                new.to_addresses || ' ' || new.cc_addresses || ' ' || new.bcc_addresses,
+                new.subject, new.body_text);
+        END;
+        CREATE TRIGGER message_search_delete AFTER DELETE ON message BEGIN
+            DELETE FROM message_search WHERE rowid = old.id;
+        END;
+        INSERT INTO message_search (rowid, agent, sender, recipients, subject, body)
+            SELECT id, 'agent' || agent_id, sender,
+                to_addresses || ' ' || cc_addresses || ' ' || bcc_addresses,
+                subject, body_text FROM message;
+        CREATE INDEX message_agent_created ON message (agent_id, created_at, id)
+        """,
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "agents and toolkits", _0001_agents_and_toolkits),
     Migration(2, "messages and runs", _0002_messages_and_runs),
@@ -347,6 +443,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "responsibilities on a schedule", _0006_responsibilities_on_a_schedule),
     Migration(7, "run leases, pending deliveries", _0007_leases_and_pending_deliveries),
     Migration(8, "operators and the audit log", _0008_operators_and_audit),
+    Migration(9, "search by field, newest first", _0009_search_by_field_newest_first),
 )
 
 

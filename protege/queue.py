@@ -7,15 +7,16 @@ out for the harness. Several workers, in one process or many, may share it.
 from __future__ import annotations
 
 import datetime
+import functools
 import uuid
 
 import peewee
-from peewee import JOIN
 
 from protege.db import database
 from protege.errors import ProtegeError
 from protege.models import Agent, Message, Responsibility, Run
-from protege.models.runs import DONE, FAILED, QUEUED, REPLY, SCHEDULED, Claim
+from protege.models.base import utcnow
+from protege.models.runs import DONE, FAILED, QUEUED, REPLY, RUNNING, SCHEDULED, Claim
 
 __all__ = [
     "AlreadyQueued",
@@ -79,6 +80,15 @@ def requeue(run: Run) -> Run:
     """
     if run.status in (QUEUED, DONE):
         raise ProtegeError(f"run {run.id} is {run.status}: only failed or stuck runs are retried")
+    if (
+        run.status == RUNNING
+        and run.lease_expires_at is not None
+        and run.lease_expires_at >= utcnow()
+    ):
+        raise ProtegeError(
+            f"run {run.id} is running and its worker holds it (until "
+            f"{run.lease_expires_at:%H:%M:%S} UTC): cancel it, or wait for it to end"
+        )
     Run.update(
         status=QUEUED,
         error=None,
@@ -113,12 +123,21 @@ def claim_next(
     claim = Run.claim_next(owner, now, lease_seconds)
     if claim is None:
         return None
-    run = (  # with its agent and message, so running it asks for neither again
-        Run.select(Run, Agent, Message)
-        .join(Agent)
-        .switch(Run)
-        .join(Message, JOIN.LEFT_OUTER)
-        .where(Run.id == claim.run_id)
-        .get()
-    )
+    # With its agent and message, so running it asks for neither again; plain SQL, since
+    # building this join with peewee cost more than the claim itself.
+    row = database.execute_sql(_claimed_sql(database.param), (claim.run_id,)).fetchone()
+    runs, agents = len(Run._meta.sorted_fields), len(Agent._meta.sorted_fields)
+    run = Run.from_row(row[:runs])
+    run.agent = Agent.from_row(row[runs : runs + agents])
+    if run.message_id is not None:
+        run.message = Message.from_row(row[runs + agents :])
     return run, claim
+
+
+@functools.cache
+def _claimed_sql(param: str) -> str:
+    return (
+        f"SELECT {Run.columns()}, {Agent.columns()}, {Message.columns()} FROM run "
+        "JOIN agent ON agent.id = run.agent_id "
+        f"LEFT JOIN message ON message.id = run.message_id WHERE run.id = {param}"
+    )

@@ -60,6 +60,7 @@ def test_an_unmigrated_database_is_refused_with_what_to_run(tmp_path):
         "0006 responsibilities on a schedule",
         "0007 run leases, pending deliveries",
         "0008 operators and the audit log",
+        "0009 search by field, newest first",
     ]
     db.require_current()
     # A database one migration behind is told what to run, and how many are waiting.
@@ -111,23 +112,3 @@ def test_duplicate_grant_is_refused_by_the_database_too(protege_db):
     AgentToolkit.create(agent=agent, toolkit=toolkit)
     with pytest.raises(peewee.IntegrityError), db.database.atomic():
         AgentToolkit.create(agent=agent, toolkit=toolkit)
-
-
-def test_a_writing_transaction_on_sqlite_holds_the_write_lock_from_its_first_read(tmp_path):
-    from protege.testing.database import fresh_database
-
-    with fresh_database(tmp_path) as made:
-        other = db.open_database(made.url)
-        other.connect()
-        other.execute_sql("PRAGMA busy_timeout = 0")
-        try:
-            with db.writing():
-                assert Agent.select().count() == 0
-                # Another connection cannot write in between, so this one's write cannot
-                # find its read outdated and fail with "database is locked".
-                with pytest.raises(peewee.OperationalError, match="locked"):
-                    other.execute_sql("INSERT INTO agent (name, address) VALUES ('A', 'a@b.c')")
-                Agent.create(name="Sundae", address="sundae@thescoop.example")
-        finally:
-            other.close()
-        assert [a.name for a in Agent.select()] == ["Sundae"]

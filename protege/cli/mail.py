@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 
 import click
 
@@ -24,7 +26,8 @@ from protege.errors import ProtegeError
 @click.option(
     "--processes",
     type=click.IntRange(min=1),
-    help="Processes carrying runs, this one included (default: [serve] processes).",
+    help="Processes carrying runs (default: [serve] processes); with more than one, this "
+    "process only takes mail and queues duties.",
 )
 @click.option(
     "--no-scheduler",
@@ -53,7 +56,11 @@ def serve(
     installation = open_installation()
     config = installation.config
     width = concurrency or config.serve.max_concurrent_runs
+    count = processes or config.serve.processes
+    # With several processes, this one only takes mail and queues duties, so that taking
+    # mail never waits on runs; each of the others carries runs and sends their mail.
     pool = Workers(installation, max_concurrent_runs=width, on_finished=_report)
+    helpers = _Helpers(count if count > 1 else 0, width)
     gateway = None
     if not no_gateway:
         try:
@@ -63,12 +70,13 @@ def serve(
             raise ProtegeError(
                 f"cannot listen for mail on {where}: {error.strerror or error}"
             ) from None
-    pool.start()
-    helpers = _Helpers((processes or config.serve.processes) - 1, width)
+    if not helpers.count:
+        pool.start()
     scheduler = None if no_scheduler else Scheduler(installation, on_line=_say)
     stopped = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):  # before the announcement: it invites them
         signal.signal(signum, lambda *_: stopped.set())
+    _stop_with_parent(stopped)
     listening = (
         "receiving no mail"
         if gateway is None
@@ -77,7 +85,7 @@ def serve(
     scheduling = "no scheduler" if scheduler is None else "the scheduler"
     _say(
         f"protege: {listening}, {width} run(s) at once in each of "
-        f"{helpers.count + 1} process(es), {scheduling}; Ctrl-C stops"
+        f"{helpers.count or 1} process(es), {scheduling}; Ctrl-C stops"
     )
     helpers.start()
     if scheduler is not None:  # after the announcement, so that it comes first
@@ -92,50 +100,96 @@ def serve(
     if scheduler is not None:
         scheduler.stop()
     helpers.stop(config.serve.shutdown_seconds)
-    pool.stop()
+    if not helpers.count:
+        pool.stop()
     _say("protege: stopped")
 
 
+PARENT_VARIABLE = "PROTEGE_SERVE_PARENT"
+
+
 class _Helpers:
-    """The other processes of ``serve --processes N``: each carries runs (no gateway, no
-    scheduler); one that dies is started again until serve stops."""
+    """The worker processes of ``serve --processes N``: each carries runs and sends their
+    mail (no gateway, no scheduler), and stops when this process goes, however it goes. One
+    that dies is started again until serve stops; one that dies at once, again and again,
+    is restarted less and less often (up to once a minute)."""
 
     def __init__(self, count: int, width: int) -> None:
         self.count = count
         self.width = width
         self._processes: list[subprocess.Popen] = []
+        self._started: list[float] = []
+        self._delay: list[float] = []
+        self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="protege-helpers", daemon=True)
 
     def _spawn(self) -> subprocess.Popen:
         command = [sys.executable, "-m", "protege", "serve", "--no-gateway", "--no-scheduler"]
         command += ["--processes", "1", "--concurrency", str(self.width)]
-        return subprocess.Popen(command, stdout=sys.stdout, stderr=sys.stderr)
+        environ = {**os.environ, PARENT_VARIABLE: str(os.getpid())}
+        return subprocess.Popen(command, stdout=sys.stdout, stderr=sys.stderr, env=environ)
 
     def start(self) -> None:
-        self._processes = [self._spawn() for _ in range(self.count)]
+        with self._lock:
+            self._processes = [self._spawn() for _ in range(self.count)]
+            self._started = [time.monotonic()] * self.count
+            self._delay = [0.0] * self.count
+        for process in self._processes:
+            _say(f"protege: worker process {process.pid} started")
         if self._processes:
             self._watcher.start()
 
     def _watch(self) -> None:
-        while not self._stopping.wait(1.0):  # a supervisor's check, not a synchronisation
-            for index, process in enumerate(self._processes):
-                if process.poll() is not None and not self._stopping.is_set():
+        while not self._stopping.wait(1.0):  # a supervisor's look, not a synchronisation
+            with self._lock:  # stop() waits for a restart under way, then none follows
+                for index, process in enumerate(self._processes):
+                    if self._stopping.is_set() or process.poll() is None:
+                        continue
+                    lived = time.monotonic() - self._started[index]
+                    if lived < 10:  # died at once: wait longer before each new try
+                        self._delay[index] = min(60.0, max(1.0, self._delay[index] * 2))
+                        if lived < self._delay[index]:
+                            continue
+                    else:
+                        self._delay[index] = 0.0
+                    self._processes[index] = self._spawn()
+                    self._started[index] = time.monotonic()
                     _say(
                         f"protege: worker process {process.pid} ended ({process.returncode}); "
-                        "starting another"
+                        f"worker process {self._processes[index].pid} started"
                     )
-                    self._processes[index] = self._spawn()
 
     def stop(self, grace: float) -> None:
         self._stopping.set()
-        for process in self._processes:
+        with self._lock:
+            processes = list(self._processes)
+        for process in processes:
             process.send_signal(signal.SIGTERM)
-        for process in self._processes:
+        for process in processes:
             try:
                 process.wait(grace + 10)
             except subprocess.TimeoutExpired:
                 process.kill()
+                process.wait()
+
+
+def _stop_with_parent(stopped: threading.Event) -> None:
+    """In a worker process of ``serve --processes``: stop when the process that started it
+    is gone (killed with -9, say), instead of running on unsupervised."""
+    parent = os.environ.get(PARENT_VARIABLE)
+    if not parent or not parent.isdigit():
+        return
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != int(parent):  # gone already, or since the last look
+                _say("protege: the serve that started this worker process is gone; stopping")
+                stopped.set()
+            if stopped.wait(1.0):  # a supervisor's look, not a synchronisation
+                return
+
+    threading.Thread(target=watch, name="protege-parent", daemon=True).start()
 
 
 def _mail_line(pool):

@@ -64,19 +64,23 @@ def retry(run_id: int, as_json: bool) -> None:
 @click.argument("run_id", type=int)
 def cancel(run_id: int) -> None:
     """Stop a run: a queued one at once, a running one at its next step."""
+    from protege.audit import change, command_line_actor
     from protege.models import Run
     from protege.models.base import utcnow
 
     open_database()
-    was = Run.request_cancel(run_id, utcnow())
-    if was is None:
+    run = Run.get_or_none(Run.id == run_id)
+    if run is None:
         raise ProtegeError(f"there is no run {run_id}")
+    # Recorded in the audit log only when it changed something: the error undoes the entry.
+    with change(command_line_actor(), "cancel requested", run):
+        was = Run.request_cancel(run_id, utcnow())
+        if was not in ("queued", "running"):
+            raise ProtegeError(f"run {run_id} is {was} already: there is nothing to cancel")
     if was == "queued":
         click.echo(f"run {run_id} cancelled (it had not started)")
-    elif was == "running":
-        click.echo(f"run {run_id} will stop at its next step")
     else:
-        raise ProtegeError(f"run {run_id} is {was} already: there is nothing to cancel")
+        click.echo(f"run {run_id} will stop at its next step")
 
 
 def carried_out(run, installation):

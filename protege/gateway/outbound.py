@@ -76,8 +76,8 @@ def deliver(
     outgoing, raw = rendered(outgoing)
     recipients = [*to, *cc, *bcc]
     with blobs.removed_on_failure(), database.atomic():
-        raw_blob = blobs.store(
-            raw, filename="message.eml", content_type="message/rfc822", data_dir=config.data_dir
+        raw_blob = blobs.store(  # in the shared store: any machine's delivery loop sends it
+            raw, filename="message.eml", content_type="message/rfc822", config=config
         )
         stored = Message.create(
             agent=agent,

@@ -101,9 +101,8 @@ def _attempt(
     international: bool,
 ) -> dict[str, Refusal]:
     """One connection; returns the recipients refused while others were accepted."""
-    with smtplib.SMTP(
-        settings.smtp_host, settings.smtp_port, timeout=settings.smtp_timeout
-    ) as smtp:
+    smtp = smtplib.SMTP(settings.smtp_host, settings.smtp_port, timeout=settings.smtp_timeout)
+    try:
         if settings.smtp_starttls:
             try:
                 smtp.starttls(context=_tls_context(settings, root))
@@ -122,6 +121,15 @@ def _attempt(
                 ) from None
         options = ["SMTPUTF8"] if international else []
         answered = smtp.sendmail(sender, recipients, raw, mail_options=options)
+    except BaseException:
+        smtp.close()
+        raise
+    # The relay has the mail: whatever QUIT answers (an error, nothing at all) changes
+    # nothing about that, and must not make it look unsent and send it again.
+    try:
+        smtp.quit()
+    except (smtplib.SMTPException, OSError):
+        smtp.close()
     return {a: _refusal(a, code, text) for a, (code, text) in answered.items()}
 
 

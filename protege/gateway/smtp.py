@@ -99,15 +99,19 @@ def start_gateway(
         def factory(self) -> SMTP:
             return GatewaySMTP(self.handler, **self.SMTP_kwargs)
 
+    hostname = host or config.mail.listen_host
+    port = config.mail.listen_port if port is None else port
+    # Before the controller exists: it makes an event loop that a failure here would leave
+    # to be closed at exit, where asyncio complains about it on stderr.
+    _bind_or_fail(hostname, port)
     controller = GatewayController(
         GatewayHandler(config, on_mail),
-        hostname=host or config.mail.listen_host,
-        port=config.mail.listen_port if port is None else port,
+        hostname=hostname,
+        port=port,
         data_size_limit=data_size_limit,
         decode_data=False,
         enable_SMTPUTF8=True,
     )
-    _bind_or_fail(controller.hostname, controller.port)
     controller.start()
     return controller
 

@@ -17,6 +17,7 @@ import contextvars
 import functools
 import inspect
 import json
+import queue
 import threading
 import time
 import traceback
@@ -27,6 +28,7 @@ from typing import Any
 import attrs
 
 from protege.context import RunContext, current_tool_call
+from protege.db import database
 from protege.errors import ProtegeError
 from protege.harness import events
 from protege.harness.events import EventLog
@@ -227,19 +229,38 @@ class Dispatcher:
         so that a tool that blocks holds up nothing but itself."""
         slots = _slots(self.tool_threads)
         await slots.acquire()  # waiting for a free thread counts against the call's timeout
-        if not inspect.iscoroutinefunction(entry.tool_class.use):
+        held = [True]
+
+        def release() -> None:  # once: when the tool ends, or when its call is over
+            if held.pop() if held else False:
+                slots.release()
+
+        apart = None
+        if inspect.iscoroutinefunction(entry.tool_class.use):
+            apart = _Apart()
+            work = functools.partial(_use_apart, entry.tool_class, self.context, arguments, apart)
+            watch = asyncio.create_task(_watch(apart, entry, self.logger))
+        else:
             work = functools.partial(_use, entry.tool_class, self.context, arguments)
-            return await _in_daemon_thread(work, slots.release)
-        apart = _Apart()
-        work = functools.partial(_use_apart, entry.tool_class, self.context, arguments, apart)
-        watch = asyncio.create_task(_watch(apart, entry, self.logger))
         try:
-            return await _in_daemon_thread(work, slots.release)
+            return await _in_daemon_thread(work, release)
         except asyncio.CancelledError:
-            apart.cancel()  # the timeout: a tool that awaits stops at its next await
+            # The timeout: the call is over for the run, and its slot goes to the next one.
+            # An async tool stops at its next await; a sync one runs on in its thread.
+            release()
+            if apart is not None:
+                apart.cancel()
+            else:
+                self.logger.warning(
+                    "tool %s is still running past its timeout of %g s; its thread is left "
+                    "to finish (it can no longer send mail)",
+                    entry.id,
+                    entry.tool_class.timeout,
+                )
             raise
         finally:
-            watch.cancel()
+            if apart is not None:
+                watch.cancel()
 
     def _finish(
         self,
@@ -352,8 +373,56 @@ def _in_daemon_thread(call: Any, done: Callable[[], None]) -> asyncio.Future:
         with contextlib.suppress(RuntimeError):  # the run already ended: nobody is waiting
             loop.call_soon_threadsafe(settle, outcome, error)
 
-    threading.Thread(target=work, name="protege-tool", daemon=True).start()
+    _TOOL_THREADS.submit(work)
     return future
+
+
+class _DaemonThreads:
+    """Threads for tools, kept between calls (starting a thread costs more than most tool
+    calls), and daemons, so that a tool stuck past its timeout never holds the process
+    open at exit as a ``ThreadPoolExecutor``'s worker would. How many run at once is
+    bounded by the caller (``_slots``): a stuck tool keeps its thread, and a new one is
+    started when none is idle."""
+
+    def __init__(self) -> None:
+        self._work: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def submit(self, work: Callable[[], None]) -> None:
+        with self._lock:
+            start = self._idle == 0
+            if not start:
+                self._idle -= 1
+        self._work.put(work)
+        if start:
+            threading.Thread(target=self._serve, name="protege-tool", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            self._work.get()()
+            _forget_connection()
+            with self._lock:
+                self._idle += 1
+
+
+def _forget_connection() -> None:
+    """Drop the database connection a tool call left on this thread, and any transaction it
+    left open: the next call on the thread starts clean, and an idle thread holds no
+    connection (PostgreSQL counts them) and no lock (SQLite's write lock blocks everyone)."""
+    bound = database.obj
+    state = getattr(bound, "_state", None)  # peewee's per-thread connection state
+    connection = getattr(state, "conn", None)
+    if state is None or connection is None:
+        return
+    state.reset()
+    with contextlib.suppress(Exception):
+        connection.rollback()
+    with contextlib.suppress(Exception):
+        connection.close()
+
+
+_TOOL_THREADS = _DaemonThreads()
 
 
 # How long an async tool's own loop may go without turning before the tool is reported

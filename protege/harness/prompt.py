@@ -218,4 +218,27 @@ def replay(timeline: list[Event], fence: Fence) -> tuple[list[dict[str, Any]], l
     unanswered = [call for call in calls if call["id"] not in answered]
     if files_shown and not unanswered:  # the note may not come between a turn's answers
         replayed.append(FILES_NOT_SHOWN_AGAIN)
-    return replayed, unanswered
+    return _in_call_order(replayed), unanswered
+
+
+def _in_call_order(replayed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tool messages after each assistant message in the order of its calls: the
+    calls of a turn run at once, so their results are recorded as they end."""
+    ordered: list[dict[str, Any]] = []
+    answers: list[dict[str, Any]] = []
+    position: dict[str, int] = {}
+
+    def flush() -> None:
+        ordered.extend(sorted(answers, key=lambda m: position.get(m["tool_call_id"], 1 << 30)))
+        answers.clear()
+
+    for message in replayed:
+        if message.get("role") == "tool":
+            answers.append(message)
+            continue
+        flush()
+        if message.get("role") == "assistant":
+            position = {c["id"]: i for i, c in enumerate(message.get("tool_calls") or [])}
+        ordered.append(message)
+    flush()
+    return ordered

@@ -21,8 +21,9 @@ from concurrent.futures import Executor
 from typing import Any, Protocol, TypeVar
 
 import attrs
+import peewee
 
-from protege import db, failpoints
+from protege import failpoints
 from protege.config import Config, RunSettings
 from protege.context import RunContext
 from protege.db import database
@@ -236,6 +237,8 @@ class _Attempt:
         self.clock = clock
         self.log = EventLog(run.id, claim.last_seq)
         self.cancellation = threading.Event()
+        if claim.cancel_requested:  # cancelled while its last worker had it
+            self.cancellation.set()
         self.lost = False
         self.logger = _CorrelatedLogger(logger, run.correlation_id)
 
@@ -336,7 +339,13 @@ class _Attempt:
         failures = setup.failures
         if setup.pending:
             failures = await self._answer(
-                dispatcher, setup.pending, setup.turn_calls, failures, messages, setup.budget
+                dispatcher,
+                setup.pending,
+                setup.turn_calls,
+                failures,
+                messages,
+                setup.budget,
+                on_record=True,
             )
             if failures > limits.max_tool_failures:
                 return await self._exhausted("max_tool_failures", limits.max_tool_failures)
@@ -424,9 +433,11 @@ class _Attempt:
         failures: int,
         messages: list[dict[str, Any]],
         budget: PartBudget,
+        on_record: bool = False,
     ) -> int:
         """Answer ``calls`` (all or the rest of ``turn_calls``, one turn's calls in the
         model's order) with one tool message each; returns the run's tool failures so far.
+        ``on_record`` says the calls are in the trail already (a resumed run's).
 
         The calls run concurrently; their results are recorded and answered in the model's
         order. Files the results carry (images, PDFs) follow in one user message, since a
@@ -436,26 +447,39 @@ class _Attempt:
         limits: RunSettings = self.config.runs
         cap = limits.max_tool_calls_per_turn
         position = {call["id"]: index for index, call in enumerate(turn_calls)}
-        for call in calls:
-            dispatcher.announce(call, self.log)
+        if not on_record:
+            for call in calls:
+                dispatcher.announce(call, self.log)
         await self.step()  # the calls are on record before any of them runs
-        if failures > limits.max_tool_failures:
-            outcomes = [
-                dispatcher.decline(call, "not run: the run is out of budget") for call in calls
-            ]
-        else:
-            outcomes = await asyncio.gather(
-                *(
-                    dispatcher.dispatch(call)
-                    if position.get(call["id"], 0) < cap
-                    else _declined(dispatcher, call, cap, len(turn_calls))
-                    for call in calls
+        out_of_budget = failures > limits.max_tool_failures
+        answers: list[Outcome | None] = [None] * len(calls)
+        for index, call in enumerate(calls):
+            if out_of_budget or position.get(call["id"], 0) >= cap:
+                declined = dispatcher.decline(
+                    call,
+                    "not run: the run is out of budget"
+                    if out_of_budget
+                    else f"not run: at most {cap} tool calls are run per turn and this turn "
+                    f"asked for {len(turn_calls)}; call it again in your next turn if you "
+                    "still need it",
                 )
-            )
-        files: list[tuple[str, Outcome]] = []
-        for outcome in outcomes:
+                for event in declined.trail:
+                    self.log.record(event)
+                answers[index] = declined
+
+        async def answered(index: int) -> None:
+            outcome = await dispatcher.dispatch(calls[index])
             for event in outcome.trail:
                 self.log.record(event)
+            answers[index] = outcome
+            # Each answer is on record as soon as it comes, so a crash or a stop runs
+            # again only the calls still under way.
+            await self.db(self._commit)
+
+        await asyncio.gather(*(answered(i) for i, found in enumerate(answers) if found is None))
+        outcomes = [outcome for outcome in answers if outcome is not None]  # the model's order
+        files: list[tuple[str, Outcome]] = []
+        for outcome in outcomes:
             failures += 0 if (outcome.result.ok or outcome.declined) else 1
             messages.append(
                 {"role": "tool", "tool_call_id": outcome.call_id, "content": outcome.content}
@@ -489,13 +513,19 @@ class _Attempt:
                     _recipients(mail),
                 )
                 raise
-            # The pending mail and the event that asked for it land in one transaction.
-            with db.writing():
-                outcome = installation.deliver(
-                    agent=agent, run=run, mail=dict(mail), attachments=attachments
-                )
-                if not outcome.get("repeated"):
-                    log.write_now(events.Delivery.from_payload(outcome))
+            # The pending mail and the event that asked for it land in one transaction, and
+            # only while this worker still holds the run: one that lost it sends nothing.
+            try:
+                with database.atomic():
+                    self._renew()
+                    outcome = installation.deliver(
+                        agent=agent, run=run, mail=dict(mail), attachments=attachments
+                    )
+                    if not outcome.get("repeated"):
+                        log.write_now(events.Delivery.from_payload(outcome))
+            except peewee.IntegrityError:  # another worker wrote this run's next event
+                self.lost = True
+                raise LeaseLost(f"run {run.id} was taken over by another worker") from None
             return outcome
 
         return RunContext(
@@ -508,14 +538,6 @@ class _Attempt:
             correlation_id=run.correlation_id,
             cancellation=self.cancellation,
         )
-
-
-async def _declined(dispatcher: Dispatcher, call: dict[str, Any], cap: int, asked: int) -> Outcome:
-    return dispatcher.decline(
-        call,
-        f"not run: at most {cap} tool calls are run per turn and this turn asked for "
-        f"{asked}; call it again in your next turn if you still need it",
-    )
 
 
 def _closing_on_error(work: Callable[..., T], *args: Any) -> T:

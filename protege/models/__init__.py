@@ -4,7 +4,7 @@ from protege.models.agents import Agent, AgentAccessRule
 from protege.models.audit import AuditEntry, Operator
 from protege.models.base import Record
 from protege.models.blobs import Blob, MessageAttachment
-from protege.models.messages import Message
+from protege.models.messages import Message, SearchCriteria
 from protege.models.runs import Event, Responsibility, Run
 from protege.models.toolkits import AgentToolkit, AgentToolkitRule, Toolkit
 
@@ -22,5 +22,6 @@ __all__ = [
     "Record",
     "Responsibility",
     "Run",
+    "SearchCriteria",
     "Toolkit",
 ]

@@ -35,3 +35,21 @@ class Record(peewee.Model):
     class Meta:
         database = database
         legacy_table_names = False
+
+    @classmethod
+    def columns(cls, table: str | None = None) -> str:
+        """This record's columns for a SELECT list, in the order ``from_row`` reads them."""
+        prefix = f"{table or cls._meta.table_name}."
+        return ", ".join(prefix + field.column_name for field in cls._meta.sorted_fields)
+
+    @classmethod
+    def from_row(cls, values: Any) -> Any:
+        """The record a row of ``columns()`` values describes, as peewee would load it
+        (for the few hot paths that write their SQL by hand)."""
+        data = {
+            field.name: None if value is None else field.python_value(value)
+            for field, value in zip(cls._meta.sorted_fields, values, strict=True)
+        }
+        instance = cls(__no_default__=1, **data)
+        instance._dirty.clear()  # type: ignore[attr-defined]
+        return instance

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
+import json
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import peewee
 
 from protege.db import database
@@ -88,32 +91,253 @@ class Message(Record):
         return list(Message.raw(sql, self.agent_id, self.thread_key, self.id, limit))[::-1]
 
     @staticmethod
-    def matching(agent_id: int, words: list[str], limit: int) -> list[Message]:
-        """The agent's messages (refused ones left out) holding every one of ``words``,
-        newest first, at most ``limit``."""
-        # Full-text search is FTS5 on SQLite and a tsvector on PostgreSQL, neither of which
-        # peewee's query builder speaks: plain SQL, one statement per database.
-        p = database.param
+    def matching(agent_id: int, criteria: SearchCriteria, limit: int) -> list[Message]:
+        """The agent's messages (refused ones left out) that meet ``criteria``, newest first,
+        at most ``limit``.
+
+        Built so the cost follows ``limit`` rather than the number of matches: the newest
+        candidates are read in order and the reading stops once ``limit`` of them qualify.
+        """
         if isinstance(database.obj, peewee.PostgresqlDatabase):
-            sql = (
-                f"SELECT * FROM message WHERE agent_id = {p} AND status <> 'refused' "
-                f"AND search_vector @@ plainto_tsquery('english', {p}) "
-                f"ORDER BY created_at DESC, id DESC LIMIT {p}"
-            )
-            params: tuple[Any, ...] = (agent_id, " ".join(words), limit)
-        else:
-            phrase = " ".join('"' + word.replace('"', '""') + '"' for word in words)
-            sql = (
-                "SELECT message.* FROM message JOIN message_search "
-                "ON message_search.rowid = message.id "
-                f"WHERE message_search MATCH {p} AND message.agent_id = {p} "
-                "AND message.status <> 'refused' "
-                f"ORDER BY message.created_at DESC, message.id DESC LIMIT {p}"
-            )
-            params = (phrase, agent_id, limit)
+            return _postgresql_matching(agent_id, criteria, limit)
+        sql, params = _sqlite_search(agent_id, criteria, limit)
         return list(Message.raw(sql, *params))
 
     @property
     def inbound(self) -> bool:
         """Whether the agent received this message (rather than sent it)."""
         return self.direction == INBOUND
+
+
+@attrs.frozen
+class SearchCriteria:
+    """What a mail search asks for; every part given must hold.
+
+    ``words`` may be anywhere (participants, subject, body); ``sender_words``,
+    ``recipient_words`` and ``subject_words`` only in the sender, the recipients (To, Cc,
+    Bcc) and the subject. A word is matched as the run of tokens it spells ("jane@acme.com"
+    is jane, acme, com in a row), never read as query syntax. ``after`` is inclusive and
+    ``before`` exclusive, both naive UTC like ``Message.created_at``.
+    """
+
+    words: tuple[str, ...] = ()
+    sender_words: tuple[str, ...] = ()
+    recipient_words: tuple[str, ...] = ()
+    subject_words: tuple[str, ...] = ()
+    direction: str | None = None
+    after: datetime.datetime | None = None
+    before: datetime.datetime | None = None
+    has_attachment: bool | None = None
+
+    def fields(self) -> tuple[tuple[str | None, tuple[str, ...]], ...]:
+        """Each searched field (None for any) with the words it must hold; fields without
+        words are left out."""
+        return tuple(
+            (field, words)
+            for field, words in (
+                (None, self.words),
+                ("sender", self.sender_words),
+                ("recipients", self.recipient_words),
+                ("subject", self.subject_words),
+            )
+            if words
+        )
+
+
+# Full-text search is FTS5 on SQLite and a tsvector on PostgreSQL, neither of which
+# peewee's query builder speaks: plain SQL, one builder per database.
+_PG_WEIGHTS = {"sender": "A", "recipients": "B", "subject": "C"}
+# A tsquery's text quotes each lexeme ('it''s'); tagging each quoted lexeme with a weight
+# restricts it to one field without ever parsing the user's text as tsquery syntax.
+_PG_LEXEME = "'''((?:[^'']|'''')*)'''"
+
+
+def _row_filters(
+    criteria: SearchCriteria, p: str, *, agent_by_index: bool = True
+) -> tuple[list[str], list[Any]]:
+    # agent_id + 0 is the same test, which no index can answer.
+    agent = "message.agent_id" if agent_by_index else "message.agent_id + 0"
+    clauses = [f"{agent} = {p}", "message.status <> 'refused'"]
+    params: list[Any] = []
+    if criteria.direction is not None:
+        clauses.append(f"message.direction = {p}")
+        params.append(criteria.direction)
+    if criteria.after is not None:
+        clauses.append(f"message.created_at >= {p}")
+        params.append(criteria.after)
+    if criteria.before is not None:
+        clauses.append(f"message.created_at < {p}")
+        params.append(criteria.before)
+    if criteria.has_attachment is not None:
+        exists = "EXISTS (SELECT 1 FROM message_attachment a WHERE a.message_id = message.id)"
+        clauses.append(exists if criteria.has_attachment else f"NOT {exists}")
+    return clauses, params
+
+
+def _sqlite_search(
+    agent_id: int, criteria: SearchCriteria, limit: int
+) -> tuple[str, tuple[Any, ...]]:
+    p = database.param
+    clauses, params = _row_filters(criteria, p)
+    fields = criteria.fields()
+    if not fields:
+        sql = (
+            f"SELECT * FROM message WHERE {' AND '.join(clauses)} "
+            f"ORDER BY created_at DESC, id DESC LIMIT {p}"
+        )
+        return sql, (agent_id, *params, limit)
+    # Each word is an FTS5 string (in double quotes, inner ones doubled), which the
+    # tokenizer turns into a phrase: no operator, column name or bracket in it is read as one.
+    # A word for any field is looked for in the text columns only, never in agent's.
+    match = " AND ".join(
+        [f'agent : "agent{int(agent_id)}"']
+        + [
+            f"{field or _TEXT_COLUMNS} : " + '"' + word.replace('"', '""') + '"'
+            for field, words in fields
+            for word in words
+        ]
+    )
+    # Rowids grow with time and FTS5 yields them newest first, lazily: reading stops at
+    # the limit however many messages match. CROSS JOIN keeps the full-text index the
+    # outer loop, where a date range would tempt SQLite to read the range and sort.
+    bounds, bound_params = _rowid_bounds(agent_id, criteria, p)
+    sql = (
+        "SELECT message.* FROM message_search "
+        "CROSS JOIN message ON message.id = message_search.rowid "
+        f"WHERE message_search MATCH {p}{bounds} AND {' AND '.join(clauses)} "
+        f"ORDER BY message_search.rowid DESC LIMIT {p}"
+    )
+    return sql, (match, *bound_params, agent_id, *params, limit)
+
+
+_TEXT_COLUMNS = "{sender recipients subject body}"
+
+
+# How far back protege's clock may ever step between two messages being stored: the rowid
+# bounds below hold as long as it never does more.
+CLOCK_SLACK = datetime.timedelta(days=1)
+_NO_ROWID = 2**63 - 1
+
+
+def _rowid_bounds(agent_id: int, criteria: SearchCriteria, p: str) -> tuple[str, list[Any]]:
+    # The date range as a range of rowids, so FTS5 starts its newest-first reading at the
+    # range's end instead of reading every newer match first. A message stored after
+    # another is never dated more than CLOCK_SLACK before it, so any message dated before
+    # ``before`` has a smaller id than the first one dated CLOCK_SLACK after it, and any
+    # dated from ``after`` on a larger id than the last one dated CLOCK_SLACK before it.
+    # Both are found by the (agent, date) index; the dates themselves are still checked.
+    bounds, params = "", []
+    after = _shifted(criteria.after, -CLOCK_SLACK)
+    before = _shifted(criteria.before, CLOCK_SLACK)
+    if after is not None:
+        bounds += (
+            " AND message_search.rowid > COALESCE((SELECT id FROM message "
+            f"WHERE agent_id = {p} AND created_at < {p} "
+            "ORDER BY created_at DESC, id DESC LIMIT 1), 0)"
+        )
+        params += [agent_id, after]
+    if before is not None:
+        bounds += (
+            " AND message_search.rowid < COALESCE((SELECT id FROM message "
+            f"WHERE agent_id = {p} AND created_at >= {p} "
+            f"ORDER BY created_at, id LIMIT 1), {_NO_ROWID})"
+        )
+        params += [agent_id, before]
+    return bounds, params
+
+
+def _shifted(moment: datetime.datetime | None, delta: datetime.timedelta) -> Any:
+    # None (no bound) when there is no date, or the slack goes past the calendar's ends.
+    try:
+        return None if moment is None else moment + delta
+    except OverflowError:
+        return None
+
+
+def _pg_word(p: str, word: str, weight: str | None) -> str:
+    # Addresses are indexed whole, by domain and by part (migration 9), so a word is
+    # looked up as the parser reads it: "jane@acme.com" and "acme.com" are one lexeme each.
+    tsquery = f"phraseto_tsquery('english', {p})"
+    if weight is not None:
+        tsquery = (
+            f"regexp_replace(({tsquery})::text, {_PG_LEXEME}, '''\\1'':{weight}', 'g')::tsquery"
+        )
+    return f"({tsquery})"
+
+
+# How many of an agent's newest messages PostgreSQL reads, newest first, for the words of
+# a search that are common in the whole table: with the default limit of 10, words in at
+# least 1 of 200 of the agent's messages are found there.
+PG_RECENT_WINDOW = 2000
+# Words the planner expects in fewer messages than this (all agents together) are looked
+# up in the full-text index straight away.
+PG_RARE_MATCHES = 5000
+
+
+def _postgresql_matching(agent_id: int, criteria: SearchCriteria, limit: int) -> list[Message]:
+    # The planner judges how common a word is from the whole table, not from one agent's
+    # mail, so left to itself it may read an agent's whole mailbox backwards for a word
+    # that only other agents use (2.2 s at a million messages). Instead: words rare in the
+    # whole table go to the full-text index, whose cost follows their matches; common ones
+    # are first looked for in the agent's newest messages by the (agent, date) index, and
+    # only if too few are there does the full-text index fetch and sort their matches.
+    if not criteria.fields():
+        sql, params = _postgresql_search(agent_id, criteria, limit)
+        return list(Message.raw(sql, *params))
+    words_sql, words_params = _postgresql_search(agent_id, criteria, limit, step="words")
+    if _pg_expected_matches(criteria) < PG_RARE_MATCHES:
+        return list(Message.raw(words_sql, *words_params))
+    sql, params = _postgresql_search(agent_id, criteria, limit, step="recent")
+    found = list(Message.raw(sql, *params))
+    if len(found) == limit:
+        return found
+    # Common words, rare in this agent's mail: fetching their matches by the full-text
+    # index costs less than reading the whole table, whatever the planner estimates.
+    with database.atomic() as scope:
+        database.execute_sql("SET LOCAL enable_seqscan = off")
+        found = list(Message.raw(words_sql, *words_params))
+        scope.rollback()  # takes the setting back with it, inside a caller's transaction too
+    return found
+
+
+def _pg_expected_matches(criteria: SearchCriteria) -> float:
+    """How many messages of all agents the planner expects to hold the words."""
+    parts, params = _pg_words(database.param, criteria)
+    sql = f"EXPLAIN (FORMAT JSON) SELECT 1 FROM message WHERE search_vector @@ ({parts})"
+    (plan,) = database.execute_sql(sql, params).fetchone()
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    return float(plan[0]["Plan"]["Plan Rows"])
+
+
+def _pg_words(p: str, criteria: SearchCriteria) -> tuple[str, list[Any]]:
+    parts, params = [], []
+    for field, words in criteria.fields():
+        for word in words:
+            parts.append(_pg_word(p, word, _PG_WEIGHTS[field] if field else None))
+            params.append(word)
+    return " && ".join(parts), params
+
+
+def _postgresql_search(
+    agent_id: int, criteria: SearchCriteria, limit: int, step: str | None = None
+) -> tuple[str, tuple[Any, ...]]:
+    """The search as one statement: by default as the planner likes; ``step="recent"``
+    looks only at the agent's PG_RECENT_WINDOW newest messages; ``step="words"`` keeps the
+    (agent, date) index out, so only the full-text index can find the rows."""
+    p = database.param
+    clauses, params = _row_filters(criteria, p, agent_by_index=step != "words")
+    order = f"ORDER BY created_at DESC, id DESC LIMIT {p}"
+    if not criteria.fields():  # no words: the (agent, date) index alone
+        sql = f"SELECT * FROM message WHERE {' AND '.join(clauses)} {order}"
+        return sql, (agent_id, *params, limit)
+    parts, text_params = _pg_words(p, criteria)
+    matches = f"message.search_vector @@ ({parts})"
+    if step == "recent":
+        sql = (
+            f"SELECT * FROM (SELECT * FROM message WHERE {' AND '.join(clauses)} {order}) "
+            f"AS message WHERE {matches} {order}"
+        )
+        return sql, (agent_id, *params, PG_RECENT_WINDOW, *text_params, limit)
+    sql = f"SELECT * FROM message WHERE {' AND '.join([*clauses, matches])} {order}"
+    return sql, (agent_id, *params, *text_params, limit)

@@ -6,10 +6,13 @@ the records they apply to.
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import attrs
+import peewee
 
 from protege.access import Decision, candidate_patterns, pattern_matches, routing_key, verdict
 from protege.db import database
@@ -30,12 +33,32 @@ class GrantDecision:
     missing_ids: tuple[str, ...] = ()
 
 
-@attrs.frozen
 class Resolution:
-    """The tools one run may use, and how each attached toolkit was decided."""
+    """The tools one run may use, and how each attached toolkit was decided.
 
-    grants: tuple[GrantDecision, ...]
-    tools: list[ToolEntry]
+    A run reads only ``tools``; ``grants``, the decision per toolkit with its reason, is
+    worked out when first asked for (by ``explain``), so runs never pay for it.
+    """
+
+    def __init__(
+        self,
+        tools: list[ToolEntry],
+        grants: tuple[GrantDecision, ...] | None = None,
+        explain: Callable[[], Resolution] | None = None,
+    ) -> None:
+        if grants is None and explain is None:
+            raise ValueError("a Resolution needs its grants or the means to explain them")
+        self.tools = tools
+        self._grants = grants
+        self._explain = explain
+
+    @property
+    def grants(self) -> tuple[GrantDecision, ...]:
+        """Each attached toolkit's decision, ordered by toolkit name."""
+        if self._grants is None:
+            assert self._explain is not None
+            self._grants = self._explain().grants
+        return self._grants
 
     @property
     def tool_ids(self) -> list[str]:
@@ -58,15 +81,65 @@ def resolve(
     nothing away from another that admits them. Members missing from the manifest are
     skipped. The result is ordered by id.
 
-    At most two queries, however many grants and rules: one for the grants with their rule
-    counts, one for the rules that match the sender (found by index, see
-    ``candidate_patterns``).
+    One query, however many grants and rules, in which the database applies each gate to
+    the sender and returns only the member lists of admitted toolkits; the rules that match
+    are found by index (see ``candidate_patterns``). A sender too long for that takes two
+    queries and the check in Python. ``Resolution.grants``, each decision with its reason,
+    is worked out only when asked for.
     """
+    p = database.param
+    if scheduled:
+        rows = database.execute_sql(_PROACTIVE_SQL.format(p=p), (agent.id,))
+    else:
+        key = routing_key(sender)
+        candidates = None if key is None else candidate_patterns(key)
+        if key is None:  # a sender that does not parse: only open gates admit it
+            rows = database.execute_sql(_OPEN_GATES_SQL.format(p=p), (agent.id,))
+        elif candidates is None:
+            rows = _admitted_for_long_key(agent.id, key)
+        else:
+            sql = _ADMITTED_SQL.format(
+                p=p, candidates=", ".join([p] * len(candidates)), by_pattern=_by_pattern()
+            )
+            rows = database.execute_sql(sql, (agent.id, *candidates, agent.id))
+    admitted: set[str] = set()
+    for (members,) in rows:
+        admitted |= _members(members)
+    return Resolution(
+        tools=[entry for entry in manifest.tools if entry.id in admitted],
+        explain=lambda: explain(agent, manifest, sender=sender, scheduled=scheduled),
+    )
+
+
+def _admitted_for_long_key(agent_id: int, key: str) -> list[tuple[str]]:
+    grants = database.execute_sql(_GATES_SQL.format(p=database.param), (agent_id,)).fetchall()
+    denied: set[int] = set()
+    allowed: set[int] = set()
+    if any(has_rules for _, _, has_rules, _ in grants):
+        for grant_id, kind, _ in _rules_matching(agent_id, key):
+            (denied if kind == "deny" else allowed).add(grant_id)
+    return [
+        (members,)
+        for grant_id, members, has_rules, allow_list in grants
+        if grant_id not in denied and (grant_id in allowed or not has_rules or not allow_list)
+    ]
+
+
+def explain(
+    agent: Agent,
+    manifest: Manifest,
+    *,
+    sender: str | None = None,
+    scheduled: bool = False,
+) -> Resolution:
+    """What ``resolve`` decides, with each grant's decision and the rule or default behind
+    it (for ``protege access explain``). Two queries, however many grants and rules."""
     grants = _grants_with_rule_counts(agent.id)
     key = routing_key(sender)
     matching: dict[int, list[_MatchedRule]] = {}
     if not scheduled and key is not None and any(g.rule_count for g in grants):
-        matching = _rules_matching(agent.id, key)
+        for grant_id, kind, pattern in _rules_matching(agent.id, key):
+            matching.setdefault(grant_id, []).append(_MatchedRule(kind, pattern))
     decisions = []
     admitted_ids: set[str] = set()
     for grant in grants:
@@ -97,11 +170,57 @@ def resolve(
         if decision.admitted:
             admitted_ids.update(members)
     tools = [entry for entry in manifest.tools if entry.id in admitted_ids]
-    return Resolution(grants=tuple(decisions), tools=tools)
+    return Resolution(tools=tools, grants=tuple(decisions))
 
 
-# The two queries below run once per run (and per catalogue view), so they are plain SQL:
+# The queries below run once per run (and per catalogue view), so they are plain SQL:
 # building them with peewee's query builder cost several times more than running them.
+#
+# A gate's decision (``protege.access.verdict``) as SQL: a matching deny rule refuses, else a
+# matching allow rule admits; a gate no rule of which matches refuses if it has allow rules
+# (an allow-list) and admits otherwise (a block-list, or no rules). The matching rules are
+# looked up by pattern first (CROSS JOIN and INDEXED BY keep SQLite from scanning every
+# rule of every grant instead).
+_ADMITTED_SQL = """
+SELECT t.member_tool_ids
+FROM agent_toolkit g
+JOIN toolkit t ON t.id = g.toolkit_id
+LEFT JOIN (
+    SELECT r.grant_id, MAX(CASE WHEN r.kind = 'deny' THEN 1 ELSE 0 END) AS denied
+    FROM agent_toolkit_rule r {by_pattern} CROSS JOIN agent_toolkit mine
+    WHERE mine.id = r.grant_id AND mine.agent_id = {p} AND r.pattern IN ({candidates})
+    GROUP BY r.grant_id
+) matched ON matched.grant_id = g.id
+WHERE g.agent_id = {p} AND CASE
+    WHEN matched.grant_id IS NOT NULL THEN matched.denied = 0
+    ELSE NOT EXISTS (
+        SELECT 1 FROM agent_toolkit_rule r WHERE r.grant_id = g.id AND r.kind = 'allow'
+    )
+END
+"""
+_OPEN_GATES_SQL = """
+SELECT t.member_tool_ids
+FROM agent_toolkit g
+JOIN toolkit t ON t.id = g.toolkit_id
+WHERE g.agent_id = {p}
+  AND NOT EXISTS (SELECT 1 FROM agent_toolkit_rule r WHERE r.grant_id = g.id)
+"""
+_PROACTIVE_SQL = """
+SELECT t.member_tool_ids
+FROM agent_toolkit g
+JOIN toolkit t ON t.id = g.toolkit_id
+WHERE g.agent_id = {p} AND g.allow_proactive
+"""
+# Whether a gate has rules, and allow rules: one index probe each, where counting them
+# would read them all.
+_GATES_SQL = """
+SELECT g.id, t.member_tool_ids,
+       EXISTS (SELECT 1 FROM agent_toolkit_rule r WHERE r.grant_id = g.id),
+       EXISTS (SELECT 1 FROM agent_toolkit_rule r WHERE r.grant_id = g.id AND r.kind = 'allow')
+FROM agent_toolkit g
+JOIN toolkit t ON t.id = g.toolkit_id
+WHERE g.agent_id = {p}
+"""
 _GRANTS_SQL = """
 SELECT g.id, g.allow_proactive, t.name, t.member_tool_ids,
        (SELECT COUNT(*) FROM agent_toolkit_rule r WHERE r.grant_id = g.id),
@@ -111,11 +230,17 @@ JOIN toolkit t ON t.id = g.toolkit_id
 WHERE g.agent_id = {p}
 ORDER BY t.name
 """
+_MEMBERS_SQL = """
+SELECT t.member_tool_ids
+FROM agent_toolkit g
+JOIN toolkit t ON t.id = g.toolkit_id
+WHERE g.agent_id = {p}
+"""
 _MATCHING_RULES_SQL = """
 SELECT r.grant_id, r.kind, r.pattern
-FROM agent_toolkit_rule r
-JOIN agent_toolkit g ON g.id = r.grant_id
-WHERE g.agent_id = {p} AND ({narrowing})
+FROM agent_toolkit_rule r {by_pattern}
+{join} agent_toolkit g
+WHERE g.id = r.grant_id AND g.agent_id = {p} AND ({narrowing})
 ORDER BY r.id
 """
 
@@ -144,24 +269,40 @@ def _grants_with_rule_counts(agent_id: int) -> list[_Grant]:
     ]
 
 
-def _rules_matching(agent_id: int, key: str) -> dict[int, list[_MatchedRule]]:
+def _rules_matching(agent_id: int, key: str) -> list[tuple[int, str, str]]:
+    """The agent's gate rules that match ``key``: (grant id, kind, pattern), in rule order."""
     p = database.param
     candidates = candidate_patterns(key)
-    if candidates is None:  # a very long key: narrow to its exact rules and all wildcards
+    if candidates is None:  # a very long key: the agent's rules, its exact ones and wildcards
         narrowing, params = f"r.pattern = {p} OR r.pattern LIKE {p}", [key, "%*%"]
-    else:
+        join, by_pattern = ",", ""  # the planner chooses: the agent's grants first
+    else:  # by the pattern index first
         narrowing, params = f"r.pattern IN ({', '.join([p] * len(candidates))})", candidates
-    sql = _MATCHING_RULES_SQL.format(p=p, narrowing=narrowing)
-    matching: dict[int, list[_MatchedRule]] = {}
-    for grant_id, kind, pattern in database.execute_sql(sql, (agent_id, *params)).fetchall():
-        if pattern_matches(pattern, key):
-            matching.setdefault(grant_id, []).append(_MatchedRule(kind, pattern))
-    return matching
+        join, by_pattern = "CROSS JOIN", _by_pattern()
+    sql = _MATCHING_RULES_SQL.format(p=p, narrowing=narrowing, join=join, by_pattern=by_pattern)
+    rows = database.execute_sql(sql, (agent_id, *params)).fetchall()
+    if candidates is None:
+        return [row for row in rows if pattern_matches(row[2], key)]
+    return rows  # each candidate is a pattern that matches the key
+
+
+def _by_pattern() -> str:
+    # SQLite's statistics count how many rules share a pattern, not how few of the
+    # candidates exist at all; with them it would rather read every rule of every grant.
+    if isinstance(database.obj, peewee.PostgresqlDatabase):
+        return ""
+    return "INDEXED BY agent_toolkit_rule_pattern"
+
+
+@functools.lru_cache(maxsize=4096)
+def _members(member_tool_ids: str) -> frozenset[str]:
+    # Keyed by the stored JSON text, so a toolkit whose members change is simply a new key.
+    return frozenset(json.loads(member_tool_ids))
 
 
 def catalogue(agent: Agent, manifest: Manifest) -> list[ToolEntry]:
     """Every tool any of ``agent``'s grants could give, gates ignored, ordered by id."""
     ids: set[str] = set()
-    for grant in _grants_with_rule_counts(agent.id):
-        ids.update(grant.member_tool_ids)
+    for (members,) in database.execute_sql(_MEMBERS_SQL.format(p=database.param), (agent.id,)):
+        ids |= _members(members)
     return [entry for entry in manifest.tools if entry.id in ids]

@@ -26,30 +26,36 @@ ENDED = (DONE, FAILED, CANCELLED)
 _CLAIMED = (
     "UPDATE run SET status = 'running', attempts = attempts + 1, started_at = {p}, "
     "lease_owner = {p}, lease_expires_at = {p} WHERE {where} "
-    "RETURNING id, attempts, (SELECT COALESCE(MAX(seq), 0) FROM event WHERE run_id = run.id)"
+    "RETURNING id, attempts, (SELECT COALESCE(MAX(seq), 0) FROM event WHERE run_id = run.id), "
+    "cancel_requested_at"
 )
 _CLAIM_ONE = "id = {p} AND status = 'queued'"
 # The oldest queued run, and a running run whose worker stopped renewing its lease. On
 # PostgreSQL, SKIP LOCKED lets concurrent workers each take a different row without waiting;
 # SQLite runs one writing statement at a time, which makes the plain subquery just as safe.
 _NEXT_QUEUED = "id = (SELECT id FROM run WHERE status = 'queued' ORDER BY id LIMIT 1{lock})"
+# A running run with no lease at all was left by a protege older than leases: expired too.
+_EXPIRED = "status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at < {p})"
 _NEXT_EXPIRED = (
-    "id = (SELECT id FROM run WHERE status = 'running' AND lease_expires_at < {p} "
-    "ORDER BY id LIMIT 1{lock}) AND status = 'running' AND lease_expires_at < {p}"
+    "id = (SELECT id FROM run WHERE " + _EXPIRED + " ORDER BY id LIMIT 1{lock}) AND " + _EXPIRED
 )
+# Looked at first, so an idle worker's poll only reads: on SQLite, an UPDATE takes the write
+# lock even when it matches nothing, and would hold up mail being stored.
+_ANY_TO_CLAIM = "SELECT 1 FROM run WHERE status = 'queued' OR (" + _EXPIRED + ") LIMIT 1"
 _RENEW_SQL = (
     "UPDATE run SET lease_expires_at = {p} WHERE id = {p} AND lease_owner = {p} "
     "AND status = 'running' RETURNING cancel_requested_at"
 )
 _FINISH_SQL = (
     "UPDATE run SET status = {p}, error = {p}, finished_at = {p}, lease_owner = NULL, "
-    "lease_expires_at = NULL WHERE id = {p} AND status = 'running' "
-    "AND (lease_owner = {p} OR ({p} IS NULL AND lease_owner IS NULL))"
+    "lease_expires_at = NULL WHERE id = {p} AND status = 'running' AND lease_owner = {p}"
 )
 _HAND_BACK_SQL = (
     "UPDATE run SET status = 'queued', attempts = attempts - 1, lease_owner = NULL, "
     "lease_expires_at = NULL WHERE id = {p} AND lease_owner = {p} AND status = 'running'"
 )
+# Rows per INSERT: five values each stay under SQLite's oldest limit of 999 variables.
+APPEND_CHUNK = 150
 _APPEND_SQL = "INSERT INTO event (run_id, seq, kind, payload, created_at) VALUES "
 REPLY, SCHEDULED = "reply", "scheduled"
 
@@ -187,6 +193,8 @@ class Run(Record):
         """Take the next run for a worker: first a running run whose lease expired before
         ``now`` (its worker died), then the oldest queued one; None when there is neither."""
         p = database.param
+        if not database.execute_sql(_ANY_TO_CLAIM.format(p=p), (now,)).fetchall():
+            return None
         lock = (
             " FOR UPDATE SKIP LOCKED" if isinstance(database.obj, peewee.PostgresqlDatabase) else ""
         )
@@ -220,21 +228,22 @@ class Run(Record):
         """Stop run ``run_id``: a queued run is cancelled at once, a running one is asked to
         stop at its next step. Returns the status it had, or None if there is no such run."""
         p = database.param
-        with database.atomic():
-            found = Run.select(Run.status).where(Run.id == run_id).first()
-            if found is None:
-                return None
-            if found.status == QUEUED:
-                database.execute_sql(
-                    f"UPDATE run SET status = 'cancelled', error = {p}, finished_at = {p} "
-                    f"WHERE id = {p} AND status = 'queued'",
-                    ("cancelled by an operator before it started", now, run_id),
-                )
-            elif found.status == RUNNING:
-                database.execute_sql(
-                    f"UPDATE run SET cancel_requested_at = {p} WHERE id = {p}", (now, run_id)
-                )
-            return found.status
+        cancelled = database.execute_sql(
+            f"UPDATE run SET status = 'cancelled', error = {p}, finished_at = {p} "
+            f"WHERE id = {p} AND status = 'queued'",
+            ("cancelled by an operator before it started", now, run_id),
+        )
+        if cancelled.rowcount == 1:
+            return QUEUED
+        # Not queued (any more: a worker may have claimed it just now): ask it to stop.
+        asked = database.execute_sql(
+            f"UPDATE run SET cancel_requested_at = {p} WHERE id = {p} AND status = 'running'",
+            (now, run_id),
+        )
+        if asked.rowcount == 1:
+            return RUNNING
+        found = Run.select(Run.status).where(Run.id == run_id).first()
+        return None if found is None else found.status
 
     def finish(self, status: str, error: str | None = None, owner: str | None = None) -> bool:
         """Record that this run ended (done, failed or cancelled) and why; whether it was
@@ -244,7 +253,7 @@ class Run(Record):
         finished_at = utcnow()
         cursor = database.execute_sql(
             _FINISH_SQL.format(p=database.param),
-            (status, error, finished_at, self.id, owner, owner),
+            (status, error, finished_at, self.id, owner),
         )
         if cursor.rowcount != 1:
             return False
@@ -262,6 +271,7 @@ class Claim:
     last_seq: int
     owner: str
     taken_over: bool
+    cancel_requested: bool = False
 
 
 @attrs.frozen
@@ -277,9 +287,14 @@ def _claimed(cursor: Any, owner: str, taken_over: bool) -> Claim | None:
     rows = cursor.fetchall()  # all of them: SQLite finishes the statement only then
     if not rows:
         return None
-    run_id, attempts, last_seq = rows[0]
+    run_id, attempts, last_seq, cancel_requested_at = rows[0]
     return Claim(
-        run_id=run_id, attempts=attempts, last_seq=last_seq, owner=owner, taken_over=taken_over
+        cancel_requested=cancel_requested_at is not None,
+        run_id=run_id,
+        attempts=attempts,
+        last_seq=last_seq,
+        owner=owner,
+        taken_over=taken_over,
     )
 
 
@@ -301,15 +316,19 @@ class Event(Record):
     @staticmethod
     def append(run_id: int, rows: list[tuple[int, str, str]]) -> None:
         """Add events to the trail of run ``run_id``: each row is its number, kind and
-        payload (JSON text), all written by one statement."""
-        if not rows:
-            return
+        payload (JSON text), a statement per ``APPEND_CHUNK`` rows."""
         now, p = utcnow(), database.param
-        values = ", ".join([f"({p}, {p}, {p}, {p}, {p})"] * len(rows))
-        database.execute_sql(
-            _APPEND_SQL + values,
-            [field for seq, kind, payload in rows for field in (run_id, seq, kind, payload, now)],
-        )
+        for start in range(0, len(rows), APPEND_CHUNK):
+            chunk = rows[start : start + APPEND_CHUNK]
+            values = ", ".join([f"({p}, {p}, {p}, {p}, {p})"] * len(chunk))
+            database.execute_sql(
+                _APPEND_SQL + values,
+                [
+                    field
+                    for seq, kind, payload in chunk
+                    for field in (run_id, seq, kind, payload, now)
+                ],
+            )
 
     @property
     def payload(self) -> dict[str, Any]:

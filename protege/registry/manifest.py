@@ -156,6 +156,7 @@ class _Collector:
     def __init__(self) -> None:
         self.candidates: list[ToolEntry] = []
         self.rejected: list[Rejected] = []
+        self._seen: set[ToolEntry] = set()  # a list's `in` made 200 plugins cost 20,000 compares
 
     def offer(
         self, tool_class: object, origin: Origin, source: str, version: str | None
@@ -166,8 +167,9 @@ class _Collector:
             self.rejected.append(Rejected(origin, source, str(error)))
             return None
         entry = ToolEntry(cast(type[Tool], tool_class), origin, source, version)
-        if entry in self.candidates:
+        if entry in self._seen:
             return None
+        self._seen.add(entry)
         self.candidates.append(entry)
         return entry
 

@@ -67,6 +67,7 @@ class ScriptedModel:
 
     def __init__(self) -> None:
         self.steps: list[Step] = []
+        self.threads: dict[str, list[Step]] = {}
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -97,6 +98,13 @@ class ScriptedModel:
         with self._lock:
             self.steps.extend(steps)
 
+    def script_for(self, marker: str, *steps: Step) -> None:
+        """Queue answers for the requests whose conversation contains ``marker`` (say, a
+        word of the email a run answers), so that runs carried out at once each get their
+        own script whatever order their requests come in."""
+        with self._lock:
+            self.threads.setdefault(marker, []).extend(steps)
+
     def offered_tools(self, request: int = -1) -> list[str]:
         """The tool names offered in one request (the last by default)."""
         tools = self.requests[request].get("tools", [])
@@ -109,9 +117,10 @@ class ScriptedModel:
     def _answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         with self._lock:
             self.requests.append(body)
-            if not self.steps:
+            steps = self._steps_for(body)
+            if not steps:
                 return 400, _error(f"scripted model: no step left for request {len(self.requests)}")
-            step = self.steps.pop(0)
+            step = steps.pop(0)
         if step.status != 200:
             return step.status, _error(step.error or "error")
         n = next(self._ids)
@@ -144,6 +153,14 @@ class ScriptedModel:
                 "total_tokens": prompt_tokens + 10,
             },
         }
+
+    def _steps_for(self, body: dict[str, Any]) -> list[Step]:
+        if self.threads:
+            text = json.dumps(body.get("messages", []), ensure_ascii=False)
+            for marker, steps in self.threads.items():
+                if marker in text:
+                    return steps
+        return self.steps
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         model = self

@@ -308,6 +308,7 @@ def test_commands_on_an_unmigrated_database_say_what_to_run(run_protege, tmp_pat
         "applied 0006 responsibilities on a schedule\n"
         "applied 0007 run leases, pending deliveries\n"
         "applied 0008 operators and the audit log\n"
+        "applied 0009 search by field, newest first\n"
     )
     assert run_protege("agents", "list", env={"PROTEGE_DATABASE_URL": url}).returncode == 0
 

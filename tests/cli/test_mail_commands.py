@@ -133,3 +133,58 @@ def test_serve_warns_about_a_host_module_that_fails_to_import_and_goes_on(run_pr
         "warning: cannot import tool module shop_tools: ModuleNotFoundError: "
         "No module named 'no_such_dependency'; its tools are not offered"
     ]
+
+
+def test_serve_with_two_processes_takes_mail_here_and_runs_it_in_a_worker_process(
+    run_protege, env, scripted_model
+):
+    import os
+
+    port = free_port()
+    scripted_model.script(tool_call("send_email", mode="reply", body="On it."), say("Sent."))
+    process = start(
+        run_protege,
+        env,
+        *("serve", "--port", str(port), "--processes", "2", "--concurrency", "1"),
+        "--no-scheduler",
+    )
+    seen = []
+    try:
+        assert read_line(process).endswith("in each of 2 process(es), no scheduler; Ctrl-C stops")
+        with smtplib.SMTP("127.0.0.1", port, timeout=10) as client:
+            client.sendmail("jane@acme.com", ["sundae@thescoop.example"], EML)
+        while "run 1 (Sundae): done" not in seen and len(seen) < 10:
+            seen.append(read_line(process))  # the processes print in whatever order
+    finally:
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert "mail 1 for Sundae: accepted, run 1 queued" in seen
+    helpers = [int(line.split()[3]) for line in seen if line.startswith("protege: worker process")]
+    assert len(helpers) == 2
+    assert out.decode().splitlines()[-1] == "protege: stopped"
+    for helper in helpers:
+        with pytest.raises(ProcessLookupError):
+            os.kill(helper, 0)  # stopped and reaped with their parent
+    (outbound,) = Message.select().where(Message.direction == "outbound")
+    assert outbound.status == "sent"
+
+
+def test_worker_processes_stop_when_their_serve_is_killed(run_protege, env):
+    port = free_port()
+    process = start(
+        run_protege,
+        env,
+        *("serve", "--port", str(port), "--processes", "2", "--no-scheduler"),
+    )
+    seen = [read_line(process)]
+    while sum("worker process" in line for line in seen) < 2:
+        seen.append(read_line(process))
+    process.kill()  # kill -9: no chance to stop its workers itself
+    process.wait(30)
+    rest = []
+    while line := read_line(process, timeout=60):  # "" once every worker closed the pipe
+        rest.append(line)
+    gone = "protege: the serve that started this worker process is gone; stopping"
+    assert rest.count(gone) == 2
+    assert rest.count("protege: stopped") == 2

@@ -341,3 +341,56 @@ def test_usage_sums_tokens_per_agent_and_run_and_prices_them(run_protege, env, s
     assert priced["cost"] == round(expected, 6)
     table = run_protege("usage", env=env).stdout.splitlines()
     assert table[0].split() == ["AGENT", "RUNS", "PROMPT", "COMPLETION", "TOTAL", "COST"]
+
+
+def test_cancel_ends_a_queued_run_and_refuses_an_ended_one(run_protege, env):
+    from protege.mail import record_inbound
+    from protege.models import Run
+    from protege.queue import queue_reply
+
+    run = queue_reply(record_inbound(Agent.named("Sundae"), sender="j@acme.com", body="Hi"))
+    cancelled = run_protege("runs", "cancel", str(run.id), env=env)
+    assert (cancelled.returncode, cancelled.stdout) == (
+        0,
+        f"run {run.id} cancelled (it had not started)\n",
+    )
+    assert Run.get_by_id(run.id).status == "cancelled"
+    again = run_protege("runs", "cancel", str(run.id), env=env)
+    assert (again.returncode, again.stderr) == (
+        1,
+        f"Error: run {run.id} is cancelled already: there is nothing to cancel\n",
+    )
+    missing = run_protege("runs", "cancel", "999", env=env)
+    assert (missing.returncode, missing.stderr) == (1, "Error: there is no run 999\n")
+
+
+def test_cancel_asks_a_running_run_to_stop_at_its_next_step(run_protege, env):
+    from protege.mail import record_inbound
+    from protege.models import Run
+    from protege.models.base import utcnow
+    from protege.queue import queue_reply
+
+    run = queue_reply(record_inbound(Agent.named("Sundae"), sender="j@acme.com", body="Hi"))
+    Run.claim(run.id, "some-worker", utcnow(), 60)
+    result = run_protege("runs", "cancel", str(run.id), env=env)
+    assert (result.returncode, result.stdout) == (0, f"run {run.id} will stop at its next step\n")
+    assert Run.get_by_id(run.id).cancel_requested_at is not None
+
+
+def test_a_cancel_is_in_the_audit_log_and_a_refused_one_is_not(run_protege, env):
+    from protege.mail import record_inbound
+    from protege.models import AuditEntry
+    from protege.queue import queue_reply
+
+    run = queue_reply(record_inbound(Agent.named("Sundae"), sender="j@acme.com", body="Hi"))
+    assert run_protege("runs", "cancel", str(run.id), env=env).returncode == 0
+    (entry,) = AuditEntry.select()
+    assert (entry.action, entry.subject_kind, entry.subject) == (
+        "cancel requested",
+        "run",
+        f"run {run.id} of Sundae",
+    )
+    assert entry.actor.startswith("cli:")
+    assert (entry.before["status"], entry.after["status"]) == ("queued", "cancelled")
+    assert run_protege("runs", "cancel", str(run.id), env=env).returncode == 1
+    assert AuditEntry.select().count() == 1

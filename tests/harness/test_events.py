@@ -196,3 +196,31 @@ def test_a_real_delivery_outcome_fits_the_delivery_event(protege_app):
     fields = {field.name for field in attrs.fields(events.Delivery)}
     assert set(outcome) <= fields  # nothing the gateway reports is lost from the trail
     assert events.Delivery.from_payload(outcome).status == "queued"
+
+
+def test_a_turn_writes_its_events_in_one_statement_before_its_tools_and_one_after(
+    protege_app, scripted_model
+):
+    import sqlite3
+
+    from protege.db import database
+    from protege.models import Agent, Toolkit
+    from protege.testing import run_reply, say, tool_call
+
+    if not isinstance(database.connection(), sqlite3.Connection):
+        pytest.skip("counts statements with SQLite's trace hook; PostgreSQL writes the same")
+    agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    agent.grant(Toolkit.create(name="Orders", member_tool_ids=["lookup_order"]))
+    scripted_model.script(tool_call("lookup_order", order_number="SCP-1042"), say("Found it."))
+    inserts = []
+    database.connection().set_trace_callback(
+        lambda sql: inserts.append(sql) if sql.startswith("INSERT INTO event") else None
+    )
+    try:
+        done = run_reply(agent, sender="jane@acme.com", body="Where?", installation=protege_app)
+    finally:
+        database.connection().set_trace_callback(None)
+    assert done.status == "done"
+    assert len(done.timeline()) == 7  # request, response, call, result, request, response...
+    # ...written as: the first turn's ask, its tool's answer, the last turn with the run's end.
+    assert len(inserts) == 3

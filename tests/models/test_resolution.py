@@ -1,10 +1,13 @@
 """The database-side gate used by resolution agrees with the reference gate, case by case."""
 
+import contextlib
+import logging
+
 import pytest
 
 from protege.access import decide
 from protege.models import Agent, Toolkit
-from protege.models.resolution import resolve
+from protege.models.resolution import explain, resolve
 
 LONG = "l" + "o" * 70 + "ng@thescoop.com"  # too long to expand: takes the narrowing path
 
@@ -42,3 +45,72 @@ def test_resolution_decides_like_the_reference_gate(protege_db, scoop_manifest, 
         expected = decide(grant.rules, sender)
         (got,) = resolve(agent, scoop_manifest, sender=sender).grants
         assert (got.admitted, got.reason) == (expected.admitted, expected.reason), sender
+
+
+@pytest.mark.parametrize("rules", RULE_SETS)
+def test_a_runs_tools_follow_the_same_decisions_as_the_explanation(
+    protege_db, scoop_manifest, rules
+):
+    agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    grant = agent.grant(Toolkit.create(name="Finance", member_tool_ids=["process_refund"]))
+    open_kit = Toolkit.create(name="Support", member_tool_ids=["lookup_order"])
+    agent.grant(open_kit)
+    for kind, pattern in rules:
+        grant.add_rule(kind, pattern)
+    for sender in SENDERS:
+        admitted = decide(grant.rules, sender).admitted
+        expected = ["lookup_order", *(["process_refund"] if admitted else [])]
+        assert resolve(agent, scoop_manifest, sender=sender).tool_ids == expected, sender
+        assert explain(agent, scoop_manifest, sender=sender).tool_ids == expected, sender
+
+
+def test_scheduled_runs_get_only_proactive_grants(protege_db, scoop_manifest):
+    agent = Agent.create(name="Scout", address="scout@thescoop.example")
+    agent.grant(
+        Toolkit.create(name="Operations", member_tool_ids=["check_flavor_stock"]),
+        allow_proactive=True,
+    )
+    agent.grant(Toolkit.create(name="Finance", member_tool_ids=["process_refund"]))
+    resolution = resolve(agent, scoop_manifest, scheduled=True)
+    assert resolution.tool_ids == ["check_flavor_stock"]
+    assert [(g.toolkit, g.admitted) for g in resolution.grants] == [
+        ("Finance", False),
+        ("Operations", True),
+    ]
+
+
+def test_a_run_reads_no_decisions_until_asked(protege_db, scoop_manifest):
+    agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    agent.grant(Toolkit.create(name="Support", member_tool_ids=["lookup_order"]))
+    with counting_queries() as queries:
+        resolution = resolve(agent, scoop_manifest, sender="jane@acme.com")
+        assert resolution.tool_ids == ["lookup_order"]
+        for_the_run = len(queries)
+        (support,) = resolution.grants
+        (again,) = resolution.grants
+    assert for_the_run == 1  # the grants; no gate has rules, so no rule query
+    assert len(queries) == 2  # the explanation, read once when first asked for
+    assert (support.toolkit, support.admitted, support.reason) == (
+        "Support",
+        True,
+        "no rules: open to every sender",
+    )
+    assert again is support
+
+
+@contextlib.contextmanager
+def counting_queries():
+    queries = []
+
+    class Count(logging.Handler):
+        def emit(self, record):
+            queries.append(record)
+
+    handler, logger = Count(), logging.getLogger("peewee")
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield queries
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.WARNING)

@@ -8,12 +8,14 @@ settings declared with ``plugin_settings`` (``[plugins.protege-weather]`` in
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import httpx
 
 from protege import Tool, Trust, hookimpl
+
+if TYPE_CHECKING:
+    import httpx
 
 DISTRIBUTION = "protege-weather"
 # Wins over the settings: for a test's stand-in service.
@@ -59,6 +61,10 @@ class GetForecastTool(Tool):
         self.client = client
 
     def use(self, context: Any, latitude: float, longitude: float, days: int = 3):
+        # httpx is imported here, not at the top: listing the tools (every `protege` command
+        # builds the manifest) should not pay for an HTTP client no one is calling.
+        import httpx
+
         params = {
             "latitude": latitude,
             "longitude": longitude,
@@ -88,6 +94,8 @@ class GetForecastTool(Tool):
         return self.success(latitude=latitude, longitude=longitude, days=forecast)
 
     def _client(self, context: Any) -> httpx.Client:
+        import httpx
+
         if self.client is None:
             settings = getattr(context, "config", None)
             settings = settings.plugin_settings(DISTRIBUTION) if settings else None

@@ -1,12 +1,13 @@
 """protege-dashboard: the operators' web dashboard and the HTTP ways in for mail.
 
 Adds two commands to ``protege``: ``protege dashboard`` (serve it) and ``protege
-operators`` (the accounts that may sign in). It offers no tools.
+operators`` (the accounts that may sign in), and declares its settings, the
+``[plugins.protege-dashboard]`` table of ``protege.toml``. It offers no tools.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from protege import hookimpl
 
@@ -21,3 +22,11 @@ def register_commands(cli: click.Group) -> None:
 
     cli.add_command(dashboard)
     cli.add_command(operators)
+
+
+@hookimpl
+def plugin_settings() -> Any:
+    """The dashboard's settings: ``[plugins.protege-dashboard]``, checked by protege."""
+    from protege_dashboard.settings import DashboardSettings
+
+    return DashboardSettings

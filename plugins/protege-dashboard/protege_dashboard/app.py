@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -39,8 +40,13 @@ async def _http_error(request: Request, error: Exception) -> Response:
     return Response(page, status_code=error.status_code, media_type="text/html")
 
 
-def create_app(installation: admin.Installation, settings: DashboardSettings) -> Starlette:
-    """The dashboard for ``installation``, as ``protege dashboard`` serves it."""
+def create_app(
+    installation: admin.Installation,
+    settings: DashboardSettings,
+    environ: Mapping[str, str] | None = None,
+) -> Starlette:
+    """The dashboard for ``installation``, as ``protege dashboard`` serves it; the ingresses'
+    secrets are read from ``environ`` (the process's environment by default)."""
     app = Starlette(
         routes=[
             *auth_pages.ROUTES,
@@ -66,6 +72,7 @@ def create_app(installation: admin.Installation, settings: DashboardSettings) ->
     )
     app.state.installation = installation
     app.state.settings = settings
+    app.state.secrets = settings.secrets(environ)
     app.state.login_limiter = LoginLimiter(settings.login_attempts, settings.login_window_seconds)
     app.state.mailgun_tokens = ingress.SeenTokens()
     return app

@@ -10,16 +10,16 @@ import attrs
 import click
 
 if TYPE_CHECKING:
-    from protege.admin import Installation
+    from protege.admin import Config, Installation
     from protege.models import Operator
 
 
 # Imports wait until a command runs: `register_commands` runs for any plugin command.
-def _open() -> Installation:
-    """This folder's installation, its schema checked current."""
+def _open(config: Config | None = None) -> Installation:
+    """This folder's installation (or ``config``'s), its schema checked current."""
     from protege import admin
 
-    installation = admin.open_installation(admin.load_config())
+    installation = admin.open_installation(config or admin.load_config())
     admin.require_current()
     return installation
 
@@ -31,11 +31,14 @@ def dashboard(host: str | None, port: int | None) -> None:
     """Serve the operators' dashboard and the HTTP mail ingresses."""
     import uvicorn
 
+    from protege import admin
     from protege_dashboard.app import create_app
-    from protege_dashboard.settings import PLUGIN_NAME, read_settings
+    from protege_dashboard.settings import read_settings, refuse_old_table
 
-    installation = _open()
-    settings = read_settings(installation.config.plugin_settings(PLUGIN_NAME))
+    config = admin.load_config()
+    refuse_old_table(config.plugins)
+    installation = _open(config)
+    settings = read_settings(installation)
     host = host or settings.host
     port = settings.port if port is None else port
     settings = attrs.evolve(settings, host=host, port=port)
@@ -48,8 +51,8 @@ def dashboard(host: str | None, port: int | None) -> None:
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     click.echo(f"protege dashboard on http://{shown}:{bound_port}/ (Ctrl-C stops it)")
     sys.stdout.flush()
-    config = uvicorn.Config(app, log_level="warning", server_header=False, lifespan="off")
-    uvicorn.Server(config).run(sockets=[listening])
+    serving = uvicorn.Config(app, log_level="warning", server_header=False, lifespan="off")
+    uvicorn.Server(serving).run(sockets=[listening])
 
 
 def _listen(host: str, port: int) -> socket.socket:

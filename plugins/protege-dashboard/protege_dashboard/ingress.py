@@ -55,7 +55,7 @@ def _settings(request: Request) -> DashboardSettings:
 
 
 def _secret(request: Request, ingress: str) -> str:
-    secret = _settings(request).secret(ingress)
+    secret = request.app.state.secrets.get(ingress)
     if secret is None:
         raise Refused(404, f"the {ingress} ingress is not configured")
     return secret

@@ -1,7 +1,7 @@
-"""``[plugins.dashboard]`` in ``protege.toml``: where the dashboard listens, and the secrets
-of its mail ingresses (each named by the environment variable that holds it).
+"""``[plugins.protege-dashboard]`` in ``protege.toml``: where the dashboard listens, and the
+environment variables holding the secrets of its mail ingresses.
 
-    [plugins.dashboard]
+    [plugins.protege-dashboard]
     host = "127.0.0.1"          # the default: only this machine
     port = 8025
     secure_cookies = false      # true behind HTTPS: cookies are then sent over HTTPS only
@@ -10,6 +10,10 @@ of its mail ingresses (each named by the environment variable that holds it).
     postmark_password_env = "PROTEGE_POSTMARK_PASSWORD" # POST /ingress/postmark
     sendgrid_password_env = "PROTEGE_SENDGRID_PASSWORD" # POST /ingress/sendgrid
     mailgun_signing_key_env = "MAILGUN_SIGNING_KEY"     # POST /ingress/mailgun
+
+The plugin declares ``DashboardSettings`` through the ``plugin_settings`` hook, so protege
+checks the table when it builds the manifest, as it checks its own: an unknown key, a wrong
+type or a secret written in the file is refused, and the dashboard will not start.
 
 An ingress whose secret is not set in the environment is closed (it answers 404). Without
 ``allowed_hosts``, a dashboard on a loopback address answers only requests for 127.0.0.1,
@@ -21,23 +25,32 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import attrs
-import cattrs
 
 from protege import ProtegeError
 
-PLUGIN_NAME = "dashboard"
+if TYPE_CHECKING:
+    from protege import admin
+
+DISTRIBUTION = "protege-dashboard"
+OLD_TABLE = "dashboard"  # the table's name before plugins declared their settings
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
+INGRESSES = ("relay", "postmark", "sendgrid", "mailgun")
 
 
 @attrs.frozen(kw_only=True)
 class DashboardSettings:
-    """The dashboard's settings, with the ingress secrets read from the environment."""
+    """The dashboard's settings, as ``[plugins.protege-dashboard]`` holds them: secrets are
+    never here, only the names of the environment variables that hold them."""
 
     host: str = "127.0.0.1"
-    port: int = 8025
+    port: int = attrs.field(
+        default=8025, validator=[attrs.validators.ge(0), attrs.validators.le(65535)]
+    )
     secure_cookies: bool = False
     allowed_hosts: tuple[str, ...] | None = None
     session_hours: float = attrs.field(default=12.0, validator=attrs.validators.gt(0))
@@ -48,8 +61,6 @@ class DashboardSettings:
     postmark_password_env: str = "PROTEGE_POSTMARK_PASSWORD"
     sendgrid_password_env: str = "PROTEGE_SENDGRID_PASSWORD"
     mailgun_signing_key_env: str = "MAILGUN_SIGNING_KEY"
-    # Read from the environment variables above when the settings are read; kept out of repr.
-    secrets: dict[str, str] = attrs.field(factory=dict, repr=False, hash=False)
 
     def hosts(self) -> list[str]:
         """The Host names the dashboard answers."""
@@ -61,34 +72,63 @@ class DashboardSettings:
             loopback = self.host == "localhost"
         return list(LOOPBACK_NAMES) if loopback else ["*"]
 
-    def secret(self, ingress: str) -> str | None:
-        """The password (or Mailgun signing key) of ``ingress``; None when it is closed."""
-        return self.secrets.get(ingress) or None
+    def secrets(self, environ: Mapping[str, str] | None = None) -> IngressSecrets:
+        """The ingresses' secrets, read from the variables named here in ``environ`` (the
+        process's environment by default)."""
+        environ = os.environ if environ is None else environ
+        names = {
+            "relay": self.relay_password_env,
+            "postmark": self.postmark_password_env,
+            "sendgrid": self.sendgrid_password_env,
+            "mailgun": self.mailgun_signing_key_env,
+        }
+        return IngressSecrets(
+            {ingress: environ[n] for ingress, n in names.items() if environ.get(n)}
+        )
 
 
-_converter = cattrs.Converter(forbid_extra_keys=True)
+@attrs.frozen(repr=False)
+class IngressSecrets:
+    """The password (or Mailgun signing key) of each ingress that has one; never shown."""
+
+    values: Mapping[str, str]
+
+    def get(self, ingress: str) -> str | None:
+        """The secret of ``ingress``; None when it is closed."""
+        return self.values.get(ingress) or None
+
+    def __repr__(self) -> str:
+        return f"IngressSecrets(set for: {', '.join(sorted(self.values)) or 'none'})"
 
 
-def read_settings(
-    table: Mapping[str, object], environ: Mapping[str, str] | None = None
-) -> DashboardSettings:
-    """The settings in ``table`` (the ``[plugins.dashboard]`` table), secrets from
-    ``environ``; a clear ``ProtegeError`` for keys or values the dashboard cannot use."""
-    environ = os.environ if environ is None else environ
-    if "secrets" in table:
-        raise ProtegeError("[plugins.dashboard]: secrets are read from the environment")
-    try:
-        settings = _converter.structure(dict(table), DashboardSettings)
-    except cattrs.BaseValidationError as error:
-        problems = "; ".join(cattrs.transform_error(error, path="[plugins.dashboard]"))
+def read_settings(installation: admin.Installation) -> DashboardSettings:
+    """The dashboard's settings in ``installation``, as protege checked them (the defaults
+    when ``protege.toml`` has no table); ``ProtegeError`` with protege's reason when it
+    refused the table."""
+    report = next(
+        (
+            report
+            for report in installation.manifest.plugins
+            if _normalized(report.plugin.source.distribution) == DISTRIBUTION
+        ),
+        None,
+    )
+    if report is not None and report.error is not None:
+        raise ProtegeError(report.error)
+    settings = installation.config.plugin_settings(DISTRIBUTION)
+    return settings if isinstance(settings, DashboardSettings) else DashboardSettings()
+
+
+def refuse_old_table(tables: Mapping[str, object]) -> None:
+    """``ProtegeError`` when ``protege.toml`` still has ``[plugins.dashboard]``: protege
+    drops a table no plugin declares, and a dashboard started without it would quietly lose
+    its ``allowed_hosts`` and ``secure_cookies``."""
+    if OLD_TABLE in tables:
         raise ProtegeError(
-            f"protege.toml has settings the dashboard cannot use: {problems}"
-        ) from None
-    names = {
-        "relay": settings.relay_password_env,
-        "postmark": settings.postmark_password_env,
-        "sendgrid": settings.sendgrid_password_env,
-        "mailgun": settings.mailgun_signing_key_env,
-    }
-    secrets = {ingress: environ[name] for ingress, name in names.items() if environ.get(name)}
-    return attrs.evolve(settings, secrets=secrets)
+            f"protege.toml has [plugins.{OLD_TABLE}]: the dashboard's settings are now "
+            f"[plugins.{DISTRIBUTION}]; rename the table"
+        )
+
+
+def _normalized(distribution: str) -> str:
+    return re.sub(r"[-_.]+", "-", distribution).lower()

@@ -3,6 +3,7 @@ responsibilities, and the audit log."""
 
 from __future__ import annotations
 
+import datetime
 import json
 from typing import Any
 from urllib.parse import quote
@@ -17,7 +18,8 @@ from protege.models import Agent, Blob, Message, Responsibility, Run
 from protege_dashboard.security import checked_form
 from protege_dashboard.web import actor, found, installation, redirect, render
 
-STATUSES = ("queued", "running", "done", "failed")
+STATUSES = ("queued", "running", "done", "failed", "cancelled")
+STOPPABLE = ("queued", "running")
 KINDS = ("reply", "scheduled")
 PAGE = 50
 
@@ -69,20 +71,62 @@ def _event_view(row: Any) -> dict[str, Any]:
     }
 
 
+def _mail_view(message: Message) -> dict[str, Any]:
+    """Where one mail the run queued stands: the delivery loop sends it after the run."""
+    refused = [r for r in message.refused_recipients if isinstance(r, dict)]
+    return {
+        "message": message,
+        "status": message.status,
+        "attempts": message.delivery_attempts,
+        "next_attempt_at": message.next_attempt_at if message.status == "pending" else None,
+        "waiting": [str(a) for a in message.pending_recipients],
+        "refused": [
+            f"{r.get('address')} ({r.get('code')} {r.get('reason')})".strip() for r in refused
+        ],
+        "error": message.delivery_error,
+    }
+
+
 async def run_page(request: Request) -> Response:
-    """One run: the message it answered, its events as a timeline, the mail it sent."""
+    """One run: the message it answered, its events as a timeline, and the mail it queued
+    with where each one's delivery stands."""
     run = found(Run, request.path_params["id"])
     answered = run.message if run.message_id else None
-    sent = list(Message.select().where(Message.run == run).order_by(Message.id))
+    sent = (
+        Message.select()
+        .where((Message.run == run) & (Message.direction == "outbound"))
+        .order_by(Message.id)
+    )
     return render(
         request,
         "run.html",
         run=run,
         answered=answered,
         answered_files=answered.attachments if answered is not None else [],
-        sent=sent,
+        mail=[_mail_view(message) for message in sent],
         events=[_event_view(row) for row in run.timeline()],
+        stoppable=run.status in STOPPABLE,
     )
+
+
+async def run_cancel(request: Request) -> Response:
+    """Stop a run, as ``protege runs cancel`` does: a queued one at once, a running one at
+    its next step; recorded in the audit log."""
+    run = found(Run, request.path_params["id"])
+    await checked_form(request)
+    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)  # naive UTC, as stored
+    try:
+        with admin.change(actor(request), "cancel requested", run):
+            was = Run.request_cancel(run.id, now)
+            if was not in STOPPABLE:  # it ended meanwhile: nothing changed, nothing recorded
+                raise ProtegeError(f"run {run.id} is {was} already: there is nothing to cancel")
+    except ProtegeError as error:
+        return redirect(f"/runs/{run.id}", str(error), request)
+    if was == "queued":
+        said = f"run {run.id} cancelled (it had not started)"
+    else:
+        said = f"run {run.id} will stop at its next step"
+    return redirect(f"/runs/{run.id}", said, request)
 
 
 async def blob_download(request: Request) -> Response:
@@ -197,6 +241,7 @@ def _changes(before: Any, after: Any) -> list[str]:
 ROUTES = [
     Route("/runs", runs_page),
     Route("/runs/{id:int}", run_page),
+    Route("/runs/{id:int}/cancel", run_cancel, methods=["POST"]),
     Route("/files/{id:int}", blob_download),
     Route("/responsibilities", responsibilities_page),
     Route("/responsibilities/{id:int}/edit", responsibility_form, methods=["GET", "POST"]),

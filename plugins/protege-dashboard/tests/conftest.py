@@ -11,7 +11,7 @@ from protege import admin, registry
 from protege.models import Agent, Toolkit
 from protege_dashboard.app import create_app
 from protege_dashboard.operators import add_operator
-from protege_dashboard.settings import read_settings
+from protege_dashboard.settings import DashboardSettings
 
 PASSWORD = "correct horse battery"
 SECRETS = {
@@ -57,7 +57,7 @@ def installation(protege_db, tmp_path, monkeypatch):
 @pytest.fixture
 def app(installation):
     """The dashboard's application, every ingress configured."""
-    return create_app(installation, read_settings({}, SECRETS))
+    return create_app(installation, DashboardSettings(), SECRETS)
 
 
 @pytest.fixture

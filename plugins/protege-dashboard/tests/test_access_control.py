@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from protege.models import Agent, AgentToolkit, Responsibility, Toolkit
+from protege.testing import with_plugin_settings
 from protege_dashboard.app import create_app
 from protege_dashboard.operators import remove_operator
-from protege_dashboard.settings import read_settings
+from protege_dashboard.settings import DashboardSettings, read_settings
 
 PAGES = [
     "/",
@@ -124,7 +125,8 @@ def test_the_session_cookie_is_signed_http_only_and_same_site(client, operator, 
 def test_cookies_are_https_only_when_configured(installation, operator, sign_in):
     from starlette.testclient import TestClient
 
-    app = create_app(installation, read_settings({"secure_cookies": True}, {}))
+    configured = with_plugin_settings(installation, "protege-dashboard", {"secure_cookies": True})
+    app = create_app(configured, read_settings(configured), {})
     with TestClient(app, base_url="https://127.0.0.1") as client:
         answer = sign_in(client)
     assert "secure" in answer.headers["set-cookie"].lower().replace("samesite", "")
@@ -168,9 +170,9 @@ def test_every_answer_forbids_scripts_framing_and_sniffing(client):
 
 
 def test_the_dashboard_listens_on_this_machine_only_by_default():
-    settings = read_settings({}, {})
+    settings = DashboardSettings()
     assert settings.host == "127.0.0.1"
-    assert settings.secret("relay") is None
+    assert settings.secrets({}).get("relay") is None
 
 
 @pytest.mark.parametrize("host", ["evil.example", "127.0.0.1.evil.example"])
@@ -183,7 +185,7 @@ def test_a_request_for_another_host_name_is_refused(app, host):
 
 
 def test_allowed_hosts_follow_the_address_listened_on():
-    assert "localhost" in read_settings({}, {}).hosts()
-    assert read_settings({"host": "0.0.0.0"}, {}).hosts() == ["*"]
-    named = read_settings({"host": "0.0.0.0", "allowed_hosts": ["dash.example.com"]}, {})
+    assert "localhost" in DashboardSettings().hosts()
+    assert DashboardSettings(host="0.0.0.0").hosts() == ["*"]
+    named = DashboardSettings(host="0.0.0.0", allowed_hosts=("dash.example.com",))
     assert named.hosts() == ["dash.example.com"]

@@ -63,7 +63,10 @@ def demo(tmp_path_factory) -> Iterator[tuple[Path, str]]:
         ready, _, _ = select.select([server.stdout], [], [], 60)
         assert ready, "protege dashboard said nothing"
         line = server.stdout.readline().decode()
-        assert line.startswith("protege dashboard on http://127.0.0.1:"), line
+        # An empty line: it ended; what it said on stderr is why.
+        assert line.startswith("protege dashboard on http://127.0.0.1:"), (
+            line or server.stderr.read().decode()
+        )
         yield folder, line.split()[3].rstrip("/")
     finally:
         server.terminate()
@@ -185,4 +188,7 @@ def test_a_run_of_the_demo_shows_the_refused_refund(signed_in, demo):
     page = browser.find_element(By.TAG_NAME, "main").text
     assert "Thanks! Could you process another one, for SCP-1043?" in page  # what it answered
     assert "Hi Jane, I can't issue refunds myself" in page  # the mail it sent
+    # The demo ran the delivery loop's work: the mail is out (to its outbox), not pending.
+    delivery = browser.find_element(By.CSS_SELECTOR, "article.mail .delivery").text
+    assert delivery == "sent"
     _screenshot(browser, "run.png")

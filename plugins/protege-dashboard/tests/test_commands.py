@@ -9,8 +9,9 @@ from click.testing import CliRunner
 
 from protege.cli import cli
 from protege.models import Operator
+from protege.testing import with_plugin_settings
 from protege_dashboard.passwords import hash_password, verify_password
-from protege_dashboard.settings import read_settings
+from protege_dashboard.settings import DashboardSettings, read_settings
 
 
 @pytest.fixture
@@ -83,33 +84,64 @@ def test_a_port_in_use_is_one_clear_line(protege):
     )
 
 
-def test_settings_the_dashboard_cannot_use_are_a_clear_error():
-    from protege import ProtegeError
+@pytest.mark.parametrize(
+    ("table", "said"),
+    [
+        ("prot = 8025", "extra fields found (prot) @ plugins.protege-dashboard"),
+        ('port = "high"', "plugins.protege-dashboard.port"),
+        ("session_hours = 0", "'session_hours' must be > 0"),
+        ('allowed_hosts = "dash.example.com"', "must be a list of strings"),
+        ('relay_password = "hunter2-hunter2"', "name the environment variable"),
+    ],
+)
+def test_settings_the_dashboard_cannot_use_are_one_clear_line(protege, installation, table, said):
+    toml = installation.config.root / "protege.toml"
+    toml.write_text(toml.read_text() + f"\n[plugins.protege-dashboard]\n{table}\n")
+    result = protege("dashboard", "--port", "0")
+    assert result.exit_code == 1
+    last = result.output.splitlines()[-1]
+    assert last.startswith("Error: protege.toml has settings it cannot use: ")
+    assert said in last
+    assert "plugins.protege-dashboard" in last
+    assert "hunter2" not in result.output
 
-    with pytest.raises(ProtegeError, match=r"\[plugins.dashboard\]"):
-        read_settings({"prot": 8025})
-    with pytest.raises(ProtegeError, match="environment"):
-        read_settings({"secrets": {"relay": "x"}})
+
+def test_the_old_table_name_is_refused_rather_than_quietly_dropped(protege, installation):
+    toml = installation.config.root / "protege.toml"
+    old = '[plugins.dashboard]\nallowed_hosts = ["dash.example.com"]\n'
+    toml.write_text(toml.read_text() + "\n" + old)
+    result = protege("dashboard", "--port", "0")
+    assert result.exit_code == 1
+    assert result.output.splitlines()[-1] == (
+        "Error: protege.toml has [plugins.dashboard]: the dashboard's settings are now "
+        "[plugins.protege-dashboard]; rename the table"
+    )
 
 
-def test_ingress_secrets_come_from_the_variables_protege_toml_names():
-    settings = read_settings({"relay_password_env": "MY_RELAY"}, {"MY_RELAY": "s3cret-value"})
-    assert settings.secret("relay") == "s3cret-value"
-    assert "s3cret" not in repr(settings)
+def test_ingress_secrets_come_from_the_variables_protege_toml_names(installation):
+    configured = with_plugin_settings(
+        installation, "protege-dashboard", {"relay_password_env": "MY_RELAY"}
+    )
+    settings = read_settings(configured)
+    assert settings.relay_password_env == "MY_RELAY"
+    secrets = settings.secrets({"MY_RELAY": "s3cret-value", "PROTEGE_RELAY_PASSWORD": "other"})
+    assert secrets.get("relay") == "s3cret-value"
+    assert secrets.get("postmark") is None
+    assert "s3cret" not in repr(secrets) + repr(settings)
 
 
 def test_the_readme_settings_are_the_defaults_and_protege_accepts_them(tmp_path):
     import re
     from pathlib import Path
 
-    from protege.config import load_config
-    from protege_dashboard.settings import DashboardSettings
+    from protege import admin
 
     readme = (Path(__file__).parents[3] / "README.md").read_text()
-    (block,) = re.findall(r"```toml\n(\[plugins\.dashboard\].*?)```", readme, re.DOTALL)
+    (block,) = re.findall(r"```toml\n(\[plugins\.protege-dashboard\].*?)```", readme, re.DOTALL)
     (tmp_path / "protege.toml").write_text(block)
-    table = load_config(tmp_path, environ={}).plugin_settings("dashboard")
-    assert read_settings(table, {}) == DashboardSettings()
+    config = admin.load_config(tmp_path, environ={})
+    installation = admin.open_installation(config, connect=False)
+    assert read_settings(installation) == DashboardSettings()
 
 
 def test_the_dashboard_refuses_an_unmigrated_database_in_one_line(tmp_path, monkeypatch):
@@ -118,4 +150,6 @@ def test_the_dashboard_refuses_an_unmigrated_database_in_one_line(tmp_path, monk
         cli, ["dashboard"], env={"PROTEGE_DATABASE_URL": f"sqlite:///{tmp_path}/new.db"}
     )
     assert result.exit_code == 1
-    assert "run `protege migrate` or `protege sync`" in result.output
+    (line,) = result.output.splitlines()
+    assert line.startswith("Error: ")
+    assert "run `protege sync`" in line

@@ -18,7 +18,7 @@ from protege import blobs
 from protege.gateway.smtp import free_port, start_gateway
 from protege.models import Message, Run
 from protege_dashboard.app import create_app
-from protege_dashboard.settings import read_settings
+from protege_dashboard.settings import DashboardSettings
 
 LIMIT = 8 * 1024
 RELAY = ("protege", "relay-secret-1")
@@ -54,7 +54,7 @@ def limited(installation):
 @pytest.fixture
 def web(limited, scoop):
     with TestClient(
-        create_app(limited, read_settings({}, SECRETS)), base_url="http://127.0.0.1"
+        create_app(limited, DashboardSettings(), SECRETS), base_url="http://127.0.0.1"
     ) as client:
         yield client
 
@@ -166,7 +166,7 @@ def test_relay_refuses_too_many_header_addresses_as_smtp_says_552(web, limited):
 
 
 def test_an_ingress_without_its_secret_is_closed(limited, scoop):
-    app = create_app(limited, read_settings({}, {}))
+    app = create_app(limited, DashboardSettings(), {})
     with TestClient(app, base_url="http://127.0.0.1") as web:
         assert relay(web, mail()).status_code == 404
         assert postmark(web, {"RawEmail": mail().decode()}).status_code == 404

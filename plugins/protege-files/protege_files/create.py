@@ -10,7 +10,6 @@ import unicodedata
 import xml.etree.ElementTree as ElementTree
 
 from protege import Result, RunContext, Tool
-from protege.blobs import sanitize_filename, store
 
 FORMATS = {  # format: (extension, content type)
     "csv": ("csv", "text/csv; charset=utf-8"),
@@ -65,6 +64,8 @@ class CreateFileTool(Tool):
             check(format, content)
         except InvalidContent as error:
             return self.failure(f"this is not valid {format}: {error}")
+        from protege.blobs import store  # the database layer, loaded on first use
+
         name = file_name(filename, format, limits.max_filename_chars)
         content_type = FORMATS[format][1]
         blob = store(
@@ -82,6 +83,8 @@ class CreateFileTool(Tool):
 def file_name(requested: str, format: str, max_chars: int) -> str:
     """A safe name for a created file: no folders or control characters, at most
     ``max_chars`` characters, ending in the format's extension."""
+    from protege.blobs import sanitize_filename
+
     extension = FORMATS[format][0]
     name = _CONTROLS.sub("", unicodedata.normalize("NFKC", requested))
     name = sanitize_filename(name, default="file")

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from protege import Part, Result, RunContext, Tool, Trust
-from protege.blobs import IMAGE_TYPES, PDF_TYPE, as_text, read, sniff
-from protege.mail import visible_blob
 from protege_files.pdftext import PDFTextFailed, pdf_text
 
 
@@ -30,6 +28,10 @@ class ReadAttachmentTool(Tool):
     trust = Trust.UNTRUSTED  # files come from outside
 
     def use(self, context: RunContext, blob_id: int) -> Result:
+        # The database layer and the PDF reader load on first use, not with the manifest.
+        from protege.blobs import IMAGE_TYPES, PDF_TYPE, as_text, read, sniff
+        from protege.mail import visible_blob
+
         blob = visible_blob(context.agent, blob_id)
         if blob is None:  # the same words whether it is missing or someone else's
             return self.failure(f"no such attachment: {blob_id}")
@@ -99,6 +101,8 @@ class ReadAttachmentTool(Tool):
         )
 
     def _pdf(self, context: RunContext, data: bytes, about: dict[str, object]) -> Result:
+        from protege.blobs import PDF_TYPE
+
         if context.config.model.accepts("pdf"):
             try:
                 part = Part.pdf(data, filename=str(about["filename"]))

@@ -2,38 +2,74 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from protege import Result, RunContext, Tool, Trust
-from protege.mail import MAX_SEARCH_RESULTS, attachments_of, search
 
 BODY_LIMIT = 4000
+MAX_RESULTS = 50  # protege.mail.MAX_SEARCH_RESULTS, which a test holds it to
+_TEXT = {"type": "string", "minLength": 1, "maxLength": 500}
+_DATE = {"type": "string", "minLength": 1, "maxLength": 40}
 
 
 class SearchEmailsTool(Tool):
-    """Full-text search over the agent's own mail."""
+    """Full-text search over the agent's own mail, with the filters mail search has."""
 
     description = (
-        "Searches your own mail (sent and received) for messages containing every word of "
-        "query, in the participants' addresses, the subject or the body. Use it to recall "
-        "earlier conversations that are not in the current thread. Returns the newest "
-        "matches first, each with its body and its attachments (id, filename, type, size)."
+        "Searches your own mail (sent and received). query: words that must all appear in "
+        "the participants' addresses, the subject or the body. Filters, all optional and "
+        "combined: from (words or an address in the sender), to (in the To, Cc or Bcc "
+        "recipients), subject (words in the subject), direction (inbound: mail you "
+        "received; outbound: mail you sent), after and before (a date like 2026-03-01 or a "
+        "date and time like 2026-03-01T09:30:00Z; after includes that moment, before does "
+        "not; UTC unless an offset is given), has_attachment. Use it to recall earlier "
+        "conversations that are not in the current thread. Returns the newest matches "
+        "first, each with its body and its attachments (id, filename, type, size)."
     )
-    summary = "Full-text search over the agent's own mail."
+    summary = "Search the agent's own mail by words, sender, recipient, subject and date."
     input_schema = {
         "type": "object",
         "additionalProperties": False,
-        "required": ["query"],
         "properties": {
-            "query": {"type": "string", "minLength": 1, "maxLength": 500},
-            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_RESULTS},
+            "query": _TEXT,
+            "from": _TEXT,
+            "to": _TEXT,
+            "subject": _TEXT,
+            "direction": {"type": "string", "enum": ["inbound", "outbound"]},
+            "after": _DATE,
+            "before": _DATE,
+            "has_attachment": {"type": "boolean"},
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_RESULTS},
         },
     }
     trust = Trust.UNTRUSTED  # other people's mail
 
-    def use(self, context: RunContext, query: str, limit: int = 10) -> Result:
-        matches = search(context.agent, query, limit)
+    def use(self, context: RunContext, **arguments: Any) -> Result:
+        # protege.mail brings the database layer: loaded on first use, not with the manifest.
+        from protege.mail import attachments_of, search, search_date
+
+        # ``from`` is a Python keyword, so the arguments come as a mapping.
+        dates = {}
+        for name in ("after", "before"):
+            if name in arguments:
+                try:
+                    dates[name] = search_date(arguments[name])
+                except ValueError as error:
+                    return self.failure(f"{name}: {error}")
+        matches = search(
+            context.agent,
+            arguments.get("query", ""),
+            arguments.get("limit", 10),
+            sender=arguments.get("from", ""),
+            recipient=arguments.get("to", ""),
+            subject=arguments.get("subject", ""),
+            direction=arguments.get("direction"),
+            has_attachment=arguments.get("has_attachment"),
+            **dates,
+        )
         attachments = attachments_of(matches)
         return self.success(
-            query=query,
+            **{k: v for k, v in arguments.items() if k != "limit"},
             matches=[
                 {
                     "id": message.id,

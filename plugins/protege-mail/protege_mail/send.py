@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from protege import Result, RunContext, Tool, Trust
-from protege.mail import clean_address, reply_headers, routing_key, visible_blob
-from protege.models import Message
+
+if TYPE_CHECKING:
+    from protege.models import Message
+
+# protege.mail brings the database layer, so the functions below import it when called:
+# building the manifest, which every protege command does, never loads it.
 
 _REPLY_PREFIX = re.compile(r"^\s*(re\s*(\[\d+\])?\s*:\s*)+", re.IGNORECASE)
 
@@ -31,6 +35,8 @@ def reply_recipients(
     the Cc kept in Cc, plus what the agent adds; the agent itself dropped; each person once.
     Carried-over addresses that are not plain mailboxes are left out; the agent's own
     additions are kept as given (the gateway refuses bad ones)."""
+    from protege.mail import clean_address, routing_key
+
     answer_to = list(inbound.reply_to_addresses or []) or [inbound.sender]
     seen = {routing_key(agent_address)}
     lists: tuple[list[str], list[str], list[str]] = ([], [], [])
@@ -90,6 +96,8 @@ class SendEmailTool(Tool):
         subject: str | None = None,
         attachments: Sequence[int] = (),
     ) -> Result:
+        from protege.mail import visible_blob
+
         agent = context.agent
         files = []
         for blob_id in attachments:
@@ -127,6 +135,8 @@ class SendEmailTool(Tool):
         inbound = context.message
         if inbound is None:
             return 'a scheduled run has no message to reply to: use mode "new" with to and subject'
+        from protege.mail import reply_headers
+
         to_list, cc_list, bcc_list = reply_recipients(inbound, context.agent.address, to, cc, bcc)
         if not (to_list or cc_list or bcc_list):
             return "nobody to reply to: the message's sender has no usable address"
@@ -141,6 +151,8 @@ class SendEmailTool(Tool):
 
 
 def _over_the_limit(mail: dict[str, Any], limit: int, mode: str) -> str | None:
+    from protege.mail import clean_address
+
     people = {
         (clean_address(a) or a).lower()
         for field in ("to", "cc", "bcc")

@@ -5,8 +5,7 @@ from collections.abc import Callable
 from typing import Any
 
 from protege import Tool, hookimpl
-from protege_web.fetch import WebFetchTool
-from protege_web.search import WebSearchTool
+from protege_web.tools import WebFetchTool, WebSearchTool
 
 TOOLS: tuple[type[Tool], ...] = (WebFetchTool, WebSearchTool)
 

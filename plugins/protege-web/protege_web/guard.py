@@ -20,13 +20,13 @@ import attrs
 import idna
 
 from protege import ProtegeError
+from protege_web.tools import MAX_URL_LENGTH
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver = Callable[[str], Iterable[str]]
 """Takes a host name, returns the IP addresses (as text) it resolves to."""
 
-MAX_URL_LENGTH = 8192
 SCHEMES = {"http": 80, "https": 443}
 
 _V4 = ipaddress.IPv4Network

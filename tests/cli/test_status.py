@@ -1,0 +1,45 @@
+"""`protege status`: what waits on the workers, per agent, in a real subprocess."""
+
+import datetime
+import json
+
+from protege.gateway.outbound import deliver
+from protege.mail import record_inbound
+from protege.models import Agent, Run
+from protege.models.base import utcnow
+from protege.queue import queue_reply
+
+
+def test_status_counts_queued_running_stuck_failed_runs_and_pending_mail(
+    run_protege, protege_db, tmp_path
+):
+    from protege.config import load_config
+
+    sundae = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    Agent.create(name="Scout", address="scout@thescoop.example")  # nothing to show
+    runs = [queue_reply(record_inbound(sundae, sender="j@acme.com", body=str(n))) for n in range(4)]
+    now = utcnow()
+    Run.claim(runs[1].id, "alive", now, 600)
+    Run.claim(runs[2].id, "dead", now - datetime.timedelta(hours=1), 60)  # stuck
+    Run.claim(runs[3].id, "ended", now, 60)
+    Run.get_by_id(runs[3].id).finish("failed", "the model said no", owner="ended")
+    deliver(agent=sundae, run=None, config=load_config(tmp_path), mail={"to": ["j@acme.com"]})
+    env = {"PROTEGE_DATABASE_URL": protege_db.url}
+    shown = run_protege("status", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines() == [
+        "agent   queued  running  stuck  failed  pending mail",
+        "Sundae  1       1        1      1       1",
+    ]
+    as_json = json.loads(run_protege("status", "--json", env=env).stdout)
+    assert as_json == [
+        {"agent": "Sundae", "queued": 1, "running": 1, "stuck": 1, "failed": 1, "pending_mail": 1}
+    ]
+
+
+def test_status_with_nothing_waiting_says_so(run_protege, protege_db):
+    shown = run_protege("status", env={"PROTEGE_DATABASE_URL": protege_db.url})
+    assert (shown.returncode, shown.stdout) == (
+        0,
+        "nothing queued, running, stuck, failed or pending\n",
+    )
