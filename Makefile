@@ -39,14 +39,18 @@ test-sqlite: $(STAMP)
 	driver="$$(scripts/chromium-for-tests)" && PROTEGE_TEST_CHROMEDRIVER="$$driver" \
 		$(BIN)/python -m pytest -n auto
 
+# Then the crash test, small: serve processes killed with kill -9 while mail comes in
+# (bench/crash.py runs it in full).
 test-postgres: $(STAMP)
-	url="$$(scripts/postgres-for-tests)" && PROTEGE_TEST_DATABASE_URL="$$url" $(BIN)/python -m pytest -n auto -m protege_db
+	url="$$(scripts/postgres-for-tests)" && PROTEGE_TEST_DATABASE_URL="$$url" $(BIN)/python -m pytest -n auto -m protege_db \
+		&& $(BIN)/python bench/crash.py --database-url "$$url" --messages 60 --kills 6 --concurrency 8 --deadline 300
 
 bench: $(STAMP)
 	$(BIN)/python bench/registry.py
 	$(BIN)/python bench/access.py
 	$(BIN)/python bench/parsing.py
 	$(BIN)/python bench/search.py
+	$(BIN)/python bench/serve.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .pg-test

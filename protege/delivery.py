@@ -26,7 +26,7 @@ from pathlib import Path
 
 import peewee
 
-from protege import blobs
+from protege import blobs, failpoints
 from protege.config import Config
 from protege.db import database
 from protege.gateway import relay
@@ -52,7 +52,10 @@ _ANY_DUE = "SELECT 1 FROM message WHERE status = 'pending' AND next_attempt_at <
 
 def lease_seconds(config: Config) -> float:
     """How long a delivery loop holds a mail it is sending: a slow relay's whole answer,
-    several recipients' worth of ``smtp_timeout``."""
+    several recipients' worth of ``smtp_timeout``; for the outbox (a file written in a
+    moment, and never twice), as long as a run's lease."""
+    if config.mail.transport == "outbox":
+        return config.runs.lease_seconds
     return max(120.0, 10 * config.mail.smtp_timeout)
 
 
@@ -83,6 +86,7 @@ def hand_off(message_id: int, config: Config, now: datetime.datetime | None = No
     held = message.delivery_lease_expires_at  # this loop's claim; recorded only while it holds
     raw = blobs.read(message.raw_blob, config)
     waiting = list(message.pending_recipients)
+    failpoints.reached("delivery.handoff")  # claimed and committed, not handed over yet
     if config.mail.transport == "outbox":
         write_to_outbox(raw, message, Path(config.data_dir) / "outbox")
         handover = relay.Handover(delivered=tuple(waiting))

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from protege.delivery import DeliveryLoop, send_pending
 from protege.harness import carry_out, execute
+from protege.harness.model import load_library
 from protege.harness.runner import new_owner
 from protege.installation import Installation
 from protege.models import Run
@@ -112,6 +113,7 @@ class Workers:
         mail_io = ThreadPoolExecutor(
             config.serve.max_concurrent_deliveries, thread_name_prefix="protege-delivery"
         )
+        await self._loop.run_in_executor(io, load_library)
         delivery = DeliveryLoop(config, mail_io, clock=self.clock)
         delivering = asyncio.create_task(delivery.run())
         in_flight: set[asyncio.Task] = set()

@@ -35,6 +35,7 @@ LAYERS = [
             "cron",
             "filetypes",
             "status",
+            "failpoints",
         },
     ),
 ]

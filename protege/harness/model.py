@@ -147,6 +147,13 @@ _CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Any, .
 )
 
 
+def load_library() -> None:
+    """Import the model client library now: a long-lived process (``serve``) does it before
+    it takes runs, so that the first model call does not stall the event loop its runs
+    share (and their leases) while the import runs."""
+    import openai  # noqa: F401
+
+
 async def close_clients() -> None:
     """Close the clients of the running event loop (before the loop itself closes)."""
     for client in _CLIENTS.pop(asyncio.get_running_loop(), {}).values():

@@ -23,6 +23,7 @@ from typing import Any, Protocol, TypeVar
 import attrs
 import peewee
 
+from protege import failpoints
 from protege.config import Config, RunSettings
 from protege.context import RunContext
 from protege.db import database
@@ -284,11 +285,13 @@ class _Attempt:
                 self.logger.warning("run %s: could not renew its lease", self.run.id)
 
     def _commit(self) -> None:
-        """Write the kept events and renew the lease, in one transaction: if the lease is
-        lost, the events are not written."""
+        """Renew the lease and write the kept events, in one transaction: if the lease is
+        lost, the events are not written. The lease comes first: its row lock keeps a
+        worker taking the run over waiting, and a worker that took it over already may have
+        written events under the same numbers."""
         with database.atomic():
-            self.log.write()
             self._renew()
+            self.log.write()
 
     async def step(self) -> None:
         """Between two steps: write what happened, and stop if the run was cancelled."""
@@ -299,11 +302,11 @@ class _Attempt:
     # -- the end --------------------------------------------------------------------------
 
     def _end(self, status: str, error: str | None) -> None:
-        with database.atomic():
-            self.log.write()
+        with database.atomic():  # the end first, for the same reason as in _commit
             if not self.run.finish(status, error, self.claim.owner):
                 self.lost = True
                 raise LeaseLost(f"run {self.run.id} was taken over by another worker")
+            self.log.write()
 
     async def end(self, status: str, error: str | None, event: events.RunEvent | None) -> None:
         """Record the run's end (with ``event``, if any) together with its last events."""
@@ -504,6 +507,7 @@ class _Attempt:
             )
             files += [(outcome.call_id, outcome)] if outcome.parts else []
         await self.step()  # what the tools answered is on record before the next turn
+        failpoints.reached("run.tool_recorded")
         if files:
             messages.append(_files_message(files, budget, dispatcher.fence))
         return failures

@@ -253,13 +253,18 @@ class Run(Record):
 
     def finish(self, status: str, error: str | None = None, owner: str | None = None) -> bool:
         """Record that this run ended (done, failed or cancelled) and why; whether it was
-        recorded (not, when ``owner`` no longer holds the run's lease)."""
-        self.status, self.error, self.finished_at = status, error, utcnow()
+        recorded: not when the run is no longer running, nor when ``owner`` no longer holds
+        its lease (a run taken over and ended by another worker stays as that one ended it;
+        this object is left as it was)."""
+        finished_at = utcnow()
         cursor = database.execute_sql(
             _FINISH_SQL.format(p=database.param),
-            (status, error, self.finished_at, self.id, owner),
+            (status, error, finished_at, self.id, owner),
         )
-        return cursor.rowcount == 1
+        if cursor.rowcount != 1:
+            return False
+        self.status, self.error, self.finished_at = status, error, finished_at
+        return True
 
 
 @attrs.frozen
