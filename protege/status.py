@@ -12,29 +12,36 @@ _RUNS_SQL = (
     "SUM(CASE WHEN status = 'running' AND lease_expires_at >= {p} THEN 1 ELSE 0 END), "
     "SUM(CASE WHEN status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at < {p}) "
     "THEN 1 ELSE 0 END), "
-    "SUM(CASE WHEN status = 'failed' THEN 1 ELSE 0 END) "
-    "FROM run WHERE status IN ('queued', 'running', 'failed') GROUP BY agent_id"
+    "SUM(CASE WHEN status = 'failed' THEN 1 ELSE 0 END), "
+    "SUM(CASE WHEN status = 'waiting' THEN 1 ELSE 0 END) "
+    "FROM run WHERE status IN ('queued', 'running', 'failed', 'waiting') GROUP BY agent_id"
 )
 _MAIL_SQL = "SELECT agent_id, COUNT(*) FROM message WHERE status = 'pending' GROUP BY agent_id"
 
 
 def overview(now: datetime.datetime) -> dict[int, dict[str, int]]:
-    """Per agent id: its queued, running, stuck (running, lease expired before ``now``) and
-    failed runs, and its pending mail. Agents with none of these are left out."""
+    """Per agent id: its queued, running, stuck (running, lease expired before ``now``),
+    failed and waiting (on an approval) runs, and its pending mail. Agents with none of
+    these are left out."""
     found: dict[int, dict[str, int]] = {}
 
     def row(agent_id: int) -> dict[str, int]:
         return found.setdefault(
-            agent_id, {"queued": 0, "running": 0, "stuck": 0, "failed": 0, "pending_mail": 0}
+            agent_id,
+            {
+                "queued": 0,
+                "running": 0,
+                "stuck": 0,
+                "failed": 0,
+                "waiting": 0,
+                "pending_mail": 0,
+            },
         )
 
     p = database.param
-    for agent_id, queued, running, stuck, failed in database.execute_sql(
-        _RUNS_SQL.format(p=p), (now, now)
-    ).fetchall():
-        row(agent_id).update(
-            queued=int(queued), running=int(running), stuck=int(stuck), failed=int(failed)
-        )
+    names = ("queued", "running", "stuck", "failed", "waiting")
+    for agent_id, *counts in database.execute_sql(_RUNS_SQL.format(p=p), (now, now)).fetchall():
+        row(agent_id).update({name: int(n) for name, n in zip(names, counts, strict=True)})
     for agent_id, pending in database.execute_sql(_MAIL_SQL).fetchall():
         row(agent_id)["pending_mail"] = int(pending)
     return found

@@ -11,7 +11,7 @@ from protege.cli.output import echo_json, echo_table
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def status(as_json: bool) -> None:
-    """Show queued, running, stuck and failed runs and pending mail, per agent.
+    """Show queued, running, stuck, failed and waiting runs and pending mail, per agent.
 
     A run is stuck when it is running but its worker stopped renewing its lease: serve
     takes it over by itself; `protege runs retry` does at once.
@@ -31,10 +31,10 @@ def status(as_json: bool) -> None:
         echo_json(rows)
         return
     if not rows:
-        click.echo("nothing queued, running, stuck, failed or pending")
+        click.echo("nothing queued, running, stuck, failed, waiting or pending")
         return
-    columns = ["queued", "running", "stuck", "failed", "pending_mail"]
+    columns = ["queued", "running", "stuck", "failed", "waiting", "pending_mail"]
     echo_table(
-        ["agent", "queued", "running", "stuck", "failed", "pending mail"],
+        ["agent", "queued", "running", "stuck", "failed", "waiting", "pending mail"],
         [[row["agent"], *(row[c] for c in columns)] for row in rows],
     )

@@ -17,7 +17,8 @@ def test_status_counts_queued_running_stuck_failed_runs_and_pending_mail(
 
     sundae = Agent.create(name="Sundae", address="sundae@thescoop.example")
     Agent.create(name="Scout", address="scout@thescoop.example")  # nothing to show
-    runs = [queue_reply(record_inbound(sundae, sender="j@acme.com", body=str(n))) for n in range(4)]
+    runs = [queue_reply(record_inbound(sundae, sender="j@acme.com", body=str(n))) for n in range(5)]
+    Run.update(status="waiting").where(Run.id == runs[4].id).execute()  # on an approval
     now = utcnow()
     Run.claim(runs[1].id, "alive", now, 600)
     Run.claim(runs[2].id, "dead", now - datetime.timedelta(hours=1), 60)  # stuck
@@ -28,12 +29,20 @@ def test_status_counts_queued_running_stuck_failed_runs_and_pending_mail(
     shown = run_protege("status", env=env)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.splitlines() == [
-        "agent   queued  running  stuck  failed  pending mail",
-        "Sundae  1       1        1      1       1",
+        "agent   queued  running  stuck  failed  waiting  pending mail",
+        "Sundae  1       1        1      1       1        1",
     ]
     as_json = json.loads(run_protege("status", "--json", env=env).stdout)
     assert as_json == [
-        {"agent": "Sundae", "queued": 1, "running": 1, "stuck": 1, "failed": 1, "pending_mail": 1}
+        {
+            "agent": "Sundae",
+            "queued": 1,
+            "running": 1,
+            "stuck": 1,
+            "failed": 1,
+            "waiting": 1,
+            "pending_mail": 1,
+        }
     ]
 
 
@@ -41,5 +50,5 @@ def test_status_with_nothing_waiting_says_so(run_protege, protege_db):
     shown = run_protege("status", env={"PROTEGE_DATABASE_URL": protege_db.url})
     assert (shown.returncode, shown.stdout) == (
         0,
-        "nothing queued, running, stuck, failed or pending\n",
+        "nothing queued, running, stuck, failed, waiting or pending\n",
     )
