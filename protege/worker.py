@@ -66,7 +66,6 @@ class Workers:
         self.poll_interval = poll_interval or settings.poll_interval
         self.on_finished = on_finished
         self.clock = clock
-        self.finished = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._stopping: asyncio.Event | None = None
@@ -176,7 +175,6 @@ class Workers:
         run = task.result()
         if run.status in ("queued", "running"):
             return  # handed back, or taken over by another worker
-        self.finished += 1
         delivery.wake()
         if self.on_finished is not None:
             try:

@@ -425,11 +425,6 @@ class EventLog:
             self.seq += 1
             Event.append(self.run_id, [(self.seq, event.kind, payload)])
 
-    @property
-    def unwritten(self) -> int:
-        """How many recorded events are not written yet."""
-        return len(self._kept)
-
 
 def printable(text: str) -> str:
     """``text`` with every control character, line break and bidirectional override shown

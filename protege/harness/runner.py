@@ -190,26 +190,6 @@ async def carry_out(
     return run
 
 
-def abandon(run: Run, reason: str) -> None:
-    """Mark ``run`` failed with ``reason`` if it is still running (its worker gave up on it)."""
-    if run.status == "running":
-        log = EventLog(run.id, _last_seq(run.id))
-        log.record(events.RunFailed(error=reason))
-        with database.atomic():
-            log.write()
-            run.finish(FAILED, reason, run.lease_owner)
-
-
-def _last_seq(run_id: int) -> int:
-    found = (
-        events.Event.select(events.Event.seq)
-        .where(events.Event.run == run_id)
-        .order_by(events.Event.seq.desc())
-        .first()
-    )
-    return 0 if found is None else found.seq
-
-
 @attrs.define
 class _Setup:
     context: RunContext
