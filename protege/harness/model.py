@@ -55,6 +55,7 @@ class ModelClient:
         """One Chat Completions call (retried by the client on 429 and 5xx); it waits on
         the running event loop, so one loop carries many runs' calls at once."""
         import openai  # heavy (~200 ms): loaded by the first model call, not at start-up
+        from openai.types.chat import ChatCompletion
 
         request: dict[str, Any] = {"model": self.settings.model, "messages": messages}
         if tools:
@@ -71,7 +72,14 @@ class ModelClient:
                 self.settings.timeout,
                 self.settings.max_retries,
             )
-            completion = await client.chat.completions.create(**request)
+            # The client's own POST, as its README shows for requests it does not type:
+            # `chat.completions.create` would walk the whole conversation through its
+            # TypedDict transform on every call (a third of the client's CPU per call, more
+            # as the conversation grows) to turn plain JSON into the same plain JSON.
+            # Retries, timeouts, auth and error classes are the client's as before.
+            completion = await client.post(
+                "/chat/completions", cast_to=ChatCompletion, body=request, options=_AUTH
+            )
         except openai.AuthenticationError:
             raise ModelError(
                 f"the model endpoint refused the API key (401): set {self.api_key_env} "
@@ -139,6 +147,8 @@ def _said(error: Exception) -> str:
             return " ".join(str(message).split())
     return " ".join(str(error).split())
 
+
+_AUTH: Any = {"security": {"bearer_auth": True}}  # what `create` sends: the API key only
 
 # One client per endpoint and event loop, so its connection pool is reused across runs: an
 # async client's connections belong to the loop that opened them.

@@ -63,12 +63,14 @@ def http_error(status: int, message: str | None = None) -> Step:
 
 
 class ScriptedModel:
-    """The server. ``requests`` holds every request body it received, parsed."""
+    """The server. ``requests`` holds every request body it received, parsed, and
+    ``authorizations`` the Authorization header of each."""
 
     def __init__(self) -> None:
         self.steps: list[Step] = []
         self.threads: dict[str, list[Step]] = {}
         self.requests: list[dict[str, Any]] = []
+        self.authorizations: list[str | None] = []
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -114,9 +116,12 @@ class ScriptedModel:
         """The messages the model was shown in one request (the last by default)."""
         return self.requests[request]["messages"]
 
-    def _answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def _answer(
+        self, body: dict[str, Any], authorization: str | None = None
+    ) -> tuple[int, dict[str, Any]]:
         with self._lock:
             self.requests.append(body)
+            self.authorizations.append(authorization)
             steps = self._steps_for(body)
             if not steps:
                 return 400, _error(f"scripted model: no step left for request {len(self.requests)}")
@@ -175,7 +180,7 @@ class ScriptedModel:
                 if not self.path.endswith("/chat/completions"):
                     status, answer = 404, _error(f"no route {self.path}")
                 else:
-                    status, answer = model._answer(body)
+                    status, answer = model._answer(body, self.headers.get("Authorization"))
                 data = json.dumps(answer).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")

@@ -95,6 +95,26 @@ def test_token_limit_uses_the_configured_parameter(agent, config, scripted_model
     assert "max_tokens" not in scripted_model.requests[0]
 
 
+def test_request_is_the_conversation_as_plain_json_with_the_api_key(
+    agent, config, scripted_model, scoop_tools
+):
+    settings = attrs.evolve(config.model, temperature=0.5, api_key="sk-test-123")
+    scripted_model.script(say("ok"))
+    run_reply(
+        agent,
+        sender="jane@acme.com",
+        body="Hi",
+        config=attrs.evolve(config, model=settings),
+        manifest=scoop_tools,
+    )
+    (request,) = scripted_model.requests
+    assert set(request) == {"model", "messages", "temperature"}  # no tools granted: none sent
+    assert request["model"] == config.model.model
+    assert request["temperature"] == 0.5
+    assert [m["role"] for m in request["messages"]] == ["system", "user"]
+    assert scripted_model.authorizations == ["Bearer sk-test-123"]
+
+
 def test_usage_and_model_are_recorded(agent, config, scripted_model, scoop_tools):
     scripted_model.script(say("ok"))
     run = run_reply(agent, sender="j@acme.com", body="Hi", config=config, manifest=scoop_tools)
