@@ -73,7 +73,7 @@ def record_inbound(
     message_id = message_id or new_message_id(sender)
     if isinstance(reply_to, str):
         reply_to = [reply_to]
-    return Message.create(
+    return Message.insert_new(
         agent=agent,
         direction=INBOUND,
         sender=sender,

@@ -30,7 +30,7 @@ __all__ = [
 
 def queue_reply(message: Message) -> Run:
     """Queue a run answering ``message`` (an inbound message of its agent)."""
-    return Run.create(
+    return Run.insert_new(
         agent=message.agent,  # the message's own (usually loaded) agent: no query at run time
         kind=REPLY,
         message=message,

@@ -165,7 +165,7 @@ def _deliver_to(
         flags.append(f"approval answer: {answer.reason}")
     else:
         status, reason = ACCEPTED, "accepted"
-    message = Message.create(
+    message = Message.insert_new(
         agent=agent,
         direction=INBOUND,
         status=status,

@@ -85,7 +85,7 @@ def deliver(
         raw_blob = blobs.store(  # in the shared store: any machine's delivery loop sends it
             raw, filename="message.eml", content_type="message/rfc822", config=config
         )
-        stored = Message.create(
+        stored = Message.insert_new(
             agent=agent,
             direction=OUTBOUND,
             status=PENDING,

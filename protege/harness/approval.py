@@ -74,8 +74,12 @@ class Desk:
         dispatcher: Dispatcher,
         deliver: Callable[..., dict[str, Any]],
         clock: Callable[[], datetime.datetime],
+        resumed: bool = True,
     ) -> None:
         self.run = run
+        # A run's approvals are requested by its own attempts, after their first events:
+        # a run with no events yet has none, and its turns need not ask the database.
+        self.may_have_approvals = resumed
         self.policies = policies
         self.dispatcher = dispatcher
         self.deliver = deliver
@@ -108,6 +112,7 @@ class Desk:
     def request(self, call: dict[str, Any], policy: ApprovalPolicy) -> tuple[Approval, bool]:
         """The approval ``call`` waits for, and whether it was created now (then its
         request mail is queued in the same transaction). In the database's thread."""
+        self.may_have_approvals = True
         with database.atomic():
             found = Approval.get_or_none(
                 (Approval.run == self.run.id) & (Approval.call_id == call["id"])
@@ -171,6 +176,8 @@ class Desk:
         """The approvals of this run answered but not yet taken in, each with the event
         recording its answer. In the database's thread."""
         found: list[tuple[Approval, events.RunEvent]] = []
+        if not self.may_have_approvals:
+            return found
         for approval in unsettled(self.run.id):
             when = (approval.answered_at or self.clock()).isoformat(timespec="seconds")
             event: events.RunEvent

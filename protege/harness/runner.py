@@ -400,7 +400,14 @@ class _Attempt:
         dispatcher = Dispatcher(
             granted, context, fence, config.runs.max_result_bytes, live, config.runs.tool_threads
         )
-        desk = Desk(run, resolution.approvals, dispatcher, self.installation.deliver, self.clock)
+        desk = Desk(
+            run,
+            resolution.approvals,
+            dispatcher,
+            self.installation.deliver,
+            self.clock,
+            resumed=self.log.seq > 0,
+        )
         setup = _Setup(context, tools, dispatcher, messages, budget, desk)
         if self.log.seq:  # a run resumed: nothing done is done again
             timeline = run.timeline()
@@ -553,7 +560,9 @@ class _Attempt:
 
     async def _done_or_waiting(self) -> None:
         """The model gave its final answer: the run is done, or waits for approvals."""
-        waiting = await self.db(lambda: [a.id for a in pending_of(self.run.id)])
+        waiting: list[int] = []
+        if self.desk is None or self.desk.may_have_approvals:
+            waiting = await self.db(lambda: [a.id for a in pending_of(self.run.id)])
         if not waiting:
             return await self.end(DONE, None, None)
         try:

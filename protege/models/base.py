@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import datetime
+import functools
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import peewee
 
@@ -53,3 +54,34 @@ class Record(peewee.Model):
         instance = cls(__no_default__=1, **data)
         instance._dirty.clear()  # type: ignore[attr-defined]
         return instance
+
+    @classmethod
+    def insert_new(cls, **values: Any) -> Self:
+        """Create a record as ``create`` does (defaults filled in, its id set), for the rows
+        every run writes: the INSERT is built once per set of columns, not per row."""
+        instance = cls(**values)
+        data = instance.__data__
+        primary: Any = cls._meta.primary_key  # a Field here: every record has an id
+        fields = tuple(
+            field
+            for field in cls._meta.sorted_fields
+            if field is not primary and field.name in data
+        )
+        sql = _insert_sql(
+            cls._meta.table_name,
+            tuple(field.column_name for field in fields),
+            primary.column_name,
+            database.param,
+        )
+        cursor = database.execute_sql(sql, [field.db_value(data[field.name]) for field in fields])
+        setattr(instance, primary.name, cursor.fetchone()[0])
+        instance._dirty.clear()  # type: ignore[attr-defined]
+        return instance
+
+
+@functools.cache  # keyed by names: peewee fields compare with == into SQL expressions
+def _insert_sql(table: str, columns: tuple[str, ...], primary: str, param: str) -> str:
+    return (
+        f"INSERT INTO {table} ({', '.join(columns)}) "
+        f"VALUES ({', '.join([param] * len(columns))}) RETURNING {primary}"
+    )

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import peewee
 
+from protege.db import database
 from protege.models.agents import Agent
 from protege.models.base import Record, utcnow
 from protege.models.messages import Message
@@ -51,12 +53,18 @@ def attachments_of(messages: Sequence[Message]) -> dict[int, list[Blob]]:
     found: dict[int, list[Blob]] = {message.id: [] for message in messages}
     if not found:
         return found
-    links = (
-        MessageAttachment.select(MessageAttachment, Blob)
-        .join(Blob)
-        .where(MessageAttachment.message.in_(list(found)))
-        .order_by(MessageAttachment.message, MessageAttachment.position)
-    )
-    for link in links:
-        found[link.message_id].append(link.blob)
+    # Plain SQL: asked on every run, and building it with peewee cost more than running it.
+    sql = _attachments_sql(database.param, len(found))
+    for row in database.execute_sql(sql, list(found)):
+        found[row[0]].append(Blob.from_row(row[1:]))
     return found
+
+
+@functools.cache
+def _attachments_sql(param: str, messages: int) -> str:
+    return (
+        f"SELECT message_attachment.message_id, {Blob.columns()} FROM message_attachment "
+        "JOIN blob ON blob.id = message_attachment.blob_id "
+        f"WHERE message_attachment.message_id IN ({', '.join([param] * messages)}) "
+        "ORDER BY message_attachment.message_id, message_attachment.position"
+    )

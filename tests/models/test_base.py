@@ -1,0 +1,64 @@
+"""What every record shares: the hand-built INSERT of the rows each run writes."""
+
+import peewee
+import pytest
+
+from protege.models import Agent, Message, Run
+from protege.models.blobs import Blob, MessageAttachment, attachments_of
+
+
+def _fields(number: int) -> dict:
+    mid = f"<m{number}@acme.example>"
+    return dict(direction="inbound", sender="j@acme.example", message_id=mid, thread_key=mid)
+
+
+def test_insert_new_stores_what_create_would(protege_db):
+    agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    made = Message.insert_new(agent=agent, subject="Hi", body_text="x", **_fields(1))
+    created = Message.create(agent=agent, subject="Hi", body_text="x", **_fields(1))
+    assert made.id is not None
+    assert made.id != created.id
+    read, expected = Message.get_by_id(made.id), Message.get_by_id(created.id)
+    differing = {
+        name for name in Message._meta.fields if getattr(read, name) != getattr(expected, name)
+    }
+    assert differing == {"id", "created_at"}  # the rest, defaults too, alike
+    assert read.created_at is not None
+    assert read.to_addresses == []
+
+
+def test_insert_new_keeps_the_objects_it_was_given(protege_db):
+    agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    message = Message.insert_new(agent=agent, **_fields(1))
+    run = Run.insert_new(agent=agent, kind="reply", message=message, correlation_id="c1")
+    assert run.agent is agent
+    assert run.message is message
+    assert run.status == "queued"
+    assert not run.dirty_fields
+    assert Run.get_by_id(run.id).message_id == message.id
+
+
+def test_insert_new_is_refused_by_the_schema_like_create(protege_db):
+    agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    with pytest.raises(peewee.IntegrityError):  # a reply run needs its message
+        Run.insert_new(agent=agent, kind="reply", correlation_id="c1")
+    assert Run.select().count() == 0
+
+
+def test_attachments_come_per_message_in_their_order(protege_db):
+    agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    first, second, bare = (Message.create(agent=agent, **_fields(n)) for n in range(3))
+    blobs = [
+        Blob.create(sha256=f"{n:064x}", size=n, content_type="text/plain", filename=f"{n}.txt")
+        for n in range(3)
+    ]
+    MessageAttachment.create(message=first, blob=blobs[2], position=1)
+    MessageAttachment.create(message=first, blob=blobs[0], position=0)
+    MessageAttachment.create(message=second, blob=blobs[1], position=0)
+    found = attachments_of([first, second, bare])
+    assert [[blob.filename for blob in found[m.id]] for m in (first, second, bare)] == [
+        ["0.txt", "2.txt"],
+        ["1.txt"],
+        [],
+    ]
+    assert attachments_of([]) == {}
