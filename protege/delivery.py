@@ -80,7 +80,10 @@ def claim_due(
 def hand_off(message_id: int, config: Config, now: datetime.datetime | None = None) -> Message:
     """Send one claimed pending mail to its waiting recipients and record the outcome."""
     now = utcnow() if now is None else now
-    message = Message.get_by_id(message_id)
+    found = Message.fetch("id = {p}", message_id)
+    if not found:
+        raise peewee.DoesNotExist(f"no message {message_id}")
+    message = found[0]
     if message.status != PENDING:
         return message
     held = message.delivery_lease_expires_at  # this loop's claim; recorded only while it holds

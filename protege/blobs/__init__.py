@@ -118,7 +118,7 @@ def store(
         written = _written.get()
         if written is not None:
             written.append((target, digest, mark))
-    return Blob.create(
+    return Blob.insert_new(
         sha256=digest,
         size=len(data),
         content_type=content_type or "application/octet-stream",

@@ -62,12 +62,17 @@ def agent_for(address: str) -> Agent | None:
     if key is None:
         return None
     local, _, domain = key.partition("@")
-    candidates = (
-        Agent.select()
-        .where(Agent.address.startswith(local))
-        .where(Agent.address.endswith(f"@{domain}"))
+    candidates = Agent.fetch(
+        "LOWER(address) LIKE {p} ESCAPE '!' AND LOWER(address) LIKE {p} ESCAPE '!'",
+        _like(local.lower()) + "%",
+        "%@" + _like(domain.lower()),
     )
     return next((agent for agent in candidates if routing_key(agent.address) == key), None)
+
+
+def _like(text: str) -> str:
+    """``text`` as a LIKE pattern matching only itself (escape character ``!``)."""
+    return text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
 
 
 def ingest(

@@ -56,8 +56,7 @@ def deliver(
     """
     call_id = current_tool_call.get()
     if run is not None and call_id is not None:
-        earlier = Message.get_or_none((Message.run == run.id) & (Message.tool_call_id == call_id))
-        if earlier is not None:
+        for earlier in Message.fetch("run_id = {p} AND tool_call_id = {p}", run.id, call_id):
             return {**describe(earlier), "repeated": True}
     to, cc, bcc = (_clean(mail.get(field)) for field in ("to", "cc", "bcc"))
     _check_recipients([*to, *cc, *bcc], config.mail)

@@ -32,6 +32,17 @@ def test_recipient_is_matched_by_routing_key(sundae):
     assert agent_for("not an address") is None
 
 
+def test_like_wildcards_in_a_recipient_match_only_themselves(protege_db):
+    underscore = Agent.create(name="U", address="a_b@the_scoop.example")
+    percent = Agent.create(name="P", address="100%!@thescoop.example")
+    assert agent_for("A_B@The_Scoop.example") == underscore
+    assert agent_for("axb@the_scoop.example") is None  # _ is no wildcard here
+    assert agent_for("a_b@thexscoop.example") is None
+    assert agent_for("100%!@thescoop.example") == percent
+    assert agent_for("100x!@thescoop.example") is None
+    assert agent_for("%@thescoop.example") is None
+
+
 def test_no_known_recipient_stores_nothing(sundae, config, mail):
     with pytest.raises(MailRejected, match="no agent") as raised:
         ingest(mail(), config=config, recipients=["nobody@thescoop.example"])
