@@ -111,7 +111,9 @@ class ServeSettings:
     ``poll_interval`` seconds (at once when its own gateway queues one). On SIGTERM it stops
     taking mail and runs, gives the runs in flight ``shutdown_seconds`` to end, and hands
     back to the queue those that did not. ``db_threads`` bounds the database connections a
-    process uses for its runs.
+    process uses for its runs. The worker processes run ``worker_niceness`` steps below the
+    mail process's CPU priority (POSIX ``nice``; 0 for the same), so that taking mail keeps
+    its pace while runs use the rest of the machine.
     """
 
     max_concurrent_runs: int = attrs.field(default=64, validator=attrs.validators.ge(1))
@@ -120,6 +122,9 @@ class ServeSettings:
     shutdown_seconds: float = attrs.field(default=30.0, validator=attrs.validators.ge(0))
     db_threads: int = attrs.field(default=8, validator=attrs.validators.ge(1))
     max_concurrent_deliveries: int = attrs.field(default=8, validator=attrs.validators.ge(1))
+    worker_niceness: int = attrs.field(
+        default=10, validator=[attrs.validators.ge(0), attrs.validators.le(19)]
+    )
 
 
 MIB = 1024 * 1024

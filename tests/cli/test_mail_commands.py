@@ -155,13 +155,18 @@ def test_serve_with_two_processes_takes_mail_here_and_runs_it_in_a_worker_proces
             client.sendmail("jane@acme.com", ["sundae@thescoop.example"], EML)
         while "run 1 (Sundae): done" not in seen and len(seen) < 10:
             seen.append(read_line(process))  # the processes print in whatever order
+        helpers = [
+            int(line.split()[3]) for line in seen if line.startswith("protege: worker process")
+        ]
+        # Runs yield the CPU to the process taking mail ([serve] worker_niceness, 10).
+        priorities = [os.getpriority(os.PRIO_PROCESS, pid) for pid in (process.pid, *helpers)]
     finally:
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
     assert "mail 1 for Sundae: accepted, run 1 queued" in seen
-    helpers = [int(line.split()[3]) for line in seen if line.startswith("protege: worker process")]
     assert len(helpers) == 2
+    assert priorities[1:] == [min(19, priorities[0] + 10)] * 2
     assert out.decode().splitlines()[-1] == "protege: stopped"
     for helper in helpers:
         with pytest.raises(ProcessLookupError):
