@@ -23,7 +23,7 @@ from email.parser import BytesParser, Parser
 import attrs
 
 from protege.errors import ProtegeError
-from protege.gateway.parse import LOOP_HEADER
+from protege.gateway.parse import LOOP_HEADER, HeadersOnce
 
 MAX_ID_LENGTH = 250
 MAX_REFERENCES = 20
@@ -140,7 +140,7 @@ def render(outgoing: Outgoing) -> bytes:
 
     Raises ``DeliveryRefused`` with the difference when they do not.
     """
-    message = EmailMessage()
+    message = EmailMessage(policy=policy.default.clone(header_factory=HeadersOnce()))
     try:
         message["From"] = _address(outgoing.sender, outgoing.sender_name)
         if outgoing.to:
@@ -180,10 +180,11 @@ def render(outgoing: Outgoing) -> bytes:
 def difference(raw: bytes, outgoing: Outgoing) -> str | None:
     """How the mail in ``raw`` differs from ``outgoing`` (its header block, body and
     attachments' names), or None when it is exactly that mail."""
+    reading = policy.default.clone(header_factory=HeadersOnce())
     if outgoing.international:  # RFC 6532: the headers are UTF-8, as a reader decodes them
-        parsed = Parser(policy=policy.default).parsestr(raw.decode("utf-8", "surrogateescape"))
+        parsed = Parser(policy=reading).parsestr(raw.decode("utf-8", "surrogateescape"))
     else:
-        parsed = BytesParser(policy=policy.default).parsebytes(raw)
+        parsed = BytesParser(policy=reading).parsebytes(raw)
     wanted = ["from", "subject", "date", "message-id", LOOP_HEADER.lower(), *_BODY_HEADERS]
     wanted += [n for n, v in (("to", outgoing.to), ("cc", outgoing.cc)) if v]
     wanted += ["in-reply-to"] if outgoing.in_reply_to else []

@@ -150,7 +150,29 @@ def _mime_parts(raw: bytes) -> int:
     return len(opening.findall(raw))
 
 
-class _BoundedHeaders(HeaderRegistry):
+class HeadersOnce(HeaderRegistry):
+    """The standard header registry for one message, reading each header once: the email
+    package parses a header again each time it is asked for (a part's Content-Type many
+    times over), and a parsed header never changes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._read: dict[tuple[str, str], BaseHeader] = {}
+
+    def __call__(self, name: str, value: str) -> BaseHeader:
+        if not isinstance(value, str):  # set from objects (addresses) when writing mail
+            return self.make(name, value)
+        found = self._read.get((name, value))
+        if found is None:
+            found = self._read[(name, value)] = self.make(name, value)
+        return found
+
+    def make(self, name: str, value: str) -> BaseHeader:
+        """The header ``name`` with ``value``, parsed."""
+        return super().__call__(name, value)
+
+
+class _BoundedHeaders(HeadersOnce):
     """The standard header registry, except that a structured header too long or too
     intricate to parse quickly is read as a safe stand-in, and noted."""
 
@@ -160,7 +182,8 @@ class _BoundedHeaders(HeaderRegistry):
         super().__init__()
         self.replaced: list[str] = []
 
-    def __call__(self, name: str, value: str) -> BaseHeader:
+    def make(self, name: str, value: str) -> BaseHeader:
+        """The header ``name`` with ``value``, parsed unless it is too intricate."""
         kind = self[name]
         if not issubclass(kind, self.default_class) and _intricate(value):
             self.replaced.append(name)
