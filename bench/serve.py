@@ -15,6 +15,11 @@ Printed against the ceiling (runs in flight / the two calls' latency: every run 
 waiting on the model, nothing else taking time) and against the bare client: AsyncOpenAI
 making the same calls, as many conversations at once, to the same fake model, measured in
 the same run. The machine's other load counts in both: read the ratios, not the rates.
+It also prints the CPU each costs: serve's per run (every serve process, from the release
+to the end: the second batch taken in and every run carried out and its reply written),
+against the bare client's per conversation. On a machine of C cores, serve can carry at
+most C x 1000 / (cpu/run) runs a second however its work is spread, which bounds the
+ratio to the bare client.
 
     .venv/bin/python bench/serve.py [--processes 1,2] [--concurrency 1,4,16,64,256]
         [--database-url postgresql://...] [--profile serve.prof]
@@ -133,6 +138,22 @@ def _listening(port: int) -> bool:
     return False
 
 
+def _cpu_seconds(pid: int) -> float:
+    """CPU seconds process ``pid`` and its children (serve's worker processes) have used so
+    far, from /proc (Linux; NaN elsewhere)."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def used(process: int) -> float:
+        fields = Path(f"/proc/{process}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return used(pid) + sum(used(int(child)) for child in children)
+    except OSError:
+        return float("nan")
+
+
 def _finished(total: int) -> bool:
     """Every run ended and no reply waiting (a run whose reply failed counts: it ended)."""
     from protege.db import database
@@ -197,10 +218,11 @@ def through_serve(
         _control(base_url, "hold")
         idle = batch / _send(port, range(1, batch + 1))
         _control(base_url, "release")
-        started = time.perf_counter()
+        started, cpu_before = time.perf_counter(), _cpu_seconds(server.pid)
         busy = batch / _send(port, range(batch + 1, 2 * batch + 1))
         _wait_for(lambda: _finished(2 * batch), 600, "every run to end")
         seconds = time.perf_counter() - started
+        cpu = _cpu_seconds(server.pid) - cpu_before
     finally:
         _control(base_url, "release")
         server.send_signal(signal.SIGTERM)
@@ -209,6 +231,7 @@ def through_serve(
         except subprocess.TimeoutExpired:
             server.kill()
     return {
+        "cpu_ms": cpu * 1000 / (2 * batch),
         "runs_per_s": 2 * batch / seconds,
         "ingest_idle": idle,
         "ingest_busy": busy,
@@ -216,9 +239,10 @@ def through_serve(
     }
 
 
-async def _bare(base_url: str, conversations: int, width: int) -> float:
+async def _bare(base_url: str, conversations: int, width: int) -> tuple[float, float]:
     """Conversations per second by AsyncOpenAI alone, ``width`` at once: the same two calls
-    a run makes (the reply asked for, then the answer), nothing stored."""
+    a run makes (the reply asked for, then the answer), nothing stored; and the CPU
+    milliseconds each cost."""
     import openai
 
     tools = [
@@ -251,11 +275,11 @@ async def _bare(base_url: str, conversations: int, width: int) -> float:
             messages.append({"role": "tool", "tool_call_id": call.id, "content": '{"ok":true}'})
             await client.chat.completions.create(model="fake", messages=messages, tools=tools)
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(conversation(n) for n in range(conversations)))
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     await client.close()
-    return conversations / seconds
+    return conversations / seconds, cpu * 1000 / conversations
 
 
 def main() -> None:
@@ -272,7 +296,12 @@ def main() -> None:
     model, base_url = fake_model.start(options.latency, "send_email")
     print(
         f"{'proc':>4} {'conc':>5} {'runs/s':>7} {'ceiling':>8} {'bare':>7} {'vs bare':>8} "
-        f"{'in idle':>8} {'in busy':>8}   (mail in: messages/s over SMTP)"
+        f"{'in idle':>8} {'in busy':>8} {'cpu/run':>8} {'bare cpu':>8}"
+    )
+    print(
+        "(in idle/busy: mail taken in, messages/s over SMTP; cpu/run: CPU ms serve spent per "
+        "run while they executed, every process, mail taken in included; bare cpu: CPU ms "
+        "per conversation of the bare client)"
     )
     try:
         for processes in (int(p) for p in options.processes.split(",")):
@@ -292,13 +321,13 @@ def main() -> None:
                         batch,
                         options.profile,
                     )
-                bare = asyncio.run(_bare(base_url, 2 * batch, width))
+                bare, bare_cpu = asyncio.run(_bare(base_url, 2 * batch, width))
                 ceiling = width / (2 * options.latency)
                 print(
                     f"{processes:>4} {concurrency:>5} {serve['runs_per_s']:>7.1f} "
                     f"{serve['runs_per_s'] / ceiling:>8.2f} {bare:>7.1f} "
                     f"{serve['runs_per_s'] / bare:>8.2f} {serve['ingest_idle']:>8.0f} "
-                    f"{serve['ingest_busy']:>8.0f}"
+                    f"{serve['ingest_busy']:>8.0f} {serve['cpu_ms']:>8.1f} {bare_cpu:>8.1f}"
                     + (f"   {serve['unsent']:.0f} replies not sent" if serve["unsent"] else ""),
                     flush=True,
                 )
