@@ -1,3 +1,5 @@
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -85,6 +87,44 @@ def test_a_bad_config_file_is_a_clear_error(tmp_path, content, message):
     assert message in str(raised.value)
     assert "protege.toml" in str(raised.value)
     assert "\n" not in str(raised.value)
+
+
+def test_whole_numbers_are_read_as_the_floats_their_settings_hold(tmp_path):
+    (tmp_path / "protege.toml").write_text("[model]\ntimeout = 60\n[serve]\npoll_interval = 1\n")
+    config = load_config(tmp_path, environ={})
+    assert (config.model.timeout, config.serve.poll_interval) == (60.0, 1.0)
+    assert type(config.model.timeout) is type(config.serve.poll_interval) is float
+
+
+def test_a_value_of_another_type_is_still_converted_where_it_can_be(tmp_path):
+    (tmp_path / "protege.toml").write_text('[serve]\nprocesses = "3"\n')
+    assert load_config(tmp_path, environ={}).serve.processes == 3
+
+
+READ_PLAIN_FILE = """
+import sys
+from protege.config import load_config
+config = load_config()
+assert config.mail.transport == "smtp" and config.plugins["shop"] == {"n": [1, {"a": 2}]}
+print("cattrs" in sys.modules)
+"""
+
+
+def test_a_file_of_plain_values_is_read_without_loading_cattrs(tmp_path):
+    # cattrs takes longer to import than `protege tools` takes to list its tools; it is
+    # only needed to convert a value or to say what is wrong.
+    (tmp_path / "protege.toml").write_text(
+        'tool_modules = ["shop.tools"]\n[model]\ninput = ["text", "pdf"]\ntimeout = 10\n'
+        '[mail]\ntransport = "smtp"\nsmtp_username = "bot"\n[plugins.shop]\nn = [1, {a = 2}]\n'
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", READ_PLAIN_FILE],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.split() == ["False"]
 
 
 def test_protege_config_naming_a_missing_file_is_an_error(tmp_path):
