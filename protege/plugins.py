@@ -28,6 +28,7 @@ LOAD_VARIABLE = "PROTEGE_LOAD_PLUGINS"
 DISABLE_VARIABLE = "PROTEGE_DISABLE_PLUGINS"
 
 
+@functools.lru_cache(maxsize=4096)  # asked for each plugin's name many times per manifest
 def normalize(distribution: str) -> str:
     """A distribution name in canonical form (PEP 503): ``Protege_Web`` is ``protege-web``."""
     return re.sub(r"[-_.]+", "-", distribution).lower()
@@ -184,6 +185,17 @@ class _Manager(pluggy.PluginManager):
             return super().parse_hookimpl_opts(plugin, name)
         return None
 
+    def hook_names(self, plugin: Any) -> list[str]:
+        """The hooks a registered ``plugin`` implements, sorted, found as ``register`` finds
+        them (pluggy's ``get_hookcallers`` looks through every plugin's implementations
+        of every hook: with hundreds of plugins, much of what loading them costs)."""
+        names = set()
+        for attribute in dir(plugin):
+            opts = self.parse_hookimpl_opts(plugin, attribute)
+            if opts is not None:
+                names.add(opts.get("specname") or attribute)
+        return sorted(names)
+
 
 class PluginHost:
     """The plugins of one process: each imported and registered with pluggy, or reported why not."""
@@ -232,9 +244,8 @@ class PluginHost:
             self.manager.register(module, name=f"{source.distribution}:{source.entry_point}")
         except BaseException as error:  # even KeyboardInterrupt: one plugin's fault
             return self._broken(source, error_line(error), _traceback(error))
-        callers = self.manager.get_hookcallers(module) or []
-        hooks = tuple(sorted(caller.name for caller in callers))
-        unknown = sorted(caller.name for caller in callers if caller.spec is None)
+        hooks = tuple(self.manager.hook_names(module))
+        unknown = [name for name in hooks if not getattr(self.manager.hook, name).has_spec()]
         if unknown:
             self.manager.unregister(module)
             return self._broken(source, f"implements unknown hook(s): {', '.join(unknown)}")
