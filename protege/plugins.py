@@ -171,10 +171,33 @@ class _Manager(pluggy.PluginManager):
     long way; with hundreds of plugins that is much of what registering them costs.
     """
 
+    def __init__(self, project_name: str) -> None:
+        super().__init__(project_name)
+        self._hooks_found: set[str] | None = None
+
+    def register_hooks(self, plugin: Any, name: str) -> tuple[str, ...]:
+        """Register ``plugin`` as ``register`` does, and return the names of the hooks it
+        implements, sorted. They are noted while pluggy reads the plugin: pluggy's
+        ``get_hookcallers`` would look through every plugin's implementations of every
+        hook, for each plugin (quadratic in plugins)."""
+        self._hooks_found = set()
+        try:
+            if self.register(plugin, name=name) is None:  # a blocked name: not registered
+                return ()
+            return tuple(sorted(self._hooks_found))
+        finally:
+            self._hooks_found = None
+
     def parse_hookimpl_opts(self, plugin: Any, name: str) -> pluggy.HookimplOpts | None:
         """As pluggy's, with the common case of a module's attribute read directly: a
         function carries its options, and anything that is not a function, a method or a
         class- or staticmethod is never a hook (as pluggy decides for modules too)."""
+        opts = self._hookimpl_opts(plugin, name)
+        if opts is not None and self._hooks_found is not None:
+            self._hooks_found.add(opts.get("specname") or name)
+        return opts
+
+    def _hookimpl_opts(self, plugin: Any, name: str) -> pluggy.HookimplOpts | None:
         if type(plugin) is not types.ModuleType:
             return super().parse_hookimpl_opts(plugin, name)
         value = plugin.__dict__.get(name)
@@ -184,17 +207,6 @@ class _Manager(pluggy.PluginManager):
         if isinstance(value, types.MethodType | classmethod | staticmethod):
             return super().parse_hookimpl_opts(plugin, name)
         return None
-
-    def hook_names(self, plugin: Any) -> list[str]:
-        """The hooks a registered ``plugin`` implements, sorted, found as ``register`` finds
-        them (pluggy's ``get_hookcallers`` looks through every plugin's implementations
-        of every hook: with hundreds of plugins, much of what loading them costs)."""
-        names = set()
-        for attribute in dir(plugin):
-            opts = self.parse_hookimpl_opts(plugin, attribute)
-            if opts is not None:
-                names.add(opts.get("specname") or attribute)
-        return sorted(names)
 
 
 class PluginHost:
@@ -241,10 +253,11 @@ class PluginHost:
             module = importlib.metadata.EntryPoint(
                 name=source.entry_point, value=source.value, group=ENTRY_POINT_GROUP
             ).load()
-            self.manager.register(module, name=f"{source.distribution}:{source.entry_point}")
+            hooks = self.manager.register_hooks(
+                module, name=f"{source.distribution}:{source.entry_point}"
+            )
         except BaseException as error:  # even KeyboardInterrupt: one plugin's fault
             return self._broken(source, error_line(error), _traceback(error))
-        hooks = tuple(self.manager.hook_names(module))
         unknown = [name for name in hooks if not getattr(self.manager.hook, name).has_spec()]
         if unknown:
             self.manager.unregister(module)
