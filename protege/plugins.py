@@ -97,14 +97,30 @@ def discover(path: Sequence[str] | None = None) -> tuple[PluginSource, ...]:
 
 @functools.cache
 def _discover_installed() -> tuple[PluginSource, ...]:
-    return _scan(importlib.metadata.distributions())
+    # importlib.metadata's own scan skips a distribution found again further along the
+    # path (a folder listed twice) before reading anything of it; its METADATA, read below
+    # for the name and version, is then read once.
+    found: dict[int, tuple[importlib.metadata.Distribution, list[importlib.metadata.EntryPoint]]]
+    found = {}
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if entry_point.dist is not None:
+            found.setdefault(id(entry_point.dist), (entry_point.dist, []))[1].append(entry_point)
+    return _sources(found.values())
 
 
 def _scan(distributions: Iterable[importlib.metadata.Distribution]) -> tuple[PluginSource, ...]:
+    return _sources(
+        (dist, [ep for ep in dist.entry_points if ep.group == ENTRY_POINT_GROUP])
+        for dist in distributions
+    )
+
+
+def _sources(
+    found: Iterable[tuple[importlib.metadata.Distribution, list[importlib.metadata.EntryPoint]]],
+) -> tuple[PluginSource, ...]:
     seen_distributions: set[str] = set()
     sources: list[PluginSource] = []
-    for dist in distributions:
-        entry_points = [ep for ep in dist.entry_points if ep.group == ENTRY_POINT_GROUP]
+    for dist, entry_points in found:
         if not entry_points:
             continue
         name, version = _name_and_version(dist)
