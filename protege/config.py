@@ -392,8 +392,8 @@ class Config:
 # exact shape of its class (the usual case: every key known, every value of its declared
 # type) is read directly, which costs next to nothing. Anything else (a value to convert,
 # an unknown key, a type beyond the plain ones, a value a validator refuses) goes to
-# cattrs, loaded only then (it takes longer to import than `protege tools` takes to list
-# the tools), so that what it accepts and how it words each problem are unchanged.
+# cattrs, loaded only then (importing it costs more than the rest of reading the
+# configuration), so that what it accepts and how it words each problem are unchanged.
 _UNSURE: Any = object()  # "not plainly of this shape": let cattrs decide
 _NONE_TYPE = type(None)
 # Fields of a class a table must not set, though the class has them (read from elsewhere).

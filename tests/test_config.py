@@ -111,8 +111,8 @@ print("cattrs" in sys.modules)
 
 
 def test_a_file_of_plain_values_is_read_without_loading_cattrs(tmp_path):
-    # cattrs takes longer to import than `protege tools` takes to list its tools; it is
-    # only needed to convert a value or to say what is wrong.
+    # Importing cattrs costs more than the rest of reading the configuration; it is only
+    # needed to convert a value or to say what is wrong.
     (tmp_path / "protege.toml").write_text(
         'tool_modules = ["shop.tools"]\n[model]\ninput = ["text", "pdf"]\ntimeout = 10\n'
         '[mail]\ntransport = "smtp"\nsmtp_username = "bot"\n[plugins.shop]\nn = [1, {a = 2}]\n'
