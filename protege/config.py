@@ -440,7 +440,10 @@ def _plain_instance(value: Any, cls: type) -> Any:
     arguments = {}
     for field in fields:
         if field.name in value:
-            item = _plainly_structured(value[field.name], types_[field.name])
+            # A field declared without an annotation (attr.ib(type=...), or none at all)
+            # is not in the hints; cattrs takes its type from the field, or none.
+            declared = types_.get(field.name, field.type)
+            item = _plainly_structured(value[field.name], Any if declared is None else declared)
             if item is _UNSURE:
                 return _UNSURE
             arguments[field.alias] = item

@@ -2,9 +2,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attr
 import pytest
 
-from protege.config import load_config
+from protege.config import load_config, structure_settings
 from protege.errors import ConfigError
 
 
@@ -320,3 +321,19 @@ def test_half_of_the_default_credentials_is_an_error(tmp_path):
         "[blobs] needs both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY set, or neither "
         "(to let boto3 find its own credentials)"
     )
+
+
+@attr.s(frozen=True)
+class _OldStyleSettings:
+    """A plugin's settings declared the older attrs way: types given to attr.ib, or none."""
+
+    retries = attr.ib(type=int, default=1)
+    label = attr.ib(default="x")
+
+
+def test_settings_declared_without_annotations_are_read_too():
+    read = structure_settings({"retries": 2, "label": ["a"]}, _OldStyleSettings, "where")
+    assert read == _OldStyleSettings(retries=2, label=["a"])
+    assert structure_settings({"retries": "3"}, _OldStyleSettings, "where").retries == 3
+    with pytest.raises(ConfigError, match="extra fields found"):
+        structure_settings({"retrys": 2}, _OldStyleSettings, "where")
