@@ -137,7 +137,8 @@ def _sources(
 def _name_and_version(dist: importlib.metadata.Distribution) -> tuple[str, str]:
     # Reading the two headers directly skips a full email parse of METADATA per plugin.
     headers: dict[str, str] = {}
-    for line in (dist.read_text("METADATA") or "").splitlines():
+    # The headers end at the first empty line; the long description after it can be long.
+    for line in (dist.read_text("METADATA") or "").partition("\n\n")[0].splitlines():
         if not line.strip():
             break
         key, _, value = line.partition(":")
