@@ -10,12 +10,8 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from email import policy
-from email.errors import NonASCIILocalPartDefect
-from email.headerregistry import Address
 
 import attrs
-import idna
 
 from protege.errors import ProtegeError
 
@@ -46,6 +42,8 @@ class Mailbox:
     def __str__(self) -> str:
         if not self.name:
             return self.address
+        from email.headerregistry import Address  # see parse_mailbox
+
         local, _, domain = self.address.rpartition("@")
         return str(Address(display_name=self.name, username=local, domain=domain))
 
@@ -74,6 +72,11 @@ def parse_mailbox(text: str) -> Mailbox:
     unfolded = _FINAL_DOT.sub(r"\1", unfolded.strip())
     if _BARE.fullmatch(unfolded):
         return Mailbox("", unfolded)
+    # The parser is loaded here, not at import: a command that reads no address (such as
+    # `protege tools`) does not pay for it, nor does the bare address above.
+    from email import policy
+    from email.errors import NonASCIILocalPartDefect
+
     try:
         header = policy.default.header_factory("from", unfolded)
         groups = header.groups
@@ -117,6 +120,8 @@ def normalize_domain(domain: str) -> str | None:
         return None
     if domain.isascii():
         return domain.lower()
+    import idna  # only international domains need it (see parse_mailbox)
+
     try:
         return idna.encode(domain, uts46=True).decode("ascii").lower()
     except (idna.IDNAError, UnicodeError, ValueError):

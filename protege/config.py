@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import re
-import tomllib
+import types
+import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import attrs
-import cattrs
-import cattrs.gen
 
 from protege.addresses import canonical_address
 from protege.errors import ConfigError
+
+if TYPE_CHECKING:
+    import cattrs
 
 CONFIG_FILENAME = "protege.toml"
 CONFIG_VARIABLE = "PROTEGE_CONFIG"
@@ -390,7 +393,102 @@ class Config:
         return _build(root, None, FileSettings(), {})
 
 
-_converter = cattrs.Converter(forbid_extra_keys=True)
+# Settings are read into their attrs classes in two ways. A table that already has the
+# exact shape of its class (the usual case: every key known, every value of its declared
+# type) is read directly, which costs next to nothing. Anything else (a value to convert,
+# an unknown key, a type beyond the plain ones, a value a validator refuses) goes to
+# cattrs, loaded only then (importing it costs more than the rest of reading the
+# configuration), so that what it accepts and how it words each problem are unchanged.
+_UNSURE: Any = object()  # "not plainly of this shape": let cattrs decide
+_NONE_TYPE = type(None)
+# Fields of a class a table must not set, though the class has them (read from elsewhere).
+_REFUSED_KEYS: dict[type, tuple[str, ...]] = {BlobSettings: BLOB_SECRETS}
+
+
+def _plainly_structured(value: Any, type_: Any) -> Any:
+    """``value`` as ``type_`` when it has exactly that shape already, else ``_UNSURE``."""
+    if type_ is Any:
+        return value
+    if type_ is str or type_ is bool or type_ is int:
+        return value if type(value) is type_ else _UNSURE
+    if type_ is float:
+        return float(value) if type(value) is int or type(value) is float else _UNSURE
+    if isinstance(type_, type) and attrs.has(type_):
+        return _plain_instance(value, type_)
+    origin, arguments = typing.get_origin(type_), typing.get_args(type_)
+    if origin is types.UnionType or origin is typing.Union:
+        others = [argument for argument in arguments if argument is not _NONE_TYPE]
+        if value is None and len(others) < len(arguments):
+            return None
+        return _plainly_structured(value, others[0]) if len(others) == 1 else _UNSURE
+    if type_ == tuple[str, ...]:
+        plain = type(value) is list and all(type(item) is str for item in value)
+        return tuple(value) if plain else _UNSURE
+    if origin in (dict, Mapping) and arguments and arguments[0] is str:
+        if type(value) is not dict or not all(type(key) is str for key in value):
+            return _UNSURE
+        items = {key: _plainly_structured(item, arguments[1]) for key, item in value.items()}
+        return _UNSURE if _UNSURE in items.values() else items
+    return _UNSURE
+
+
+def _plain_instance(value: Any, cls: type) -> Any:
+    if type(value) is not dict:
+        return _UNSURE
+    fields = [field for field in attrs.fields(cls) if field.init]
+    names = {field.name for field in fields}
+    if not names.issuperset(value) or any(key in value for key in _REFUSED_KEYS.get(cls, ())):
+        return _UNSURE
+    types_ = _field_types(cls)
+    if types_ is None:
+        return _UNSURE
+    arguments = {}
+    for field in fields:
+        if field.name in value:
+            # A field declared without an annotation (attr.ib(type=...), or none at all)
+            # is not in the hints; cattrs takes its type from the field, or none.
+            declared = types_.get(field.name, field.type)
+            item = _plainly_structured(value[field.name], Any if declared is None else declared)
+            if item is _UNSURE:
+                return _UNSURE
+            arguments[field.alias] = item
+    try:
+        return cls(**arguments)
+    except Exception:  # a required key missing, a validator refusing: cattrs says which
+        return _UNSURE
+
+
+@functools.cache
+def _field_types(cls: type) -> dict[str, Any] | None:
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # an annotation that does not resolve here: cattrs will say so
+        return None
+
+
+@functools.cache
+def _converter() -> cattrs.Converter:
+    import cattrs
+    import cattrs.gen
+
+    converter = cattrs.Converter(forbid_extra_keys=True)
+    converter.register_structure_hook_func(lambda t: t == tuple[str, ...], _structure_names)
+    blob_settings = cattrs.gen.make_dict_structure_fn(
+        BlobSettings, converter, _cattrs_forbid_extra_keys=True
+    )
+
+    def structure_blobs(value: object, _type: object) -> BlobSettings:
+        if isinstance(value, Mapping):
+            for key in BLOB_SECRETS:
+                if key in value:
+                    raise ValueError(
+                        f"{key} may not be written in protege.toml: name the environment "
+                        f"variable that holds it in {key}_env"
+                    )
+        return blob_settings(value, BlobSettings)  # type: ignore[arg-type]
+
+    converter.register_structure_hook(BlobSettings, structure_blobs)
+    return converter
 
 
 def _structure_names(value: object, _type: object) -> tuple[str, ...]:
@@ -404,27 +502,26 @@ def _describe(error: BaseException, type_: Any) -> str:
     # attrs' validators raise ValueError(message, attribute, ...): the message alone is for people.
     if type(error) is ValueError and error.args and str(error.args[0]):
         return str(error.args[0])
+    import cattrs.v
+
     return cattrs.v.format_exception(error, type_)
 
 
-_converter.register_structure_hook_func(lambda t: t == tuple[str, ...], _structure_names)
-_structure_blob_settings = cattrs.gen.make_dict_structure_fn(
-    BlobSettings, _converter, _cattrs_forbid_extra_keys=True
-)
+def _structured(raw: Mapping[str, Any], section: type[_Section], where: str) -> _Section:
+    """``raw`` as ``section``, or ``ConfigError`` naming each problem (``where`` is the path
+    of the table, the start of each problem's path)."""
+    value = _plainly_structured(raw, section)
+    if value is not _UNSURE:
+        return cast(_Section, value)
+    import cattrs
 
-
-def _structure_blobs(value: object, _type: object) -> BlobSettings:
-    if isinstance(value, Mapping):
-        for key in BLOB_SECRETS:
-            if key in value:
-                raise ValueError(
-                    f"{key} may not be written in protege.toml: name the environment "
-                    f"variable that holds it in {key}_env"
-                )
-    return _structure_blob_settings(value, BlobSettings)  # type: ignore[arg-type]
-
-
-_converter.register_structure_hook(BlobSettings, _structure_blobs)
+    try:
+        return _converter().structure(raw, section)
+    except cattrs.BaseValidationError as error:
+        problems = "; ".join(cattrs.transform_error(error, path=where, format_exception=_describe))
+        raise ConfigError(problems) from None
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"{where}: {_describe(error, section)}") from None
 
 
 def _normalized(distribution: str) -> str:
@@ -446,13 +543,7 @@ def structure_settings(raw: Mapping[str, Any], section: type[_Section], where: s
     """``raw`` (a table of ``protege.toml``) as the attrs class ``section``, or ``ConfigError``
     naming each key that is wrong as protege names its own (``where`` is the table's path,
     such as ``protege.toml.plugins.protege-weather``)."""
-    try:
-        return _converter.structure(dict(raw), section)
-    except cattrs.BaseValidationError as error:
-        problems = "; ".join(cattrs.transform_error(error, path=where, format_exception=_describe))
-        raise ConfigError(problems) from None
-    except (ValueError, TypeError) as error:
-        raise ConfigError(f"{where}: {_describe(error, section)}") from None
+    return _structured(dict(raw), section, where)
 
 
 def load_config(start: Path | None = None, environ: Mapping[str, str] | None = None) -> Config:
@@ -463,6 +554,8 @@ def load_config(start: Path | None = None, environ: Mapping[str, str] | None = N
     path = _find_config_file(start, environ)
     if path is None:
         return _build(start.resolve(), None, FileSettings(), environ)
+    import tomllib  # only needed when there is a file to read
+
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as error:
@@ -470,12 +563,9 @@ def load_config(start: Path | None = None, environ: Mapping[str, str] | None = N
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path} is not valid TOML: {error}") from None
     try:
-        settings = _converter.structure(raw, FileSettings)
-    except cattrs.BaseValidationError as error:
-        problems = "; ".join(
-            cattrs.transform_error(error, path=path.name, format_exception=_describe)
-        )
-        raise ConfigError(f"{path} has settings protege cannot use: {problems}") from None
+        settings = _structured(raw, FileSettings, path.name)
+    except ConfigError as error:
+        raise ConfigError(f"{path} has settings protege cannot use: {error}") from None
     return _build(path.parent.resolve(), path.resolve(), settings, environ)
 
 

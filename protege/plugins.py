@@ -28,6 +28,7 @@ LOAD_VARIABLE = "PROTEGE_LOAD_PLUGINS"
 DISABLE_VARIABLE = "PROTEGE_DISABLE_PLUGINS"
 
 
+@functools.lru_cache(maxsize=4096)  # asked for each plugin's name many times per manifest
 def normalize(distribution: str) -> str:
     """A distribution name in canonical form (PEP 503): ``Protege_Web`` is ``protege-web``."""
     return re.sub(r"[-_.]+", "-", distribution).lower()
@@ -96,14 +97,30 @@ def discover(path: Sequence[str] | None = None) -> tuple[PluginSource, ...]:
 
 @functools.cache
 def _discover_installed() -> tuple[PluginSource, ...]:
-    return _scan(importlib.metadata.distributions())
+    # importlib.metadata's own scan skips a distribution found again further along the
+    # path (a folder listed twice) before reading anything of it; its METADATA, read below
+    # for the name and version, is then read once.
+    found: dict[int, tuple[importlib.metadata.Distribution, list[importlib.metadata.EntryPoint]]]
+    found = {}
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if entry_point.dist is not None:
+            found.setdefault(id(entry_point.dist), (entry_point.dist, []))[1].append(entry_point)
+    return _sources(found.values())
 
 
 def _scan(distributions: Iterable[importlib.metadata.Distribution]) -> tuple[PluginSource, ...]:
+    return _sources(
+        (dist, [ep for ep in dist.entry_points if ep.group == ENTRY_POINT_GROUP])
+        for dist in distributions
+    )
+
+
+def _sources(
+    found: Iterable[tuple[importlib.metadata.Distribution, list[importlib.metadata.EntryPoint]]],
+) -> tuple[PluginSource, ...]:
     seen_distributions: set[str] = set()
     sources: list[PluginSource] = []
-    for dist in distributions:
-        entry_points = [ep for ep in dist.entry_points if ep.group == ENTRY_POINT_GROUP]
+    for dist, entry_points in found:
         if not entry_points:
             continue
         name, version = _name_and_version(dist)
@@ -120,7 +137,8 @@ def _scan(distributions: Iterable[importlib.metadata.Distribution]) -> tuple[Plu
 def _name_and_version(dist: importlib.metadata.Distribution) -> tuple[str, str]:
     # Reading the two headers directly skips a full email parse of METADATA per plugin.
     headers: dict[str, str] = {}
-    for line in (dist.read_text("METADATA") or "").splitlines():
+    # The headers end at the first empty line; the long description after it can be long.
+    for line in (dist.read_text("METADATA") or "").partition("\n\n")[0].splitlines():
         if not line.strip():
             break
         key, _, value = line.partition(":")
@@ -170,10 +188,33 @@ class _Manager(pluggy.PluginManager):
     long way; with hundreds of plugins that is much of what registering them costs.
     """
 
+    def __init__(self, project_name: str) -> None:
+        super().__init__(project_name)
+        self._hooks_found: set[str] | None = None
+
+    def register_hooks(self, plugin: Any, name: str) -> tuple[str, ...]:
+        """Register ``plugin`` as ``register`` does, and return the names of the hooks it
+        implements, sorted. They are noted while pluggy reads the plugin: pluggy's
+        ``get_hookcallers`` would look through every plugin's implementations of every
+        hook, for each plugin (quadratic in plugins)."""
+        self._hooks_found = set()
+        try:
+            if self.register(plugin, name=name) is None:  # a blocked name: not registered
+                return ()
+            return tuple(sorted(self._hooks_found))
+        finally:
+            self._hooks_found = None
+
     def parse_hookimpl_opts(self, plugin: Any, name: str) -> pluggy.HookimplOpts | None:
         """As pluggy's, with the common case of a module's attribute read directly: a
         function carries its options, and anything that is not a function, a method or a
         class- or staticmethod is never a hook (as pluggy decides for modules too)."""
+        opts = self._hookimpl_opts(plugin, name)
+        if opts is not None and self._hooks_found is not None:
+            self._hooks_found.add(opts.get("specname") or name)
+        return opts
+
+    def _hookimpl_opts(self, plugin: Any, name: str) -> pluggy.HookimplOpts | None:
         if type(plugin) is not types.ModuleType:
             return super().parse_hookimpl_opts(plugin, name)
         value = plugin.__dict__.get(name)
@@ -229,12 +270,12 @@ class PluginHost:
             module = importlib.metadata.EntryPoint(
                 name=source.entry_point, value=source.value, group=ENTRY_POINT_GROUP
             ).load()
-            self.manager.register(module, name=f"{source.distribution}:{source.entry_point}")
+            hooks = self.manager.register_hooks(
+                module, name=f"{source.distribution}:{source.entry_point}"
+            )
         except BaseException as error:  # even KeyboardInterrupt: one plugin's fault
             return self._broken(source, error_line(error), _traceback(error))
-        callers = self.manager.get_hookcallers(module) or []
-        hooks = tuple(sorted(caller.name for caller in callers))
-        unknown = sorted(caller.name for caller in callers if caller.spec is None)
+        unknown = [name for name in hooks if not getattr(self.manager.hook, name).has_spec()]
         if unknown:
             self.manager.unregister(module)
             return self._broken(source, f"implements unknown hook(s): {', '.join(unknown)}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import math
 import re
+import types
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -166,14 +167,63 @@ def _schema_and_signature_problems(tool_class: type[Tool]) -> list[str]:
     return _signature_problems(tool_class, schema)
 
 
+_Parameter = tuple[str, inspect._ParameterKind, bool]  # name, kind, has a default
+
+
+def _use_parameters(use: Callable[..., Any]) -> list[_Parameter]:
+    """The parameters of a ``use`` method after ``self``, as ``inspect.signature`` gives
+    them: each one's name, kind, and whether it has a default.
+
+    A plain function is read from its code object, as ``inspect.signature`` itself reads
+    it, unless something on the function (a ``__wrapped__``, a ``__signature__``) could
+    make the signature say otherwise: it is checked for every tool of every manifest, and
+    ``inspect.signature`` costs several times more.
+    """
+    code = getattr(use, "__code__", None)
+    if type(use) is not types.FunctionType or use.__dict__ or code is None or not code.co_argcount:
+        return [
+            (p.name, p.kind, p.default is not p.empty)
+            for p in list(inspect.signature(use).parameters.values())[1:]
+        ]
+    P = inspect.Parameter
+    names, positional_count = code.co_varnames, code.co_argcount
+    keyword_count = code.co_kwonlyargcount
+    first_default = positional_count - len(use.__defaults__ or ())
+    keyword_defaults = use.__kwdefaults__ or {}
+    parameters: list[_Parameter] = [
+        (
+            name,
+            P.POSITIONAL_ONLY if i < code.co_posonlyargcount else P.POSITIONAL_OR_KEYWORD,
+            i >= first_default,
+        )
+        for i, name in enumerate(names[:positional_count])
+    ]
+    after = positional_count + keyword_count  # then *args, then **kwargs, if any
+    if code.co_flags & inspect.CO_VARARGS:
+        parameters.append((names[after], P.VAR_POSITIONAL, False))
+        after += 1
+    parameters += [
+        (name, P.KEYWORD_ONLY, name in keyword_defaults)
+        for name in names[positional_count : positional_count + keyword_count]
+    ]
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        parameters.append((names[after], P.VAR_KEYWORD, False))
+    return parameters[1:]
+
+
 def _signature_problems(tool_class: type[Tool], schema: dict[str, Any]) -> list[str]:
-    parameters = list(inspect.signature(tool_class.use).parameters.values())[1:]  # drop self
-    accepts_any = any(p.kind is p.VAR_KEYWORD for p in parameters)
-    named = {p.name: p for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    parameters = _use_parameters(tool_class.use)
+    P = inspect.Parameter
+    accepts_any = any(kind is P.VAR_KEYWORD for _, kind, _ in parameters)
+    named = {
+        name: has_default
+        for name, kind, has_default in parameters
+        if kind in (P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY)
+    }
     problems = [
-        f"use() parameter {p.name!r} is positional-only, so it cannot be passed by name"
-        for p in parameters
-        if p.kind is p.POSITIONAL_ONLY
+        f"use() parameter {name!r} is positional-only, so it cannot be passed by name"
+        for name, kind, _ in parameters
+        if kind is P.POSITIONAL_ONLY
     ]
     if "context" not in named and not accepts_any:
         problems.append("use() must accept the run context as a parameter named 'context'")
@@ -189,7 +239,7 @@ def _signature_problems(tool_class: type[Tool], schema: dict[str, Any]) -> list[
         )
     problems.extend(
         f"use() parameter {name!r} has no default, so input_schema must list it as required"
-        for name, p in named.items()
-        if name != "context" and p.default is p.empty and name not in required
+        for name, has_default in named.items()
+        if name != "context" and not has_default and name not in required
     )
     return problems

@@ -1,8 +1,11 @@
+import subprocess
+import sys
 from pathlib import Path
 
+import attr
 import pytest
 
-from protege.config import load_config
+from protege.config import load_config, structure_settings
 from protege.errors import ConfigError
 
 
@@ -85,6 +88,44 @@ def test_a_bad_config_file_is_a_clear_error(tmp_path, content, message):
     assert message in str(raised.value)
     assert "protege.toml" in str(raised.value)
     assert "\n" not in str(raised.value)
+
+
+def test_whole_numbers_are_read_as_the_floats_their_settings_hold(tmp_path):
+    (tmp_path / "protege.toml").write_text("[model]\ntimeout = 60\n[serve]\npoll_interval = 1\n")
+    config = load_config(tmp_path, environ={})
+    assert (config.model.timeout, config.serve.poll_interval) == (60.0, 1.0)
+    assert type(config.model.timeout) is type(config.serve.poll_interval) is float
+
+
+def test_a_value_of_another_type_is_still_converted_where_it_can_be(tmp_path):
+    (tmp_path / "protege.toml").write_text('[serve]\nprocesses = "3"\n')
+    assert load_config(tmp_path, environ={}).serve.processes == 3
+
+
+READ_PLAIN_FILE = """
+import sys
+from protege.config import load_config
+config = load_config()
+assert config.mail.transport == "smtp" and config.plugins["shop"] == {"n": [1, {"a": 2}]}
+print("cattrs" in sys.modules)
+"""
+
+
+def test_a_file_of_plain_values_is_read_without_loading_cattrs(tmp_path):
+    # Importing cattrs costs more than the rest of reading the configuration; it is only
+    # needed to convert a value or to say what is wrong.
+    (tmp_path / "protege.toml").write_text(
+        'tool_modules = ["shop.tools"]\n[model]\ninput = ["text", "pdf"]\ntimeout = 10\n'
+        '[mail]\ntransport = "smtp"\nsmtp_username = "bot"\n[plugins.shop]\nn = [1, {a = 2}]\n'
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", READ_PLAIN_FILE],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.split() == ["False"]
 
 
 def test_protege_config_naming_a_missing_file_is_an_error(tmp_path):
@@ -280,3 +321,19 @@ def test_half_of_the_default_credentials_is_an_error(tmp_path):
         "[blobs] needs both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY set, or neither "
         "(to let boto3 find its own credentials)"
     )
+
+
+@attr.s(frozen=True)
+class _OldStyleSettings:
+    """A plugin's settings declared the older attrs way: types given to attr.ib, or none."""
+
+    retries = attr.ib(type=int, default=1)
+    label = attr.ib(default="x")
+
+
+def test_settings_declared_without_annotations_are_read_too():
+    read = structure_settings({"retries": 2, "label": ["a"]}, _OldStyleSettings, "where")
+    assert read == _OldStyleSettings(retries=2, label=["a"])
+    assert structure_settings({"retries": "3"}, _OldStyleSettings, "where").retries == 3
+    with pytest.raises(ConfigError, match="extra fields found"):
+        structure_settings({"retrys": 2}, _OldStyleSettings, "where")

@@ -1,8 +1,11 @@
+import functools
+import inspect
+
 import pytest
 
 from protege import Tool, Trust
 from protege.errors import InvalidTool
-from protege.tool import check_tool_class, is_async, tool_id_for
+from protege.tool import _use_parameters, check_tool_class, is_async, tool_id_for
 
 ORDER_SCHEMA = {
     "type": "object",
@@ -195,3 +198,48 @@ def test_schema_draft_is_taken_from_the_schema():
         "definitions": {"unused": {"type": "string"}},
     }
     check_tool_class(declare(input_schema=draft7))
+
+
+def _plain(self, context): ...
+def _defaults(self, context, a, b=1, *, c, d=2): ...
+def _everything(self, p, /, q, r=3, *args, s, t=4, **kwargs): ...
+def _only_args(self, *args): ...
+def _only_kwargs(self, **kwargs): ...
+async def _asynchronous(self, context, *, query="x"): ...
+def _locals_after(self, context, n):
+    total = n + 1
+    return total
+
+
+def _wrapped(self, context, n): ...
+
+
+@functools.wraps(_wrapped)
+def _decorated(*args, **kwargs): ...
+
+
+def _no_self(*args, context): ...
+
+
+@pytest.mark.parametrize(
+    "use",
+    [
+        _plain,
+        _defaults,
+        _everything,
+        _only_args,
+        _only_kwargs,
+        _asynchronous,
+        _locals_after,
+        _decorated,
+        _no_self,
+        functools.partial(_defaults, None),
+    ],
+)
+def test_use_parameters_are_read_as_inspect_reads_them(use):
+    # The contract check reads a plain use() from its code object, for speed.
+    expected = [
+        (p.name, p.kind, p.default is not p.empty)
+        for p in list(inspect.signature(use).parameters.values())[1:]
+    ]
+    assert _use_parameters(use) == expected

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,6 +10,8 @@ import click
 
 def echo_json(data: Any) -> None:
     """Print ``data`` as indented JSON."""
+    import json  # only the commands asked for JSON need it
+
     click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
 
 
@@ -18,10 +19,13 @@ def echo_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None
     """Print rows under headers, each column as wide as its widest cell."""
     cells = [[str(h) for h in headers], *[["" if c is None else str(c) for c in r] for r in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    for row in cells:
-        click.echo(
+    # One write for the whole table: click.echo flushes each time it is called.
+    click.echo(
+        "\n".join(
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+            for row in cells
         )
+    )
 
 
 def warn_missing_host_tools(manifest: Any) -> None:

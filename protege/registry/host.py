@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import pkgutil
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -42,6 +41,8 @@ def _modules_of(name: str, errors: list[str]) -> list[ModuleType]:
         return []
     modules = [module]
     if hasattr(module, "__path__"):
+        import pkgutil  # only a host whose tool module is a package needs it
+
         for info in pkgutil.walk_packages(
             module.__path__, prefix=f"{name}.", onerror=lambda _name: None
         ):

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-import jsonschema
 
 from protege.config import Config, secret_keys, structure_settings
 from protege.errors import ConfigError, did_you_mean
@@ -88,6 +87,10 @@ def checked(declaration: Any, raw: Mapping[str, Any], where: str) -> Any:
 
 
 def _checked_by_schema(schema: dict[str, Any], raw: dict[str, Any], where: str) -> dict[str, Any]:
+    # Heavy (as much as building a manifest of a hundred tools), and only plugins declaring
+    # their settings as a JSON Schema need it: `protege tools` should not pay for it.
+    import jsonschema
+
     validator_class = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
     try:
         validator_class.check_schema(schema)

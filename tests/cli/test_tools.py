@@ -1,4 +1,7 @@
 import json
+import os
+import subprocess
+import sys
 
 
 def test_tools_json_lists_the_installed_weather_tool_as_a_plugin_tool(run_protege):
@@ -114,3 +117,33 @@ def test_tools_table_lists_origin_and_shadowed_entries(site, run_protege):
 def test_load_list_hides_third_party_tools(run_protege):
     data = json.loads(run_protege("tools", "--json", env={"PROTEGE_LOAD_PLUGINS": ""}).stdout)
     assert "get_forecast" not in [t["id"] for t in data]
+
+
+# What `protege tools` has no use for, and would pay for at every start: a JSON Schema
+# validator (no installed plugin declares its settings as one), cattrs (every table is
+# plain), the full email address parser and IDNA (no address is read).
+START_UP = ("jsonschema", "cattrs", "email.headerregistry", "idna")
+LIST_TOOLS = f"""
+import sys
+from protege.cli import cli
+cli.main(["tools"], prog_name="protege", standalone_mode=False)
+print(" ".join(name for name in {START_UP!r} if name in sys.modules), file=sys.stderr)
+"""
+
+
+def test_listing_the_tools_loads_no_library_it_has_no_use_for(run_protege):
+    (run_protege.project / "protege.toml").write_text(
+        '[responsibilities]\nnotify = "ops@thescoop.com"\n'
+        "[plugins.protege-dashboard]\nport = 8030\n"
+    )
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PROTEGE_", "PYTHON"))}
+    out = subprocess.run(
+        [sys.executable, "-c", LIST_TOOLS],
+        cwd=run_protege.project,
+        env=environ,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "get_forecast" in out.stdout
+    assert out.stderr.split() == []

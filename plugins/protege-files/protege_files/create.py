@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import re
 import unicodedata
-import xml.etree.ElementTree as ElementTree
 
 from protege import Result, RunContext, Tool
 
@@ -111,6 +108,10 @@ def check(format: str, content: str) -> None:
 def _check_csv(content: str) -> None:
     if not content.strip():
         raise InvalidContent("it is empty")
+    # Loaded when a CSV is written, not when the plugin is (as `protege tools` does).
+    import csv
+    import io
+
     try:
         rows = list(csv.reader(io.StringIO(content, newline=""), strict=True))
     except csv.Error as error:
@@ -129,6 +130,8 @@ def _check_svg(content: str) -> None:
         raise InvalidContent("it declares a document type or entities, which are not allowed")
     if "<?xml-stylesheet" in lowered:
         raise InvalidContent("it refers to a stylesheet outside the file")
+    import xml.etree.ElementTree as ElementTree  # as csv above: when an SVG is written
+
     try:
         root = ElementTree.fromstring(content)
     except ElementTree.ParseError as error:

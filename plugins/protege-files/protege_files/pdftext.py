@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import subprocess
 import sys
 
 MEMORY_LIMIT = 1024 * 1024 * 1024
@@ -25,6 +24,8 @@ def pdf_text(
 ) -> tuple[str, int, int]:
     """The text of a PDF's first pages (stopping at ``max_chars``), its page count, and the
     pages read; ``PDFTextFailed`` when it cannot be had within ``seconds`` of CPU."""
+    import subprocess  # loaded when a PDF is read, not when the plugin is
+
     try:
         done = subprocess.run(
             [sys.executable, "-m", "protege_files.pdftext", str(max_pages), str(max_chars)],
