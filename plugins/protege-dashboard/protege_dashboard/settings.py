@@ -23,7 +23,6 @@ other address answers any Host.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -67,6 +66,8 @@ class DashboardSettings:
         if self.allowed_hosts is not None:
             return list(self.allowed_hosts)
         try:
+            import ipaddress  # only when the dashboard starts, not for every manifest
+
             loopback = ipaddress.ip_address(self.host.strip("[]")).is_loopback
         except ValueError:
             loopback = self.host == "localhost"
