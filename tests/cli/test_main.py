@@ -144,3 +144,24 @@ def test_an_unexpected_error_is_one_line_unless_debugging(site, run_protege):
     )
     debug = run_protege("crash", pythonpath=site.path, env={"PROTEGE_DEBUG": "1"})
     assert "Traceback" in debug.stderr
+
+
+def test_the_cycle_collector_is_off_for_start_up_only(monkeypatch):
+    import gc
+
+    from protege import cli
+
+    was_enabled = gc.isenabled()
+    try:
+        monkeypatch.setattr(cli, "START_UP_SECONDS", 3600.0)
+        timer = cli._collect_after_start_up()
+        assert not gc.isenabled()  # while the plugins load and the manifest is built
+        timer.cancel()
+        monkeypatch.setattr(cli, "START_UP_SECONDS", 0.0)
+        timer = cli._collect_after_start_up()
+        timer.join(10)  # the timer's thread ends once it turned the collector back on
+        assert not timer.is_alive()
+        assert gc.isenabled()  # a long-running command (serve) collects as usual
+    finally:
+        if was_enabled:
+            gc.enable()
