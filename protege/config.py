@@ -405,6 +405,9 @@ _NONE_TYPE = type(None)
 _REFUSED_KEYS: dict[type, tuple[str, ...]] = {BlobSettings: BLOB_SECRETS}
 
 
+_LARGEST_EXACT = 2**53  # every int up to it is a float as it is
+
+
 def _plainly_structured(value: Any, type_: Any) -> Any:
     """``value`` as ``type_`` when it has exactly that shape already, else ``_UNSURE``."""
     if type_ is Any:
@@ -412,7 +415,9 @@ def _plainly_structured(value: Any, type_: Any) -> Any:
     if type_ is str or type_ is bool or type_ is int:
         return value if type(value) is type_ else _UNSURE
     if type_ is float:
-        return float(value) if type(value) is int or type(value) is float else _UNSURE
+        if type(value) is float or (type(value) is int and abs(value) <= _LARGEST_EXACT):
+            return float(value)
+        return _UNSURE  # cattrs decides, and words its error (a 400-digit int overflows)
     if isinstance(type_, type) and attrs.has(type_):
         return _plain_instance(value, type_)
     origin, arguments = typing.get_origin(type_), typing.get_args(type_)

@@ -102,7 +102,11 @@ def _discover_installed() -> tuple[PluginSource, ...]:
     # for the name and version, is then read once.
     found: dict[int, tuple[importlib.metadata.Distribution, list[importlib.metadata.EntryPoint]]]
     found = {}
-    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+    try:
+        entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    except Exception:  # a broken distribution (an egg with no name) fails the whole scan
+        return _scan(importlib.metadata.distributions())
+    for entry_point in entry_points:
         if entry_point.dist is not None:
             found.setdefault(id(entry_point.dist), (entry_point.dist, []))[1].append(entry_point)
     return _sources(found.values())

@@ -337,3 +337,16 @@ def test_settings_declared_without_annotations_are_read_too():
     assert structure_settings({"retries": "3"}, _OldStyleSettings, "where").retries == 3
     with pytest.raises(ConfigError, match="extra fields found"):
         structure_settings({"retrys": 2}, _OldStyleSettings, "where")
+
+
+def test_an_integer_too_large_for_a_float_setting_is_a_config_error(tmp_path):
+    (tmp_path / "protege.toml").write_text("[serve]\nshutdown_seconds = 1" + "0" * 400 + "\n")
+    with pytest.raises(ConfigError, match="shutdown_seconds"):
+        load_config(tmp_path, environ={})
+    with pytest.raises(ConfigError, match="retries"):
+        structure_settings({"retries": 10**400}, _FloatSettings, "plugins.x")
+
+
+@attr.s(auto_attribs=True)
+class _FloatSettings:
+    retries: float = 1.0

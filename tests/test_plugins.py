@@ -150,3 +150,15 @@ def test_plugin_raising_any_base_exception_on_import_is_reported(site, raised, e
     assert plugins["hostile-tools"].status is PluginStatus.ERROR
     assert plugins["hostile-tools"].error == error
     assert plugins["good-tools"].status is PluginStatus.OK
+
+
+def test_a_broken_distribution_on_the_path_spoils_no_plugin(site, run_protege, tmp_path):
+    import os
+    from pathlib import Path
+
+    site.add("acme-tools", site.tool_plugin("StampTool"))
+    egg = tmp_path / "broken.egg"  # an egg with no PKG-INFO: a distribution without a name
+    (egg / "EGG-INFO").mkdir(parents=True)
+    result = run_protege("tools", pythonpath=Path(f"{egg}{os.pathsep}{site.path}"))
+    assert result.returncode == 0, result.stderr
+    assert "acme-tools" in result.stdout

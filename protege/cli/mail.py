@@ -55,12 +55,14 @@ def serve(
 
     installation = open_installation()
     config = installation.config
+    if os.environ.get(PARENT_VARIABLE):  # a worker process of another serve
+        _yield_cpu_to_mail(config.serve.worker_niceness)
     width = concurrency or config.serve.max_concurrent_runs
     count = processes or config.serve.processes
     # With several processes, this one only takes mail and queues duties, so that taking
     # mail never waits on runs; each of the others carries runs and sends their mail.
     pool = Workers(installation, max_concurrent_runs=width, on_finished=_report)
-    helpers = _Helpers(count if count > 1 else 0, width, config.serve.worker_niceness)
+    helpers = _Helpers(count if count > 1 else 0, width)
     gateway = None
     if not no_gateway:
         try:
@@ -114,10 +116,9 @@ class _Helpers:
     that dies is started again until serve stops; one that dies at once, again and again,
     is restarted less and less often (up to once a minute)."""
 
-    def __init__(self, count: int, width: int, niceness: int = 0) -> None:
+    def __init__(self, count: int, width: int) -> None:
         self.count = count
         self.width = width
-        self.niceness = niceness
         self._processes: list[subprocess.Popen] = []
         self._started: list[float] = []
         self._delay: list[float] = []
@@ -129,9 +130,7 @@ class _Helpers:
         command = [sys.executable, "-m", "protege", "serve", "--no-gateway", "--no-scheduler"]
         command += ["--processes", "1", "--concurrency", str(self.width)]
         environ = {**os.environ, PARENT_VARIABLE: str(os.getpid())}
-        process = subprocess.Popen(command, stdout=sys.stdout, stderr=sys.stderr, env=environ)
-        _lower_priority(process.pid, self.niceness)
-        return process
+        return subprocess.Popen(command, stdout=sys.stdout, stderr=sys.stderr, env=environ)
 
     def start(self) -> None:
         with self._lock:
@@ -177,17 +176,17 @@ class _Helpers:
                 process.wait()
 
 
-def _lower_priority(pid: int, steps: int) -> None:
-    """Run process ``pid`` ``steps`` below this one's CPU priority: measured with
-    bench/serve.py, runs in worker processes at the same priority cut the mail this process
-    takes in by half; below it, mail keeps its pace and runs lose almost nothing."""
-    if not steps or not hasattr(os, "setpriority"):  # not on Windows
+def _yield_cpu_to_mail(steps: int) -> None:
+    """Run this worker process ``steps`` below its serve's CPU priority, before it starts a
+    thread (on Linux each thread has its own, and new threads take their creator's):
+    measured with bench/serve.py, runs at the same priority cut the mail the serve takes in
+    by half; below it, mail keeps its pace and runs lose almost nothing."""
+    if not steps or not hasattr(os, "nice"):  # not on Windows
         return
     try:
-        own = os.getpriority(os.PRIO_PROCESS, 0)
-        os.setpriority(os.PRIO_PROCESS, pid, min(19, own + steps))
-    except OSError as error:  # it ended at once, say: the supervisor starts another
-        _say(f"protege: could not lower the priority of worker process {pid}: {error}")
+        os.nice(steps)
+    except OSError as error:
+        _say(f"protege: could not lower this worker process's priority: {error}")
 
 
 def _stop_with_parent(stopped: threading.Event) -> None:

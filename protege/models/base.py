@@ -65,7 +65,7 @@ class Record(peewee.Model):
         fields = tuple(
             field
             for field in cls._meta.sorted_fields
-            if field is not primary and field.name in data
+            if field.name in data and (field is not primary or data[field.name] is not None)
         )
         sql = _insert_sql(
             cls._meta.table_name,

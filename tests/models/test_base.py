@@ -62,3 +62,9 @@ def test_attachments_come_per_message_in_their_order(protege_db):
         [],
     ]
     assert attachments_of([]) == {}
+
+
+def test_insert_new_keeps_an_id_it_is_given(protege_db):
+    agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    assert Message.insert_new(id=777, agent=agent, **_fields(1)).id == 777
+    assert Message.get_by_id(777).message_id == "<m1@acme.example>"
