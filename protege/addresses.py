@@ -14,6 +14,7 @@ import unicodedata
 import attrs
 
 from protege.errors import ProtegeError
+from protege.reprs import fields_repr
 
 MAX_ADDRESS_LENGTH = 320
 MAX_MAILBOX_TEXT = 2 * 998  # a display name and an address, as one header line may hold
@@ -32,9 +33,11 @@ class InvalidAddress(ProtegeError):
     """Text that is not exactly one email address."""
 
 
-@attrs.frozen
+@attrs.frozen(repr=False)
 class Mailbox:
     """One mailbox: a display name (decoded, possibly empty) and its address."""
+
+    __repr__ = fields_repr
 
     name: str
     address: str

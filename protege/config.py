@@ -16,6 +16,7 @@ import attrs
 
 from protege.addresses import canonical_address
 from protege.errors import ConfigError
+from protege.reprs import fields_repr
 
 if TYPE_CHECKING:
     import cattrs
@@ -36,7 +37,7 @@ MODEL_INPUTS = (TEXT, IMAGE, PDF)
 _Section = TypeVar("_Section", bound=attrs.AttrsInstance)
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class ModelSettings:
     """``[model]``: the OpenAI-compatible Chat Completions endpoint runs talk to.
 
@@ -52,6 +53,8 @@ class ModelSettings:
     The test fixtures use them to put their scripted model in place of
     whatever the app's ``protege.toml`` names.
     """
+
+    __repr__ = fields_repr
 
     model: str | None = None
     base_url: str | None = None
@@ -84,13 +87,15 @@ class ModelSettings:
         return kind in self.input
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class RunSettings:
     """``[runs]``: the budgets and limits of one agent run.
 
     ``max_tool_calls_per_turn`` caps the calls run from one model answer; the calls past it
     are answered with a failure saying so, and the model may ask again in its next turn.
     """
+
+    __repr__ = fields_repr
 
     max_model_turns: int = attrs.field(default=20, validator=attrs.validators.ge(1))
     max_tool_failures: int = attrs.field(default=5, validator=attrs.validators.ge(0))
@@ -104,7 +109,7 @@ class RunSettings:
     tool_threads: int = attrs.field(default=64, validator=attrs.validators.ge(1))
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class ServeSettings:
     """``[serve]``: how ``protege serve`` carries runs out.
 
@@ -118,6 +123,8 @@ class ServeSettings:
     mail process's CPU priority (POSIX ``nice``; 0 for the same), so that taking mail keeps
     its pace while runs use the rest of the machine.
     """
+
+    __repr__ = fields_repr
 
     max_concurrent_runs: int = attrs.field(default=64, validator=attrs.validators.ge(1))
     processes: int = attrs.field(default=1, validator=attrs.validators.ge(1))
@@ -133,7 +140,7 @@ class ServeSettings:
 MIB = 1024 * 1024
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class MailSettings:
     """``[mail]``: the SMTP gateway, outbound transport, and limits on what mail may carry.
 
@@ -147,6 +154,8 @@ class MailSettings:
     addresses is refused before it is parsed. One mail goes to at most
     ``max_recipients`` people (To, Cc and Bcc together).
     """
+
+    __repr__ = fields_repr
 
     listen_host: str = "127.0.0.1"
     listen_port: int = 2525
@@ -191,7 +200,7 @@ def _check_http_url(instance: object, attribute: attrs.Attribute, value: str) ->
         raise ValueError(f"{attribute.name} must be an http or https URL, not {value!r}")
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class WebSettings:
     """``[web]``: the limits of the ``web_fetch`` and ``web_search`` tools.
 
@@ -201,6 +210,8 @@ class WebSettings:
     ``web_fetch`` reach although they are private or reserved: the operator's exception, for
     an intranet (and for tests on loopback). ``search_url`` is DuckDuckGo's HTML endpoint.
     """
+
+    __repr__ = fields_repr
 
     timeout_seconds: float = attrs.field(
         default=15.0, validator=[attrs.validators.gt(0), attrs.validators.le(120)]
@@ -219,7 +230,7 @@ def _notify_address(instance: object, attribute: attrs.Attribute, value: str | N
         raise ValueError(f"notify: {value!r} is not an email address")
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class ResponsibilitySettings:
     """``[responsibilities]``: the scheduler, and what happens when a scheduled run fails.
 
@@ -230,13 +241,15 @@ class ResponsibilitySettings:
     the run's agent.
     """
 
+    __repr__ = fields_repr
+
     poll_seconds: float = attrs.field(default=15.0, validator=attrs.validators.gt(0))
     retries: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     retry_delay_seconds: float = attrs.field(default=300.0, validator=attrs.validators.ge(0))
     notify: str | None = attrs.field(default=None, validator=_notify_address)
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class FilesSettings:
     """``[files]``: limits on the files agents read and write.
 
@@ -247,6 +260,8 @@ class FilesSettings:
     ``max_part_bytes_per_run`` bytes together. ``create_file`` writes at most
     ``max_created_bytes`` and names files in at most ``max_filename_chars`` characters.
     """
+
+    __repr__ = fields_repr
 
     max_read_bytes: int = attrs.field(default=10 * MIB, validator=attrs.validators.ge(1))
     max_text_chars: int = attrs.field(default=20_000, validator=attrs.validators.ge(100))
@@ -291,7 +306,7 @@ def _check_optional_http_url(
         _check_http_url(instance, attribute, value)
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class BlobSettings:
     """``[blobs]``: where stored files (attachments, created files) keep their bytes.
 
@@ -303,6 +318,8 @@ class BlobSettings:
     ``session_token_env`` name; when the first two are unset, boto3 finds its own (an
     instance role, ``~/.aws``). They are never written in ``protege.toml``.
     """
+
+    __repr__ = fields_repr
 
     store: str = attrs.field(default=LOCAL, validator=attrs.validators.in_((LOCAL, S3)))
     bucket: str | None = attrs.field(default=None, validator=_check_bucket)
@@ -328,9 +345,11 @@ class BlobSettings:
             raise ValueError('bucket: required when store = "s3"')
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class FileSettings:
     """The keys ``protege.toml`` may hold; any other key is an error, not a silent no-op."""
+
+    __repr__ = fields_repr
 
     tool_modules: tuple[str, ...] = ()
     data_dir: str = DEFAULT_DATA_DIR
@@ -347,7 +366,7 @@ class FileSettings:
     plugins: dict[str, dict[str, Any]] = attrs.field(factory=dict)
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class Config:
     """The settings of one protege installation, frozen once read.
 
@@ -361,6 +380,8 @@ class Config:
     test of a host app uses its own database, data directory, local blobs, outbox and
     scripted model whatever the app's ``protege.toml`` says.
     """
+
+    __repr__ = fields_repr
 
     root: Path
     path: Path | None = None

@@ -19,6 +19,7 @@ import pluggy
 
 from protege import hookspecs
 from protege.errors import REPORTED
+from protege.reprs import fields_repr
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +43,11 @@ class PluginStatus(StrEnum):
     DISABLED = "disabled"
 
 
-@attrs.frozen
+@attrs.frozen(repr=False)
 class PluginSource:
     """One ``protege`` entry point of an installed distribution, before anything is imported."""
+
+    __repr__ = fields_repr
 
     distribution: str
     version: str
@@ -62,9 +65,11 @@ class PluginSource:
         return "builtin" if self.builtin else "plugin"
 
 
-@attrs.define
+@attrs.define(repr=False)
 class LoadedPlugin:
     """A plugin source and what became of it: its status, error, and the hooks it implements."""
+
+    __repr__ = fields_repr
 
     source: PluginSource
     status: PluginStatus
@@ -153,9 +158,11 @@ def _name_and_version(dist: importlib.metadata.Distribution) -> tuple[str, str]:
     return headers["Name"], headers["Version"]
 
 
-@attrs.frozen
+@attrs.frozen(repr=False)
 class Selection:
     """Which plugins the environment lets load; read before any plugin is imported."""
+
+    __repr__ = fields_repr
 
     only: frozenset[str] | None = None
     disabled: frozenset[str] = frozenset()

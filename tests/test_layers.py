@@ -36,6 +36,7 @@ LAYERS = [
             "filetypes",
             "status",
             "failpoints",
+            "reprs",
         },
     ),
 ]

@@ -6,6 +6,7 @@ from enum import StrEnum
 
 import attrs
 
+from protege.reprs import fields_repr
 from protege.tool import Tool
 
 
@@ -22,12 +23,14 @@ class Origin(StrEnum):
         return list(Origin).index(self)
 
 
-@attrs.frozen
+@attrs.frozen(repr=False)
 class ToolEntry:
     """One tool class in the manifest, with where it came from.
 
     ``source`` is the host module for host tools and the distribution for plugin tools.
     """
+
+    __repr__ = fields_repr
 
     tool_class: type[Tool]
     origin: Origin
@@ -77,9 +80,11 @@ class ToolEntry:
         }
 
 
-@attrs.frozen
+@attrs.frozen(repr=False)
 class Shadowed:
     """A tool that lost an id collision: never offered, never dispatched."""
+
+    __repr__ = fields_repr
 
     entry: ToolEntry
     winner: ToolEntry
@@ -89,9 +94,11 @@ class Shadowed:
         return {**self.entry.as_dict(), "shadowed_by": self.winner.as_dict()}
 
 
-@attrs.frozen
+@attrs.frozen(repr=False)
 class Rejected:
     """A class offered as a tool that breaks the tool contract, or a host module that failed."""
+
+    __repr__ = fields_repr
 
     origin: Origin
     source: str

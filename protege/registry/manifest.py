@@ -21,15 +21,18 @@ from protege.plugins import (
 from protege.registry.entries import Origin, Rejected, Shadowed, ToolEntry
 from protege.registry.host import host_tool_classes
 from protege.registry.settings import read_plugin_settings
+from protege.reprs import fields_repr
 from protege.tool import Tool, check_tool_class
 
 logger = logging.getLogger(__name__)
 REPLY_TOOL = "send_email"
 
 
-@attrs.frozen
+@attrs.frozen(repr=False)
 class PluginReport:
     """One plugin as ``protege plugins`` shows it: what it is, what it did, and its status."""
+
+    __repr__ = fields_repr
 
     plugin: LoadedPlugin
     tool_ids: tuple[str, ...]
@@ -62,7 +65,7 @@ class PluginReport:
         }
 
 
-@attrs.frozen
+@attrs.frozen(repr=False)
 class Manifest:
     """The tools on offer in this process, ordered by id, with everything that was left out.
 
@@ -71,6 +74,8 @@ class Manifest:
     repeats the host modules that failed to import, one line each: their tools are missing,
     so what depends on the full set of tools (sync) must not go on.
     """
+
+    __repr__ = fields_repr
 
     tools: tuple[ToolEntry, ...]
     shadowed: tuple[Shadowed, ...] = ()

@@ -11,13 +11,16 @@ import attrs
 from protege.config import Config, secret_keys, structure_settings
 from protege.errors import ConfigError, did_you_mean
 from protege.plugins import LoadedPlugin, PluginHost, normalize
+from protege.reprs import fields_repr
 
 
-@attrs.frozen
+@attrs.frozen(repr=False)
 class PluginSettings:
     """The checked settings of every plugin that declares some, by normalized distribution
     name; why a plugin's settings were refused (that plugin is skipped); and the problems of
     tables that name no plugin able to take them."""
+
+    __repr__ = fields_repr
 
     values: Mapping[str, Any]
     errors: Mapping[str, str] = attrs.field(factory=dict)
