@@ -350,3 +350,12 @@ def test_an_integer_too_large_for_a_float_setting_is_a_config_error(tmp_path):
 @attr.s(auto_attribs=True)
 class _FloatSettings:
     retries: float = 1.0
+
+
+@pytest.mark.parametrize("value", ["-1", "20"])
+def test_worker_niceness_is_a_nice_step_from_0_to_19(tmp_path, value):
+    (tmp_path / "protege.toml").write_text(f"[serve]\nworker_niceness = {value}\n")
+    with pytest.raises(ConfigError, match="worker_niceness"):
+        load_config(tmp_path, environ={})
+    (tmp_path / "protege.toml").write_text("[serve]\nworker_niceness = 0\n")
+    assert load_config(tmp_path, environ={}).serve.worker_niceness == 0

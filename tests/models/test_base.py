@@ -68,3 +68,14 @@ def test_insert_new_keeps_an_id_it_is_given(protege_db):
     agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
     assert Message.insert_new(id=777, agent=agent, **_fields(1)).id == 777
     assert Message.get_by_id(777).message_id == "<m1@acme.example>"
+
+
+def test_fetch_reads_the_records_a_condition_names_in_id_order(protege_db):
+    agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    made = [Message.insert_new(agent=agent, subject=s, **_fields(n)) for n, s in enumerate("bab")]
+    found = Message.fetch("agent_id = {p} AND subject = {p}", agent.id, "b")
+    assert [m.id for m in found] == [made[0].id, made[2].id]
+    assert found[0].to_addresses == []  # columns read back as peewee reads them
+    assert found[0].agent_id == agent.id
+    assert Message.fetch("subject = {p}", "'; DROP TABLE message; --") == []
+    assert Message.select().count() == 3
