@@ -82,7 +82,8 @@ class Record(peewee.Model):
     def fetch(cls, condition: str, *params: Any) -> list[Self]:
         """The records matching ``condition``, a WHERE clause written by hand with ``{p}``
         for each parameter, in id order; for the lookups every run makes, whose SQL is
-        then built once, not per call."""
+        then built once, not per call. ``condition`` is a constant of the code: values go
+        in ``params`` only (they are bound, and the built SQL is kept per condition)."""
         sql = _select_sql(cls._meta.table_name, cls.columns(), condition, database.param)
         return [cls.from_row(row) for row in database.execute_sql(sql, params)]
 
