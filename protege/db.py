@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import threading
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -76,6 +78,102 @@ def connect(url: str | None = None) -> peewee.Database:
         database.obj.close()
     database.initialize(db)
     return db
+
+
+# Connections a thread finished with, kept for the next thread that needs one: opening a
+# PostgreSQL connection starts a server process, which costs more than most tool calls.
+SHELF_LIMIT = 8  # idle connections kept per process
+SHELF_SECONDS = 60.0  # a connection idle longer is closed, not handed on
+
+
+class _Shelf:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[tuple[peewee.Database, Any, float]] = []
+
+    def take(self, db: peewee.Database) -> Any:
+        now = time.monotonic()
+        with self._lock:
+            # Another database's (the proxy was bound anew) or idle too long: closed.
+            kept = [e for e in self._idle if e[0] is db and now - e[2] < SHELF_SECONDS]
+            stale = [e[1] for e in self._idle if e[0] is not db or now - e[2] >= SHELF_SECONDS]
+            found = kept.pop()[1] if kept else None
+            self._idle = kept
+        for connection in stale:
+            with contextlib.suppress(Exception):
+                connection.close()
+        return found
+
+    def empty(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for _, connection, _ in idle:
+            with contextlib.suppress(Exception):
+                connection.close()
+
+    def put(self, db: peewee.Database, connection: Any) -> bool:
+        with self._lock:
+            if len(self._idle) >= SHELF_LIMIT:
+                return False
+            self._idle.append((db, connection, time.monotonic()))
+            return True
+
+
+_SHELF = _Shelf()
+
+
+def take_up_connection() -> None:
+    """Give this thread a connection another thread finished with (``put_down_connection``),
+    if one is idle, rather than having it open its own at its first query."""
+    db = database.obj
+    state = getattr(db, "_state", None)  # peewee's per-thread connection state
+    if state is None or getattr(state, "conn", None) is not None:
+        return
+    connection = _SHELF.take(db)
+    if connection is not None:
+        state.set_connection(connection)
+
+
+def put_down_connection() -> None:
+    """End this thread's use of its connection, whatever the code that ran on it left: any
+    transaction still open is rolled back, so it holds no lock; the connection is kept for
+    the next thread (PostgreSQL, a few per process) or closed. The thread starts clean."""
+    db = database.obj
+    state = getattr(db, "_state", None)
+    connection = getattr(state, "conn", None)
+    if state is None or connection is None:
+        return
+    state.reset()
+    if (
+        isinstance(db, peewee.PostgresqlDatabase)
+        and _clean(connection)
+        and _SHELF.put(db, connection)
+    ):
+        return
+    with contextlib.suppress(Exception):
+        connection.rollback()  # SQLite: a transaction left open held the write lock
+    with contextlib.suppress(Exception):
+        connection.close()
+
+
+def close_idle_connections() -> None:
+    """Close the connections put down and not taken up again (a process shutting down)."""
+    _SHELF.empty()
+
+
+def _clean(connection: Any) -> bool:
+    """Whether a psycopg2 ``connection`` is open and outside any transaction (after rolling
+    back one that was left open: peewee runs psycopg2 in autocommit mode, where
+    ``rollback()`` does nothing, so it is sent as a statement)."""
+    try:
+        if connection.closed:
+            return False
+        if connection.get_transaction_status() != 0:  # not TRANSACTION_STATUS_IDLE
+            with connection.cursor() as cursor:
+                cursor.execute("ROLLBACK")
+        return connection.get_transaction_status() == 0
+    except Exception:
+        return False
 
 
 def exclusive() -> contextlib.AbstractContextManager[None]:

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from protege.db import close_idle_connections
 from protege.delivery import DeliveryLoop, send_pending
 from protege.harness import carry_out, execute
 from protege.harness.model import load_library
@@ -130,6 +131,7 @@ class Workers:
             await delivering
             io.shutdown(wait=True)
             mail_io.shutdown(wait=True)
+            close_idle_connections()  # those tool calls put down
 
     async def _take_runs(
         self, io: ThreadPoolExecutor, in_flight: set[asyncio.Task], delivery: DeliveryLoop

@@ -1,3 +1,6 @@
+import sqlite3
+import threading
+
 import peewee
 import pytest
 
@@ -113,3 +116,97 @@ def test_duplicate_grant_is_refused_by_the_database_too(protege_db):
     AgentToolkit.create(agent=agent, toolkit=toolkit)
     with pytest.raises(peewee.IntegrityError), db.database.atomic():
         AgentToolkit.create(agent=agent, toolkit=toolkit)
+
+
+def _in_thread(work):
+    """What ``work`` returns, run in a thread of its own (as a tool call runs)."""
+    found = []
+    thread = threading.Thread(target=lambda: found.append(work()))
+    thread.start()
+    thread.join()
+    return found[0]
+
+
+def _on_postgres() -> bool:
+    return isinstance(db.database.obj, peewee.PostgresqlDatabase)
+
+
+def test_a_transaction_left_open_is_rolled_back_when_its_thread_puts_the_connection_down(
+    protege_db,
+):
+    def leave_open():
+        db.database.atomic().__enter__()  # never left: a tool's bug
+        Toolkit.create(name="Left open", member_tool_ids=[])
+        db.put_down_connection()
+        return db.database.in_transaction()
+
+    assert _in_thread(leave_open) is False  # the thread starts clean
+    assert not Toolkit.select().where(Toolkit.name == "Left open").exists()
+    Toolkit.create(name="Written after", member_tool_ids=[])  # no lock was left behind
+    assert Toolkit.select().where(Toolkit.name == "Written after").exists()
+
+
+def test_a_connection_put_down_is_taken_up_by_the_next_thread_on_postgresql_only(protege_db):
+    def first():
+        connection = db.database.connection()
+        db.database.execute_sql("SELECT 1")
+        db.put_down_connection()
+        return connection
+
+    def second():
+        db.take_up_connection()
+        connection = db.database.connection()
+        db.put_down_connection()
+        return connection
+
+    put_down = _in_thread(first)
+    taken_up = _in_thread(second)
+    if _on_postgres():  # opening one starts a server process: it is kept
+        assert taken_up is put_down
+        assert not put_down.closed
+    else:  # sqlite3's connections belong to the thread that opened them: closed
+        assert taken_up is not put_down
+        with pytest.raises(sqlite3.ProgrammingError):
+            put_down.execute("SELECT 1")
+
+
+def test_only_a_few_idle_connections_are_kept(protege_db, monkeypatch):
+    monkeypatch.setattr(db, "SHELF_LIMIT", 2)
+    db.close_idle_connections()  # earlier tests' threads may have left some
+    opened = threading.Barrier(5)
+    connections = []
+
+    def open_then_put_down():
+        connections.append(db.database.connection())
+        opened.wait(10)  # all five open at once, then all put down
+        db.put_down_connection()
+
+    threads = [threading.Thread(target=open_then_put_down) for _ in range(5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    still_open = sum(1 for c in connections if not _closed(c))
+    assert still_open == (2 if _on_postgres() else 0)
+    db.close_idle_connections()
+    assert not any(not _closed(c) for c in connections)
+
+
+def test_a_connection_idle_too_long_is_closed_not_taken_up(protege_db, monkeypatch):
+    put_down = _in_thread(lambda: (db.database.connection(), db.put_down_connection())[0])
+    monkeypatch.setattr(db, "SHELF_SECONDS", 0.0)  # every idle one is too old now
+    taken_up = _in_thread(
+        lambda: (db.take_up_connection(), db.database.connection(), db.database.close())[1]
+    )
+    assert taken_up is not put_down
+    assert _closed(put_down)
+
+
+def _closed(connection) -> bool:
+    if isinstance(connection, sqlite3.Connection):
+        try:
+            connection.execute("SELECT 1")
+        except sqlite3.ProgrammingError:
+            return True
+        return False
+    return bool(connection.closed)

@@ -28,7 +28,7 @@ from typing import Any
 import attrs
 
 from protege.context import RunContext, current_tool_call
-from protege.db import database
+from protege.db import put_down_connection, take_up_connection
 from protege.errors import ProtegeError
 from protege.harness import events
 from protege.harness.events import EventLog
@@ -434,26 +434,15 @@ class _DaemonThreads:
 
     def _serve(self) -> None:
         while True:
-            self._work.get()()
-            _forget_connection()
+            work = self._work.get()
+            take_up_connection()
+            work()
+            # The next call on this thread starts clean, and an idle thread holds no
+            # connection of its own (PostgreSQL counts them) and no lock (SQLite's write
+            # lock blocks everyone): a transaction the call left open is rolled back.
+            put_down_connection()
             with self._lock:
                 self._idle += 1
-
-
-def _forget_connection() -> None:
-    """Drop the database connection a tool call left on this thread, and any transaction it
-    left open: the next call on the thread starts clean, and an idle thread holds no
-    connection (PostgreSQL counts them) and no lock (SQLite's write lock blocks everyone)."""
-    bound = database.obj
-    state = getattr(bound, "_state", None)  # peewee's per-thread connection state
-    connection = getattr(state, "conn", None)
-    if state is None or connection is None:
-        return
-    state.reset()
-    with contextlib.suppress(Exception):
-        connection.rollback()
-    with contextlib.suppress(Exception):
-        connection.close()
 
 
 _TOOL_THREADS = _DaemonThreads()
