@@ -115,12 +115,18 @@ def retry_failed(run: Run) -> bool:
 
 
 def claim_next(
-    owner: str, now: datetime.datetime, lease_seconds: float
+    owner: str,
+    now: datetime.datetime,
+    lease_seconds: float,
+    *,
+    look: bool = True,
+    expired: bool = True,
 ) -> tuple[Run, Claim] | None:
     """Take the next run for the worker attempt ``owner``: a run whose worker stopped
     renewing its lease, else the oldest queued one; None when there is neither. Safe with
-    several workers in several processes."""
-    claim = Run.claim_next(owner, now, lease_seconds)
+    several workers in several processes. A busy worker may skip the first ``look`` and,
+    between regular looks, the ``expired`` runs (``Run.claim_next``)."""
+    claim = Run.claim_next(owner, now, lease_seconds, look=look, expired=expired)
     if claim is None:
         return None
     # With its agent and message, so running it asks for neither again; plain SQL, since

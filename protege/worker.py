@@ -13,8 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import functools
 import logging
+import math
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -141,17 +144,27 @@ class Workers:
         wake, stopping = self._wake, self._stopping
         if wake is None or stopping is None:
             raise RuntimeError("the workers' loop is not running")
+        busy, looked_at = False, -math.inf  # a claim just found a run; last full look
         while not stopping.is_set():
             if len(in_flight) >= self.width:
                 await _first(in_flight, stopping)
                 continue
+            # While runs keep coming, claim straight away; look at everything (runs whose
+            # worker died included) when idle, and at least once a poll interval.
+            full = not busy or time.monotonic() - looked_at >= self.poll_interval
+            if full:
+                looked_at = time.monotonic()
+            claiming = functools.partial(
+                claim_next, new_owner(), self.clock(), lease, look=full, expired=full
+            )
             try:
-                claimed = await loop.run_in_executor(
-                    io, claim_next, new_owner(), self.clock(), lease
-                )
+                claimed = await loop.run_in_executor(io, claiming)
             except Exception:
                 logger.exception("could not look for queued runs")
                 claimed = None
+            busy = claimed is not None
+            if claimed is None and not full:
+                continue  # the queue is empty: look at everything before waiting
             if claimed is None:
                 wake.clear()
                 with contextlib.suppress(TimeoutError):

@@ -406,6 +406,11 @@ class EventLog:
             self.seq += 1
             self._kept.append((self.seq, event.kind, payload))
 
+    @property
+    def kept(self) -> bool:
+        """Whether events wait for the next ``write``."""
+        return bool(self._kept)
+
     def write(self) -> None:
         """Append the kept events to the trail (one statement), in the caller's transaction."""
         with self._lock:

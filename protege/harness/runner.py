@@ -12,9 +12,11 @@ import asyncio
 import datetime
 import functools
 import logging
+import math
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
@@ -78,6 +80,11 @@ class RunResources(Protocol):
 
 
 logger = logging.getLogger("protege.run")
+
+
+# A step with nothing to write skips the database when the lease was renewed (and the
+# operator's cancel looked for) less than this long ago.
+FRESH_SECONDS = 1.0
 
 
 class LeaseLost(ProtegeError):
@@ -227,6 +234,7 @@ class _Attempt:
         if claim.cancel_requested:  # cancelled while its last worker had it
             self.cancellation.set()
         self.lost = False
+        self.renewed_at = -math.inf  # time.monotonic() of the last renewal
         self.logger = _CorrelatedLogger(logger, run.correlation_id)
         self.desk: Desk | None = None
 
@@ -249,6 +257,7 @@ class _Attempt:
             raise LeaseLost(f"run {self.run.id} was taken over by another worker")
         if lease.cancel_requested:
             self.cancellation.set()
+        self.renewed_at = time.monotonic()
 
     async def keep_lease(self, carrier: asyncio.Task | None) -> None:
         """Renew the lease while the run lives; cancel the run's task if it was lost."""
@@ -274,8 +283,12 @@ class _Attempt:
             self.log.write()
 
     async def step(self) -> None:
-        """Between two steps: write what happened, and stop if the run was cancelled."""
-        await self.db(self._commit)
+        """Between two steps: write what happened, and stop if the run was cancelled.
+
+        With nothing to write and the lease renewed a moment ago (each tool call's answer
+        is committed as it comes), what the database would say is known already."""
+        if self.log.kept or time.monotonic() - self.renewed_at > FRESH_SECONDS:
+            await self.db(self._commit)
         if self.cancellation.is_set():
             raise _Cancelled("cancelled by an operator")
 
@@ -524,6 +537,8 @@ class _Attempt:
         """Take in the approvals answered since the calls waited: record each answer, run
         the approved calls once, tell the model what became of each. Returns the tool
         failures this added, or None when there was nothing to take in."""
+        if not setup.desk.may_have_approvals:  # no thread hop for what cannot be there
+            return None
         answered = await self.db(setup.desk.answered)
         if not answered:
             return None

@@ -190,20 +190,32 @@ class Run(Record):
         return _claimed(database.execute_sql(sql, (now, owner, lease, run_id)), owner, False)
 
     @staticmethod
-    def claim_next(owner: str, now: datetime.datetime, lease_seconds: float) -> Claim | None:
+    def claim_next(
+        owner: str,
+        now: datetime.datetime,
+        lease_seconds: float,
+        *,
+        look: bool = True,
+        expired: bool = True,
+    ) -> Claim | None:
         """Take the next run for a worker: first a running run whose lease expired before
-        ``now`` (its worker died), then the oldest queued one; None when there is neither."""
+        ``now`` (its worker died), then the oldest queued one; None when there is neither.
+
+        A busy worker, whose last claim found a run, may skip the ``look`` (a read, first,
+        that spares an idle poll SQLite's write lock) and, between its regular looks, the
+        ``expired`` runs (a lease runs for many seconds)."""
         p = database.param
-        if not database.execute_sql(_ANY_TO_CLAIM.format(p=p), (now,)).fetchall():
+        if look and not database.execute_sql(_ANY_TO_CLAIM.format(p=p), (now,)).fetchall():
             return None
         lock = (
             " FOR UPDATE SKIP LOCKED" if isinstance(database.obj, peewee.PostgresqlDatabase) else ""
         )
         lease = now + datetime.timedelta(seconds=lease_seconds)
-        expired = _CLAIMED.format(p=p, where=_NEXT_EXPIRED.format(p=p, lock=lock))
-        found = _claimed(database.execute_sql(expired, (now, owner, lease, now, now)), owner, True)
-        if found is not None:
-            return found
+        if expired:
+            sql = _CLAIMED.format(p=p, where=_NEXT_EXPIRED.format(p=p, lock=lock))
+            found = _claimed(database.execute_sql(sql, (now, owner, lease, now, now)), owner, True)
+            if found is not None:
+                return found
         queued = _CLAIMED.format(p=p, where=_NEXT_QUEUED.format(lock=lock))
         return _claimed(database.execute_sql(queued, (now, owner, lease)), owner, False)
 

@@ -48,6 +48,15 @@ def test_a_run_whose_lease_expired_is_taken_over_and_resumes_its_trail(queued):
     assert Run.get_by_id(claim.run_id).lease_owner == "alive"
 
 
+def test_a_busy_worker_between_its_full_looks_takes_queued_runs_only(queued):
+    dead = Run.claim_next("dead", T0, LEASE)  # its lease runs out; the other run waits
+    busy = Run.claim_next("busy", later(LEASE + 1), LEASE, look=False, expired=False)
+    assert busy.run_id == queued[1].id
+    assert Run.claim_next("busy", later(LEASE + 1), LEASE, look=False, expired=False) is None
+    full = Run.claim_next("busy", later(LEASE + 1), LEASE)
+    assert (full.run_id, full.taken_over) == (dead.run_id, True)
+
+
 def test_the_worker_that_lost_its_run_can_neither_renew_nor_finish_it(queued):
     claim = Run.claim_next("dead", T0, LEASE)
     Run.claim_next("alive", later(LEASE + 1), LEASE)  # the second queued run
