@@ -23,7 +23,7 @@ from email.parser import BytesParser, Parser
 import attrs
 
 from protege.errors import ProtegeError
-from protege.gateway.parse import LOOP_HEADER, HeadersOnce
+from protege.gateway.parse import LOOP_HEADER, SharedHeaders
 
 MAX_ID_LENGTH = 250
 MAX_REFERENCES = 20
@@ -140,7 +140,7 @@ def render(outgoing: Outgoing) -> bytes:
 
     Raises ``DeliveryRefused`` with the difference when they do not.
     """
-    message = EmailMessage(policy=policy.default.clone(header_factory=HeadersOnce()))
+    message = EmailMessage(policy=policy.default.clone(header_factory=SharedHeaders()))
     try:
         message["From"] = _address(outgoing.sender, outgoing.sender_name)
         if outgoing.to:
@@ -180,7 +180,7 @@ def render(outgoing: Outgoing) -> bytes:
 def difference(raw: bytes, outgoing: Outgoing) -> str | None:
     """How the mail in ``raw`` differs from ``outgoing`` (its header block, body and
     attachments' names), or None when it is exactly that mail."""
-    reading = policy.default.clone(header_factory=HeadersOnce())
+    reading = policy.default.clone(header_factory=SharedHeaders())
     if outgoing.international:  # RFC 6532: the headers are UTF-8, as a reader decodes them
         parsed = Parser(policy=reading).parsestr(raw.decode("utf-8", "surrogateescape"))
     else:

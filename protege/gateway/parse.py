@@ -7,8 +7,10 @@ no sender at all, so no rule and no gate ever sees a guess.
 
 from __future__ import annotations
 
+import collections
 import email.utils
 import re
+import threading
 from email import policy
 from email.headerregistry import BaseHeader, HeaderRegistry
 from email.message import EmailMessage, MIMEPart
@@ -170,6 +172,37 @@ class HeadersOnce(HeaderRegistry):
     def make(self, name: str, value: str) -> BaseHeader:
         """The header ``name`` with ``value``, parsed."""
         return super().__call__(name, value)
+
+
+SHARED_HEADERS = 1024  # parsed headers kept for all the mail a process writes
+SHARED_VALUE_LIMIT = 998  # a value longer than one line's limit is parsed, not kept
+
+
+class SharedHeaders(HeadersOnce):
+    """``HeadersOnce`` for the mail protege writes and checks, sharing what it parsed with
+    every such message of this process: the same From, To and MIME headers come back on
+    mail after mail, and parsing them is most of the cost of checking one. The most
+    recently used ``SHARED_HEADERS`` are kept; a parsed header never changes."""
+
+    _shared: collections.OrderedDict[tuple[str, str], BaseHeader] = collections.OrderedDict()
+    _lock = threading.Lock()
+
+    def __call__(self, name: str, value: str) -> BaseHeader:
+        if not isinstance(value, str) or len(value) > SHARED_VALUE_LIMIT:
+            return super().__call__(name, value)
+        key = (name, value)
+        shared = self._shared
+        with self._lock:
+            found = shared.get(key)
+            if found is not None:
+                shared.move_to_end(key)
+                return found
+        found = self.make(name, value)
+        with self._lock:
+            shared[key] = found
+            if len(shared) > SHARED_HEADERS:
+                shared.popitem(last=False)
+        return found
 
 
 class _BoundedHeaders(HeadersOnce):

@@ -1,9 +1,12 @@
-"""Reading mail: each header of a message is parsed once, however often it is asked for."""
+"""Reading mail: each header of a message is parsed once, however often it is asked for,
+and a header protege writes once for all its mail."""
 
+import collections
 from email import policy
 from email.parser import BytesParser
 
-from protege.gateway.parse import HeadersOnce
+from protege.gateway import parse
+from protege.gateway.parse import HeadersOnce, SharedHeaders
 
 RAW = (
     b"From: Jane <jane@acme.example>\r\nTo: sundae@thescoop.example\r\n"
@@ -38,3 +41,42 @@ def test_the_same_name_with_another_value_is_its_own_header():
     first, second = registry("Subject", "one"), registry("Subject", "two")
     assert (str(first), str(second)) == ("one", "two")
     assert registry("Subject", "one") is first
+
+
+class CountingShared(SharedHeaders):
+    made: list[str] = []
+
+    def make(self, name, value):
+        CountingShared.made.append(value)
+        return super().make(name, value)
+
+
+def test_headers_protege_writes_are_parsed_once_for_every_message_of_the_process(monkeypatch):
+    monkeypatch.setattr(SharedHeaders, "_shared", collections.OrderedDict())
+    CountingShared.made = []
+    first = CountingShared()("From", "Sundae <sundae@thescoop.example>")
+    again = CountingShared()("From", "Sundae <sundae@thescoop.example>")  # another message
+    assert again is first
+    assert again.addresses[0].display_name == "Sundae"
+    assert CountingShared.made == ["Sundae <sundae@thescoop.example>"]
+
+
+def test_only_the_most_recently_used_shared_headers_are_kept(monkeypatch):
+    monkeypatch.setattr(SharedHeaders, "_shared", collections.OrderedDict())
+    monkeypatch.setattr(parse, "SHARED_HEADERS", 2)
+    CountingShared.made = []
+    registry = CountingShared()
+    registry("Subject", "one")
+    registry("Subject", "two")
+    registry("Subject", "one")  # used again: now the most recent
+    registry("Subject", "three")  # "two" goes
+    CountingShared()("Subject", "one")
+    CountingShared()("Subject", "two")
+    assert CountingShared.made == ["one", "two", "three", "two"]
+
+
+def test_a_long_value_is_parsed_but_not_shared(monkeypatch):
+    monkeypatch.setattr(SharedHeaders, "_shared", collections.OrderedDict())
+    long = "x" * (parse.SHARED_VALUE_LIMIT + 1)
+    SharedHeaders()("Subject", long)
+    assert not SharedHeaders._shared
