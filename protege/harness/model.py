@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import uuid
 import weakref
 from typing import Any
 
@@ -54,8 +56,8 @@ class ModelClient:
     ) -> ModelReply:
         """One Chat Completions call (retried by the client on 429 and 5xx); it waits on
         the running event loop, so one loop carries many runs' calls at once."""
+        import httpx
         import openai  # heavy (~200 ms): loaded by the first model call, not at start-up
-        from openai.types.chat import ChatCompletion
 
         request: dict[str, Any] = {"model": self.settings.model, "messages": messages}
         if tools:
@@ -76,9 +78,10 @@ class ModelClient:
             # `chat.completions.create` would walk the whole conversation through its
             # TypedDict transform on every call (a third of the client's CPU per call, more
             # as the conversation grows) to turn plain JSON into the same plain JSON.
-            # Retries, timeouts, auth and error classes are the client's as before.
-            completion = await client.post(
-                "/chat/completions", cast_to=ChatCompletion, body=request, options=_AUTH
+            # Retries, timeouts, auth and error classes are the client's as before. The
+            # answer is read here (`read_reply`), strictly: it comes from outside.
+            response = await client.post(
+                "/chat/completions", cast_to=httpx.Response, body=request, options=_AUTH
             )
         except openai.AuthenticationError:
             raise ModelError(
@@ -112,26 +115,96 @@ class ModelClient:
                 "check base_url under [model] or OPENAI_BASE_URL"
             ) from None
         latency_ms = (time.perf_counter() - start) * 1000
-        if not completion.choices:
-            raise ModelError("the model endpoint answered with no choices")
-        message = completion.choices[0].message
-        return ModelReply(
-            content=_text(message.content),
-            tool_calls=[
-                {
-                    "id": _text(call.id),
-                    "type": "function",
-                    "function": {
-                        "name": _text(call.function.name),
-                        "arguments": _text(call.function.arguments),
-                    },
-                }
-                for call in message.tool_calls or []
-            ],
-            usage=completion.usage.model_dump() if completion.usage else {},
-            latency_ms=latency_ms,
-            model=completion.model,
-        )
+        return read_reply(response.content, latency_ms, self.settings.model or "")
+
+
+_USAGE_KEYS = 32
+
+
+def read_reply(body: bytes, latency_ms: float, asked_for: str) -> ModelReply:
+    """The reply in a Chat Completions answer ``body``; ``ModelError`` saying what is wrong
+    when it is not one. Loose where endpoints differ harmlessly (arguments given as an
+    object, content as a list of text parts, no call id), strict where a wrong shape would
+    be acted on."""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        raise ModelError("the model endpoint answered with something that is not JSON") from None
+    choices = answer.get("choices") if isinstance(answer, dict) else None
+    if not isinstance(choices, list) or not choices:
+        raise ModelError("the model endpoint answered with no choices")
+    first = choices[0]
+    message = first.get("message") if isinstance(first, dict) else None
+    if not isinstance(message, dict):
+        raise ModelError("the model endpoint's answer has no message")
+    calls = message.get("tool_calls") or []
+    if not isinstance(calls, list):  # how many is the run's budget's to say
+        raise ModelError("the model endpoint's answer has tool calls that are not a list")
+    model = answer.get("model")
+    return ModelReply(
+        content=_content(message.get("content")),
+        tool_calls=[_call(call) for call in calls],
+        usage=_usage(answer.get("usage")),
+        latency_ms=latency_ms,
+        model=(_text(model) or "")[:200] if isinstance(model, str) else asked_for,
+    )
+
+
+def _content(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return _text(value)
+    if isinstance(value, list):  # content parts: their text, in order
+        return _text("".join(p["text"] for p in value if _is_text_part(p)))
+    raise ModelError("the model endpoint's answer has content that is not text")
+
+
+def _is_text_part(part: Any) -> bool:
+    return isinstance(part, dict) and isinstance(part.get("text"), str)
+
+
+def _call(call: Any) -> dict[str, Any]:
+    """One tool call as protege answers it. A call that names no tool gets the name ""
+    (which no tool has: the dispatcher refuses it and tells the model); one without an id
+    gets a new one, so that no two calls of a run share an id."""
+    call = call if isinstance(call, dict) else {}
+    function = call.get("function")
+    function = function if isinstance(function, dict) else {}
+    name, arguments, call_id = function.get("name"), function.get("arguments"), call.get("id")
+    if arguments is None:
+        arguments = "{}"
+    elif not isinstance(arguments, str):  # some endpoints send the object itself
+        arguments = json.dumps(arguments)
+    return {
+        "id": _text(call_id) if isinstance(call_id, str) and call_id else _new_call_id(),
+        "type": "function",
+        "function": {
+            "name": _text(name) if isinstance(name, str) else "",
+            "arguments": _text(arguments),
+        },
+    }
+
+
+def _new_call_id() -> str:
+    return "call_protege_" + uuid.uuid4().hex
+
+
+def _usage(value: Any) -> dict[str, Any]:
+    """The token counts of ``value``: numbers, and objects of numbers, nothing else."""
+    if not isinstance(value, dict):
+        return {}
+    kept: dict[str, Any] = {}
+    for key, item in list(value.items())[:_USAGE_KEYS]:
+        if _is_count(item):
+            kept[str(key)[:64]] = item
+        elif isinstance(item, dict):
+            counts = {str(k)[:64]: v for k, v in list(item.items())[:_USAGE_KEYS] if _is_count(v)}
+            if counts:
+                kept[str(key)[:64]] = counts
+    return kept
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _text(value: str | None) -> str | None:

@@ -28,6 +28,7 @@ class Step:
     calls: tuple[tuple[str, str], ...] = ()
     status: int = 200
     error: str | None = None
+    raw: bytes | None = None  # the whole body of a 200 answer, exactly
 
 
 def say(text: str) -> Step:
@@ -55,6 +56,14 @@ def tool_calls(calls: list[Step | tuple[str, dict[str, Any]]]) -> Step:
             name, arguments = call
             flat.append((name, json.dumps(arguments)))
     return Step(calls=tuple(flat))
+
+
+def raw_answer(body: str | bytes | dict[str, Any] | list[Any]) -> Step:
+    """The endpoint answers 200 with exactly ``body`` (JSON of it, unless it is text or
+    bytes already): a broken or hostile answer, for tests of what protege makes of it."""
+    if isinstance(body, dict | list):
+        body = json.dumps(body)
+    return Step(raw=body.encode() if isinstance(body, str) else body)
 
 
 def http_error(status: int, message: str | None = None) -> Step:
@@ -118,7 +127,7 @@ class ScriptedModel:
 
     def _answer(
         self, body: dict[str, Any], authorization: str | None = None
-    ) -> tuple[int, dict[str, Any]]:
+    ) -> tuple[int, dict[str, Any] | bytes]:
         with self._lock:
             self.requests.append(body)
             self.authorizations.append(authorization)
@@ -128,6 +137,8 @@ class ScriptedModel:
             step = steps.pop(0)
         if step.status != 200:
             return step.status, _error(step.error or "error")
+        if step.raw is not None:
+            return 200, step.raw
         n = next(self._ids)
         message: dict[str, Any] = {"role": "assistant", "content": step.content}
         if step.calls:
@@ -177,11 +188,12 @@ class ScriptedModel:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
+                answer: dict[str, Any] | bytes
                 if not self.path.endswith("/chat/completions"):
                     status, answer = 404, _error(f"no route {self.path}")
                 else:
                     status, answer = model._answer(body, self.headers.get("Authorization"))
-                data = json.dumps(answer).encode()
+                data = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
