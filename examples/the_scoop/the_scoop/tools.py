@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 from peewee import fn
 
 from protege import Tool
@@ -13,8 +16,15 @@ class ShopTool(Tool):
 
     abstract = True
 
-    def shop(self, context) -> None:
+    @contextlib.contextmanager
+    def shop(self, context) -> Iterator[None]:
+        """The shop's database, on a connection of this call's own: protege keeps its tool
+        threads between calls, and a connection left on one would outlive the call."""
         open_shop(context.config.data_dir)
+        if not shop_db.is_closed():  # left by an earlier call on this thread
+            shop_db.close()
+        with shop_db.connection_context():
+            yield
 
 
 class LookupOrderTool(ShopTool):
@@ -32,17 +42,17 @@ class LookupOrderTool(ShopTool):
     }
 
     def use(self, context, order_number):
-        self.shop(context)
-        order = Order.get_or_none(Order.number == order_number.strip().upper())
-        if order is None:
-            return self.failure(f"no order {order_number}")
-        return self.success(
-            order_number=order.number,
-            flavor=order.flavor,
-            status=order.status,
-            total_cents=order.total_cents,
-            refunded=order.refunds.exists(),
-        )
+        with self.shop(context):
+            order = Order.get_or_none(Order.number == order_number.strip().upper())
+            if order is None:
+                return self.failure(f"no order {order_number}")
+            return self.success(
+                order_number=order.number,
+                flavor=order.flavor,
+                status=order.status,
+                total_cents=order.total_cents,
+                refunded=order.refunds.exists(),
+            )
 
 
 class CheckFlavorStockTool(ShopTool):
@@ -56,8 +66,8 @@ class CheckFlavorStockTool(ShopTool):
     }
 
     def use(self, context, flavor):
-        self.shop(context)
-        found = Flavor.get_or_none(fn.LOWER(Flavor.name) == flavor.strip().lower())
+        with self.shop(context):
+            found = Flavor.get_or_none(fn.LOWER(Flavor.name) == flavor.strip().lower())
         if found is None:
             return self.failure(f"The Scoop does not make {flavor}")
         return self.success(flavor=found.name, pints=found.pints, in_stock=found.pints > 0)
@@ -80,8 +90,7 @@ class ProcessRefundTool(ShopTool):
     }
 
     def use(self, context, order_number, reason):
-        self.shop(context)
-        with shop_db.atomic():
+        with self.shop(context), shop_db.atomic():
             order = Order.get_or_none(Order.number == order_number.strip().upper())
             if order is None:
                 return self.failure(f"no order {order_number}")
