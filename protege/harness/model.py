@@ -56,7 +56,6 @@ class ModelClient:
     ) -> ModelReply:
         """One Chat Completions call (retried by the client on 429 and 5xx); it waits on
         the running event loop, so one loop carries many runs' calls at once."""
-        import httpx
         import openai  # heavy (~200 ms): loaded by the first model call, not at start-up
 
         request: dict[str, Any] = {"model": self.settings.model, "messages": messages}
@@ -80,8 +79,8 @@ class ModelClient:
             # as the conversation grows) to turn plain JSON into the same plain JSON.
             # Retries, timeouts, auth and error classes are the client's as before. The
             # answer is read here (`read_reply`), strictly: it comes from outside.
-            response = await client.post(
-                "/chat/completions", cast_to=httpx.Response, body=request, options=_AUTH
+            body: bytes = await client.post(
+                "/chat/completions", cast_to=bytes, body=request, options=_AUTH
             )
         except openai.AuthenticationError:
             raise ModelError(
@@ -115,7 +114,7 @@ class ModelClient:
                 "check base_url under [model] or OPENAI_BASE_URL"
             ) from None
         latency_ms = (time.perf_counter() - start) * 1000
-        return read_reply(response.content, latency_ms, self.settings.model or "")
+        return read_reply(body, latency_ms, self.settings.model or "")
 
 
 _USAGE_KEYS = 32
