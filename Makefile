@@ -49,6 +49,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/registry.py
 	$(BIN)/python bench/access.py
 	$(BIN)/python bench/parsing.py
+	$(BIN)/python bench/compose.py
 	$(BIN)/python bench/search.py
 	$(BIN)/python bench/serve.py
 

@@ -17,6 +17,8 @@ import statistics
 import time
 from collections.abc import Callable
 
+import attrs
+
 from protege.gateway.compose import Outgoing, difference, now, package_bytes, plain_bytes, render
 
 REPLY = Outgoing(
@@ -41,11 +43,27 @@ def _package_path(outgoing: Outgoing) -> bytes:
     return raw
 
 
-def _median(write: Callable[[Outgoing], bytes], rounds: int) -> float:
+def _replies(rounds: int, first: int) -> list[Outgoing]:
+    """``REPLY`` once per round, each in a thread of its own (its ids and subject), as a
+    process writing mail sees them: the same From and To, new ids every time (numbered from
+    ``first``: no side reads ids another side's parsing left in ``SharedHeaders``)."""
+    return [
+        attrs.evolve(
+            REPLY,
+            subject=f"Re: Friday's order {n}",
+            message_id=f"<{n:032x}@thescoop.example>",
+            in_reply_to=f"<{n:032x}@thescoop.com>",
+            references=(f"<{n:032x}@thescoop.com>",),
+        )
+        for n in range(first, first + rounds)
+    ]
+
+
+def _median(write: Callable[[Outgoing], bytes], replies: list[Outgoing]) -> float:
     times = []
-    for _ in range(rounds):
+    for reply in replies:
         started = time.perf_counter()
-        write(REPLY)
+        write(reply)
         times.append(time.perf_counter() - started)
     return statistics.median(times)
 
@@ -57,10 +75,10 @@ def main() -> None:
     rounds = parser.parse_args().rounds
     assert plain_bytes(REPLY) == package_bytes(REPLY), "the reply is not plain mail"
     for write in (render, _package_path):  # warm both before timing
-        _median(write, 50)
-    package = _median(_package_path, rounds)
-    direct = _median(render, rounds)
-    written = _median(lambda o: plain_bytes(o) or b"", rounds)
+        _median(write, _replies(50, 0))
+    package = _median(_package_path, _replies(rounds, 1 * 10**6))
+    direct = _median(render, _replies(rounds, 2 * 10**6))
+    written = _median(lambda o: plain_bytes(o) or b"", _replies(rounds, 3 * 10**6))
     print(f"email package, written and checked: {package * 1e3:.3f} ms")
     print(f"render (written directly, checked):  {direct * 1e3:.3f} ms")
     print(f"  of which writing directly:         {written * 1e3:.3f} ms")
