@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import functools
 import logging
 import os
 import re
@@ -30,7 +31,7 @@ from protege import blobs, failpoints
 from protege.config import Config
 from protege.db import database
 from protege.gateway import relay
-from protege.models import Message, Run
+from protege.models import Blob, Message, Run
 from protege.models.base import utcnow
 from protege.models.messages import FAILED, PENDING, SENT
 
@@ -80,10 +81,7 @@ def claim_due(
 def hand_off(message_id: int, config: Config, now: datetime.datetime | None = None) -> Message:
     """Send one claimed pending mail to its waiting recipients and record the outcome."""
     now = utcnow() if now is None else now
-    found = Message.fetch("id = {p}", message_id)
-    if not found:
-        raise peewee.DoesNotExist(f"no message {message_id}")
-    message = found[0]
+    message = _with_its_bytes(message_id)
     if message.status != PENDING:
         return message
     held = message.delivery_lease_expires_at  # this loop's claim; recorded only while it holds
@@ -101,6 +99,27 @@ def hand_off(message_id: int, config: Config, now: datetime.datetime | None = No
         )
     _record(message, handover, config, now, held)
     return message
+
+
+def _with_its_bytes(message_id: int) -> Message:
+    """Message ``message_id`` with its raw blob loaded in the same query."""
+    row = database.execute_sql(_with_bytes_sql(database.param), (message_id,)).fetchone()
+    if row is None:
+        raise peewee.DoesNotExist(f"no message {message_id}")
+    fields = len(Message._meta.sorted_fields)
+    message = Message.from_row(row[:fields])
+    if row[fields] is not None:
+        message.raw_blob = Blob.from_row(row[fields:])
+        message._dirty.discard("raw_blob")  # type: ignore[attr-defined]  # as loaded
+    return message
+
+
+@functools.cache
+def _with_bytes_sql(param: str) -> str:
+    return (
+        f"SELECT {Message.columns()}, {Blob.columns()} FROM message "
+        f"LEFT JOIN blob ON blob.id = message.raw_blob_id WHERE message.id = {param}"
+    )
 
 
 def _record(
