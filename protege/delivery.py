@@ -110,7 +110,7 @@ def _with_its_bytes(message_id: int) -> Message:
     message = Message.from_row(row[:fields])
     if row[fields] is not None:
         message.raw_blob = Blob.from_row(row[fields:])
-        message._dirty.discard("raw_blob")  # type: ignore[attr-defined]  # as loaded
+        message._dirty.discard("raw_blob")  # as loaded
     return message
 
 
