@@ -65,7 +65,14 @@ def parse_mailbox(text: str) -> Mailbox:
     is how stray brackets, an address used as a display name and other shapes that hide a
     second address show up. Internationalised addresses (RFC 6532) are accepted.
     """
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str):
+        raise InvalidAddress("no address")
+    return _parse_mailbox(text)
+
+
+@functools.lru_cache(maxsize=4096)  # pure, and the same people write mail after mail
+def _parse_mailbox(text: str) -> Mailbox:
+    if not text.strip():
         raise InvalidAddress("no address")
     if len(text) > MAX_MAILBOX_TEXT:
         raise InvalidAddress(f"longer than {MAX_MAILBOX_TEXT} characters")

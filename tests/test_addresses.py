@@ -85,3 +85,13 @@ def test_a_deny_rule_holds_against_a_final_unicode_full_stop():
 
 def test_a_quoted_local_part_holding_an_at_sign_names_nobody():
     assert routing_key('"mara@thescoop.com"@evil.example') is None
+
+
+def test_a_mailbox_read_once_is_not_parsed_again_and_a_refusal_is_never_kept():
+    text = "Jane Doe <jane.doe+orders@acme.example>"
+    assert parse_mailbox(text) is parse_mailbox(text)
+    for _ in range(2):
+        with pytest.raises(InvalidAddress, match="2 mailboxes"):
+            parse_mailbox("a@acme.example, b@acme.example")
+    with pytest.raises(InvalidAddress, match="no address"):
+        parse_mailbox(["not", "text"])  # type: ignore[arg-type]
