@@ -181,11 +181,17 @@ def _save_if_held(message: Message, held: datetime.datetime | None) -> bool:
     """Store what became of ``message`` unless another delivery loop claimed it since
     (this one was too slow: the mail is that loop's now)."""
     changes = {name: getattr(message, name) for name in _DELIVERY_FIELDS}
-    saved = (
-        Message.update(**changes)
-        .where((Message.id == message.id) & (Message.delivery_lease_expires_at == held))
-        .execute()
-    )
+    if held is None:
+        saved = Message.update_where(
+            changes, "id = {p} AND delivery_lease_expires_at IS NULL", message.id
+        )
+    else:
+        saved = Message.update_where(
+            changes,
+            "id = {p} AND delivery_lease_expires_at = {p}",
+            message.id,
+            Message.delivery_lease_expires_at.db_value(held),
+        )
     if not saved:
         logger.warning(
             "mail %s was claimed by another delivery loop while this one sent it; "

@@ -1,4 +1,4 @@
-"""What every record shares: the hand-built INSERT of the rows each run writes."""
+"""What every record shares: the hand-built INSERT, SELECT and UPDATE each run makes."""
 
 import peewee
 import pytest
@@ -79,3 +79,21 @@ def test_fetch_reads_the_records_a_condition_names_in_id_order(protege_db):
     assert found[0].agent_id == agent.id
     assert Message.fetch("subject = {p}", "'; DROP TABLE message; --") == []
     assert Message.select().count() == 3
+
+
+def test_update_where_sets_what_update_would_on_the_records_its_condition_names(protege_db):
+    agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    first, second, third = (Message.insert_new(agent=agent, **_fields(n)) for n in range(3))
+    values = {"status": "sent", "pending_recipients": ["a@acme.example"], "delivery_attempts": 2}
+    changed = Message.update_where(values, "id = {p} OR id = {p}", first.id, third.id)
+    assert changed == 2
+    by_hand = [Message.get_by_id(m.id) for m in (first, third)]
+    Message.update(**values).where(Message.id == second.id).execute()
+    by_peewee = Message.get_by_id(second.id)
+    for message in by_hand:
+        assert (message.status, message.pending_recipients, message.delivery_attempts) == (
+            by_peewee.status,
+            by_peewee.pending_recipients,
+            by_peewee.delivery_attempts,
+        )
+    assert Message.update_where({"status": "failed"}, "id = {p}", -1) == 0
