@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import selectors
 import threading
 import time
 from pathlib import Path
@@ -99,6 +100,9 @@ class _Shelf:
             stale = [e[1] for e in self._idle if e[0] is not db or now - e[2] >= SHELF_SECONDS]
             found = kept.pop()[1] if kept else None
             self._idle = kept
+        if found is not None and not _alive(found):  # the server ended it while it sat
+            stale.append(found)
+            found = None
         for connection in stale:
             with contextlib.suppress(Exception):
                 connection.close()
@@ -112,11 +116,17 @@ class _Shelf:
                 connection.close()
 
     def put(self, db: peewee.Database, connection: Any) -> bool:
+        now = time.monotonic()
         with self._lock:
-            if len(self._idle) >= SHELF_LIMIT:
-                return False
-            self._idle.append((db, connection, time.monotonic()))
-            return True
+            stale = [e[1] for e in self._idle if now - e[2] >= SHELF_SECONDS]
+            self._idle = [e for e in self._idle if now - e[2] < SHELF_SECONDS]
+            kept = len(self._idle) < SHELF_LIMIT
+            if kept:
+                self._idle.append((db, connection, now))
+        for old in stale:
+            with contextlib.suppress(Exception):
+                old.close()
+        return kept
 
 
 _SHELF = _Shelf()
@@ -166,13 +176,34 @@ def _clean(connection: Any) -> bool:
     back one that was left open: peewee runs psycopg2 in autocommit mode, where
     ``rollback()`` does nothing, so it is sent as a statement)."""
     try:
-        if connection.closed:
+        if connection.closed or not connection.autocommit:  # psycopg2 state peewee relies on
             return False
         if connection.get_transaction_status() != 0:  # not TRANSACTION_STATUS_IDLE
             with connection.cursor() as cursor:
                 cursor.execute("ROLLBACK")
+        if connection.get_transaction_status() != 0:
+            return False
+        # What the call left in the session: settings (SET, SET ROLE), temp tables,
+        # session advisory locks, LISTEN, prepared statements, cursors WITH HOLD.
+        with connection.cursor() as cursor:
+            cursor.execute("DISCARD ALL")
+        del connection.notifies[:]
         return connection.get_transaction_status() == 0
     except Exception:
+        return False
+
+
+def _alive(connection: Any) -> bool:
+    """Whether an idle psycopg2 ``connection`` still looks open: the server sends nothing
+    to an idle session (after DISCARD ALL, no notifications), so anything to read is the
+    end of the session (a restart, pg_terminate_backend, idle_session_timeout)."""
+    try:
+        if connection.closed:
+            return False
+        with selectors.DefaultSelector() as selector:  # no FD_SETSIZE limit, unlike select()
+            selector.register(connection.fileno(), selectors.EVENT_READ)
+            return not selector.select(0)
+    except Exception:  # a connection that cannot even be looked at is not handed on
         return False
 
 

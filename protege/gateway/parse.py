@@ -175,7 +175,12 @@ class HeadersOnce(HeaderRegistry):
 
 
 SHARED_HEADERS = 1024  # parsed headers kept for all the mail a process writes
-SHARED_VALUE_LIMIT = 998  # a value longer than one line's limit is parsed, not kept
+SHARED_VALUE_LIMIT = 200  # a longer value is parsed, not kept (a parse tree is ~500 B a char)
+# Headers that come back mail after mail; Subject, Date, Message-ID, In-Reply-To and
+# References are new on every mail and would only push these out.
+SHARED_NAMES = frozenset(
+    {"from", "to", "cc", "reply-to", "content-type", "content-transfer-encoding", "mime-version"}
+)
 
 
 class SharedHeaders(HeadersOnce):
@@ -188,7 +193,11 @@ class SharedHeaders(HeadersOnce):
     _lock = threading.Lock()
 
     def __call__(self, name: str, value: str) -> BaseHeader:
-        if not isinstance(value, str) or len(value) > SHARED_VALUE_LIMIT:
+        if (
+            not isinstance(value, str)
+            or len(value) > SHARED_VALUE_LIMIT
+            or name.lower() not in SHARED_NAMES
+        ):
             return super().__call__(name, value)
         key = (name, value)
         shared = self._shared

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 import uuid
 import weakref
@@ -118,6 +119,10 @@ class ModelClient:
 
 
 _USAGE_KEYS = 32
+_MAX_CALL_ID = 256  # longer ids are replaced: they are echoed and stored
+
+
+MAX_TOOL_CALLS = 1024  # in one answer; the run's budget runs only a few of them per turn
 
 
 def read_reply(body: bytes, latency_ms: float, asked_for: str) -> ModelReply:
@@ -127,7 +132,7 @@ def read_reply(body: bytes, latency_ms: float, asked_for: str) -> ModelReply:
     be acted on."""
     try:
         answer = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python reads
         raise ModelError("the model endpoint answered with something that is not JSON") from None
     choices = answer.get("choices") if isinstance(answer, dict) else None
     if not isinstance(choices, list) or not choices:
@@ -137,8 +142,13 @@ def read_reply(body: bytes, latency_ms: float, asked_for: str) -> ModelReply:
     if not isinstance(message, dict):
         raise ModelError("the model endpoint's answer has no message")
     calls = message.get("tool_calls") or []
-    if not isinstance(calls, list):  # how many is the run's budget's to say
+    if not isinstance(calls, list):
         raise ModelError("the model endpoint's answer has tool calls that are not a list")
+    if len(calls) > MAX_TOOL_CALLS:  # each would be recorded before the budget declined it
+        raise ModelError(
+            f"the model endpoint's answer has {len(calls)} tool calls; protege reads at most "
+            f"{MAX_TOOL_CALLS}"
+        )
     model = answer.get("model")
     return ModelReply(
         content=_content(message.get("content")),
@@ -172,9 +182,13 @@ def _call(call: Any) -> dict[str, Any]:
     if arguments is None:
         arguments = "{}"
     elif not isinstance(arguments, str):  # some endpoints send the object itself
-        arguments = json.dumps(arguments)
+        try:
+            arguments = json.dumps(arguments)
+        except (ValueError, RecursionError):
+            raise ModelError("the model endpoint's answer has arguments nested too deep") from None
+    usable = isinstance(call_id, str) and 0 < len(call_id) <= _MAX_CALL_ID
     return {
-        "id": _text(call_id) if isinstance(call_id, str) and call_id else _new_call_id(),
+        "id": _text(call_id) if usable else _new_call_id(),
         "type": "function",
         "function": {
             "name": _text(name) if isinstance(name, str) else "",
@@ -203,7 +217,9 @@ def _usage(value: Any) -> dict[str, Any]:
 
 
 def _is_count(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) and value >= 0
 
 
 def _text(value: str | None) -> str | None:

@@ -66,12 +66,12 @@ def test_only_the_most_recently_used_shared_headers_are_kept(monkeypatch):
     monkeypatch.setattr(parse, "SHARED_HEADERS", 2)
     CountingShared.made = []
     registry = CountingShared()
-    registry("Subject", "one")
-    registry("Subject", "two")
-    registry("Subject", "one")  # used again: now the most recent
-    registry("Subject", "three")  # "two" goes
-    CountingShared()("Subject", "one")
-    CountingShared()("Subject", "two")
+    registry("To", "one")
+    registry("To", "two")
+    registry("To", "one")  # used again: now the most recent
+    registry("To", "three")  # "two" goes
+    CountingShared()("To", "one")
+    CountingShared()("To", "two")
     assert CountingShared.made == ["one", "two", "three", "two"]
 
 
