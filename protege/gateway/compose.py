@@ -13,11 +13,12 @@ bytes the email package would write at a small part of the cost; it is checked a
 
 from __future__ import annotations
 
+import binascii
 import email.utils
 import re
 import unicodedata
 from collections.abc import Sequence
-from email import policy
+from email import policy, quoprimime
 from email.errors import NonASCIILocalPartDefect
 from email.headerregistry import Address
 from email.message import EmailMessage
@@ -52,13 +53,10 @@ _PLAIN_ADDRESS = re.compile(rf"{_DOT_ATOM}@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*")
 _PLAIN_NAME = re.compile(rf"{_ATEXT}(?: {_ATEXT})*")
 _PLAIN_ID = re.compile(rf"<{_DOT_ATOM}@{_DOT_ATOM}>")
 _PLAIN_TEXT = re.compile(r"(?:[!-~]+(?: [!-~]+)*)?")
-_PLAIN_BODY = re.compile(r"[\t\n -~]*")
-_LONG_LINE = re.compile(rf"[^\n]{{{_UNFOLDED + 1}}}")
-_TEXT_HEADERS = (
-    'Content-Type: text/plain; charset="utf-8"\r\n',
-    "Content-Transfer-Encoding: 7bit\r\n",
-    "MIME-Version: 1.0\r\n",
-)
+# A body of text and tabs: no control character but the line end (a lone CR is one to
+# set_content, and it is left to the email package).
+_PLAIN_BODY = re.compile(r"[^\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]*")
+_SNIFFED_LINES = 10  # set_content chooses quoted-printable or base64 by the first ten lines
 
 
 class DeliveryRefused(ProtegeError):
@@ -224,7 +222,13 @@ def plain_bytes(outgoing: Outgoing) -> bytes | None:
     body = _plain_body(outgoing.body)
     if headers is None or body is None:
         return None
-    return "".join([*headers, *_TEXT_HEADERS, "\r\n", body]).encode("ascii")
+    encoding, data = body
+    head = "".join(headers) + (
+        'Content-Type: text/plain; charset="utf-8"\r\n'
+        f"Content-Transfer-Encoding: {encoding}\r\n"
+        "MIME-Version: 1.0\r\n\r\n"
+    )
+    return head.encode("ascii") + data
 
 
 def difference(raw: bytes, outgoing: Outgoing) -> str | None:
@@ -399,11 +403,23 @@ def _plain_date(text: str) -> str | None:
     return text if written == text else None
 
 
-def _plain_body(text: str) -> str | None:
-    # set_content reads CR LF, CR and LF alike as line ends; a lone CR is left to it.
+def _plain_body(text: str) -> tuple[str, bytes] | None:
+    """The Content-Transfer-Encoding and CR LF bytes ``set_content`` and the generator give
+    ``text``: 7bit for ASCII lines within 78 characters, 8bit for other such lines, else
+    quoted-printable when it is shorter than base64 (base64 is left to the email package).
+    None for text with control characters or a lone CR."""
     text = text.replace("\r\n", "\n")
-    if _PLAIN_BODY.fullmatch(text) is None or _LONG_LINE.search(text) is not None:
+    if "\r" in text or _PLAIN_BODY.fullmatch(text) is None:
         return None
-    if not text.endswith("\n"):
-        text += "\n"
-    return text.replace("\n", "\r\n")
+    lines = text.encode("utf-8").splitlines()
+    whole = b"\n".join(lines) + b"\n"
+    if max((len(line) for line in lines), default=0) <= _UNFOLDED:
+        encoding = "7bit" if whole.isascii() else "8bit"
+        return encoding, whole.replace(b"\n", b"\r\n")
+    sniff = b"\n".join(lines[:_SNIFFED_LINES]) + b"\n"
+    quoted = quoprimime.body_encode(sniff.decode("latin-1"), _UNFOLDED)
+    if len(quoted) > len(binascii.b2a_base64(sniff)):
+        return None
+    if len(lines) > _SNIFFED_LINES:
+        quoted = quoprimime.body_encode(whole.decode("latin-1"), _UNFOLDED)
+    return "quoted-printable", quoted.replace("\n", "\r\n").encode("ascii")

@@ -81,6 +81,10 @@ DATES = [
 ]
 BODY_LINES = [
     "",
+    "Thanks for writing \u2014 your order left on Friday and should reach you by Tuesday, "
+    "we\u2019re sure.",
+    "\u4f60\u597d\uff0c\u8c22\u8c22\u4f60\u7684\u6765\u4fe1\u3002" * 6,
+    "ends in a space before the fold " + "v" * 44 + " ",
     "Hello,",
     "Thanks for the note.  Two spaces.",
     "trailing spaces   ",
@@ -226,14 +230,46 @@ def test_a_header_line_of_78_characters_is_written_directly_and_one_of_79_is_fol
     assert b"\r\n s" in package_bytes(folds)
 
 
-def test_a_body_line_of_78_characters_goes_as_7bit_and_one_of_79_is_left_to_the_package():
+def test_a_body_line_of_78_characters_goes_as_7bit_and_one_of_79_as_quoted_printable():
     fits = plain(body="b" * 78 + "\n" + "c" * 78)
     longer = plain(body="b" * 79 + "\n")
 
     assert plain_bytes(fits) == package_bytes(fits)
     assert b"Content-Transfer-Encoding: 7bit" in package_bytes(fits)
-    assert plain_bytes(longer) is None
-    assert b"Content-Transfer-Encoding: 7bit" not in package_bytes(longer)
+    assert plain_bytes(longer) == package_bytes(longer)
+    assert b"Content-Transfer-Encoding: quoted-printable" in package_bytes(longer)
+
+
+PARAGRAPH = (
+    "Thanks for writing \u2014 your order SCP-1042 left on Friday and should reach you by "
+    "Tuesday; if it doesn\u2019t, reply here and we\u2019ll send a fresh tub of na\u00efve "
+    "vanilla \U0001f366 at once."
+)
+
+
+@pytest.mark.parametrize(
+    ("body", "encoding"),
+    [
+        ("caf\u00e9 au lait\nsee you\n", "8bit"),
+        (PARAGRAPH, "quoted-printable"),
+        ("\n\n".join([PARAGRAPH] * 8), "quoted-printable"),  # more than the ten sniffed lines
+        ("Plain ASCII, but one line of it is long: " + "word " * 30, "quoted-printable"),
+        ("trailing space at a soft break " + "x" * 60 + " \nend", "quoted-printable"),
+    ],
+)
+def test_a_reply_as_models_write_them_is_written_directly_as_the_package_would(body, encoding):
+    outgoing = plain(body=body)
+
+    assert plain_bytes(outgoing) == package_bytes(outgoing)
+    assert f"Content-Transfer-Encoding: {encoding}".encode() in package_bytes(outgoing)
+    assert render(outgoing) == plain_bytes(outgoing)  # and it reads back as meant
+
+
+def test_a_body_base64_would_suit_better_is_left_to_the_package():
+    outgoing = plain(body="\u4f60\u597d\uff0c\u8c22\u8c22\u4f60\u7684\u6765\u4fe1\u3002" * 12)
+
+    assert b"Content-Transfer-Encoding: base64" in package_bytes(outgoing)
+    assert plain_bytes(outgoing) is None
 
 
 @pytest.mark.parametrize(
@@ -278,10 +314,10 @@ def test_line_ends_and_the_final_newline_come_out_as_set_content_writes_them(bod
         {"date": "Mon, 01 Dec 2026 00:00:00 +0100"},
         {"date": "Tue, 01 Dec 2026 00:00:00 GMT"},
         {"date": "not a date"},
-        {"body": "caf\u00e9\n"},
         {"body": "lone\rcarriage return\n"},
         {"body": "form\x0cfeed\n"},
-        {"body": "x" * 79},
+        {"body": "line\u2028separator\n"},
+        {"body": "lone \ud800 surrogate\n"},
         {"references": ("<" + "r" * 70 + "@c>",)},
     ],
 )
