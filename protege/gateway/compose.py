@@ -7,8 +7,9 @@ versions, writes what they decode to (CR LF included) straight into the header b
 is decoded here first, stripped of control characters, and left with no ``=?`` that could be
 read as an encoded-word again; and whatever the email package does, the result is checked.
 
-Plain mail (ASCII with nothing to quote, encode or fold) is written directly, as the same
-bytes the email package would write at a small part of the cost; it is checked all the same.
+Plain mail (ASCII headers with nothing to quote, encode or fold; a text body) is written
+directly, as the same bytes the email package would write at a small part of the cost; it is
+checked all the same.
 """
 
 from __future__ import annotations
@@ -210,11 +211,13 @@ def plain_bytes(outgoing: Outgoing) -> bytes | None:
     """The bytes ``package_bytes`` would give for ``outgoing``, built as plain text, when it
     is plain mail; None for anything else.
 
-    Plain mail has no attachments, only ASCII, nothing the email package would quote,
-    encode or fold (every header line within 78 characters, a display name of atoms, bare
-    dot-atom addresses, no ``=?``), and a body whose lines fit in 78 characters so that it
-    goes as 7bit. The email package writes such mail the same way whatever it holds, and
-    writing it directly costs a fraction of building and generating an ``EmailMessage``.
+    Plain mail has no attachments and ASCII headers with nothing the email package would
+    quote, encode or fold (every header line within 78 characters, a display name of atoms,
+    bare dot-atom addresses, no ``=?``); its body is text without control characters, sent
+    as 7bit, 8bit or quoted-printable as ``set_content`` would choose (one it would send as
+    base64 is left to it). The email package writes such mail the same way whatever it
+    holds, and writing it directly costs a fraction of building and generating an
+    ``EmailMessage``.
     """
     if outgoing.attachments or outgoing.international:
         return None
