@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from textwrap import dedent
 
@@ -199,3 +202,28 @@ def run_context(agent, *, sender: str | None = None, responsibility: object = No
 def context_for():
     """Build a RunContext: ``context_for(agent, sender=...)`` or ``(agent, responsibility=...)``."""
     return run_context
+
+
+class _Statements(logging.Handler):
+    def __init__(self, sql: list[str]) -> None:
+        super().__init__(logging.DEBUG)
+        self.sql = sql
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if isinstance(record.msg, tuple):  # peewee logs (sql, params)
+            self.sql.append(record.msg[0])
+
+
+@contextlib.contextmanager
+def sql_run() -> Iterator[list[str]]:
+    """The SQL of every statement peewee runs inside the block, from whatever thread."""
+    sql: list[str] = []
+    handler, peewee_log = _Statements(sql), logging.getLogger("peewee")
+    level = peewee_log.level
+    peewee_log.addHandler(handler)
+    peewee_log.setLevel(logging.DEBUG)
+    try:
+        yield sql
+    finally:
+        peewee_log.removeHandler(handler)
+        peewee_log.setLevel(level)

@@ -4,7 +4,6 @@ backoff when a relay defers it."""
 
 import asyncio
 import datetime
-import logging
 from concurrent.futures import ThreadPoolExecutor
 
 import attrs
@@ -18,6 +17,7 @@ from protege.gateway.outbound import deliver
 from protege.gateway.smtp import free_port
 from protege.models import Agent, Message
 from protege.models.base import utcnow
+from tests.conftest import sql_run
 
 T0 = utcnow() + datetime.timedelta(days=1)  # after every mail the tests queue
 
@@ -55,31 +55,14 @@ def test_queued_mail_waits_for_the_delivery_loop_and_goes_out_as_stored(sundae, 
     assert path.read_bytes() == blobs.read(mail.raw_blob, config)  # the bytes stored at queueing
 
 
-class _Statements(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.sql = []
-
-    def emit(self, record):
-        if isinstance(record.msg, tuple):
-            self.sql.append(record.msg[0])
-
-
 def test_a_hand_off_reads_the_mail_and_its_bytes_in_one_query_and_writes_once(sundae, config):
     mail = queue_mail(sundae, config)
     (claimed,) = claim_due(config, utcnow(), 10)
-    statements, peewee_log = _Statements(), logging.getLogger("peewee")
-    level = peewee_log.level
-    peewee_log.addHandler(statements)
-    peewee_log.setLevel(logging.DEBUG)
-    try:
+    with sql_run() as statements:
         sent = hand_off(claimed, config)
-    finally:
-        peewee_log.removeHandler(statements)
-        peewee_log.setLevel(level)
     assert sent.status == "sent"
     assert outbox(config)[0].read_bytes() == blobs.read(mail.raw_blob, config)
-    assert [sql.split()[0] for sql in statements.sql] == ["SELECT", "UPDATE"]
+    assert [sql.split()[0] for sql in statements] == ["SELECT", "UPDATE"]
 
 
 def test_mail_handed_off_before_a_crash_reaches_the_outbox_once(sundae, config):

@@ -16,6 +16,7 @@ from protege.models import Run
 from protege.queue import queue_reply
 from protege.testing import say, tool_call
 from protege.worker import Workers, drain
+from tests.conftest import sql_run
 from tests.harness.conftest import agent_granted, manifest_of
 
 TOGETHER = 6
@@ -307,33 +308,14 @@ def test_a_tool_stuck_past_its_timeout_gives_up_its_thread_slot(hostile_app, scr
     assert "did not finish within 0.5 s" in results[0]["content"]
 
 
-class _Statements(logging.Handler):
-    """Keeps the SQL of every statement peewee runs, from whatever thread."""
-
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.sql = []
-
-    def emit(self, record):
-        if isinstance(record.msg, tuple):
-            self.sql.append(record.msg[0])
-
-
 def test_a_turn_of_tool_calls_is_committed_as_each_answers_and_not_again(
     agent, app, scripted_model
 ):
     scripted_model.script_for("one call", tool_call("refund"), say("refunded"))
     _queue(agent, "one call")
-    statements, peewee_log = _Statements(), logging.getLogger("peewee")
-    level = peewee_log.level
-    peewee_log.addHandler(statements)
-    peewee_log.setLevel(logging.DEBUG)
-    try:
+    with sql_run() as statements:
         (done,) = drain(app)
-    finally:
-        peewee_log.removeHandler(statements)
-        peewee_log.setLevel(level)
     assert done.status == "done"
     assert [e.kind for e in done.timeline()].count("tool_result") == 1
-    renewals = [sql for sql in statements.sql if sql.startswith("UPDATE run SET lease_expires")]
+    renewals = [sql for sql in statements if sql.startswith("UPDATE run SET lease_expires")]
     assert len(renewals) == 2  # the call on record before it runs; its answer as it came

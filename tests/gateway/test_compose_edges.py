@@ -5,27 +5,15 @@ import gc
 import threading
 import tracemalloc
 
-from protege.gateway.compose import Outgoing, package_bytes, plain_bytes, render
+from protege.gateway.compose import package_bytes, plain_bytes, render
 from protege.gateway.parse import SharedHeaders
-
-DATE = "Mon, 30 Nov 2026 16:38:51 -0000"
+from tests.gateway.test_compose_fast import plain
 
 
 def mail(**changes):
-    values = {
-        "sender_name": "Sundae",
-        "sender": "sundae@thescoop.example",
-        "to": ("mara@thescoop.com",),
-        "cc": (),
-        "subject": "Re: Friday's order",
-        "date": DATE,
-        "message_id": "<0123456789abcdef@thescoop.example>",
-        "in_reply_to": None,
-        "references": (),
-        "loop": 1,
-        "body": "Hello Mara,\n\nYes, Friday works.\n",
-    }
-    return Outgoing(**{**values, **changes})
+    """A plain first mail of its thread (no ids it answers), with ``changes``."""
+    first = {"in_reply_to": None, "references": (), "message_id": "<0123@thescoop.example>"}
+    return plain(**{**first, **changes})
 
 
 def test_long_headers_are_not_shared_so_memory_stays_bounded():
