@@ -319,3 +319,28 @@ def test_a_turn_of_tool_calls_is_committed_as_each_answers_and_not_again(
     assert [e.kind for e in done.timeline()].count("tool_result") == 1
     renewals = [sql for sql in statements if sql.startswith("UPDATE run SET lease_expires")]
     assert len(renewals) == 2  # the call on record before it runs; its answer as it came
+
+
+def test_a_busy_worker_claims_straight_away_and_looks_at_everything_once_the_queue_empties(
+    agent, app, scripted_model
+):
+    runs = [_queue(agent, f"busy-{n}") for n in range(5)]
+    for n in range(5):
+        scripted_model.script_for(f"busy-{n}", say("ok"))
+    finished = queue.Queue()
+    # A poll interval no test outlasts: every look below is one the queue itself asked for.
+    pool = Workers(app, max_concurrent_runs=8, poll_interval=3600, on_finished=finished.put)
+    with sql_run() as statements:
+        pool.start()
+        try:
+            ended = _ended(finished, len(runs))
+        finally:
+            pool.stop(grace=10)
+    assert sorted(r.id for r in ended) == sorted(r.id for r in runs)
+    looks = [sql for sql in statements if sql.startswith("SELECT 1 FROM run WHERE")]
+    claims = [sql for sql in statements if sql.startswith("UPDATE run SET status = 'running'")]
+    expired = [sql for sql in claims if "status = 'running' AND (lease_expires_at" in sql]
+    queued = [sql for sql in claims if "WHERE status = 'queued' ORDER BY id" in sql]
+    assert len(looks) == 2  # when it started, and when a claim found the queue empty
+    assert len(expired) == 1  # only with the first look: the second found nothing to claim
+    assert len(queued) == 6  # five runs, then the claim that found none
