@@ -1,13 +1,11 @@
 """The database-side gate used by resolution agrees with the reference gate, case by case."""
 
-import contextlib
-import logging
-
 import pytest
 
 from protege.access import decide
 from protege.models import Agent, Toolkit
 from protege.models.resolution import explain, resolve
+from tests.conftest import sql_run
 
 LONG = "l" + "o" * 70 + "ng@thescoop.com"  # too long to expand: takes the narrowing path
 
@@ -82,7 +80,7 @@ def test_scheduled_runs_get_only_proactive_grants(protege_db, scoop_manifest):
 def test_a_run_reads_no_decisions_until_asked(protege_db, scoop_manifest):
     agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
     agent.grant(Toolkit.create(name="Support", member_tool_ids=["lookup_order"]))
-    with counting_queries() as queries:
+    with sql_run() as queries:
         resolution = resolve(agent, scoop_manifest, sender="jane@acme.com")
         assert resolution.tool_ids == ["lookup_order"]
         for_the_run = len(queries)
@@ -96,21 +94,3 @@ def test_a_run_reads_no_decisions_until_asked(protege_db, scoop_manifest):
         "no rules: open to every sender",
     )
     assert again is support
-
-
-@contextlib.contextmanager
-def counting_queries():
-    queries = []
-
-    class Count(logging.Handler):
-        def emit(self, record):
-            queries.append(record)
-
-    handler, logger = Count(), logging.getLogger("peewee")
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    try:
-        yield queries
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(logging.WARNING)

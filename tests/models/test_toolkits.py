@@ -1,11 +1,10 @@
 """Toolkits, grants and per-run resolution: the toolkits seed's scenario, through the records."""
 
-import logging
-
 import pytest
 
 from protege.errors import ProtegeError
 from protege.models import Agent, AgentToolkit, Toolkit
+from tests.conftest import sql_run
 
 
 @pytest.fixture
@@ -109,30 +108,9 @@ def test_catalogue_is_the_union_of_all_grants_ignoring_gates(sundae, scoop_manif
     ]
 
 
-class QueryCounter(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.count = 0
-
-    def emit(self, record):
-        self.count += 1
-
-
-@pytest.fixture
-def count_queries():
-    logger = logging.getLogger("peewee")
-    counter = QueryCounter()
-    previous = logger.level
-    logger.addHandler(counter)
-    logger.setLevel(logging.DEBUG)
-    yield counter
-    logger.removeHandler(counter)
-    logger.setLevel(previous)
-
-
 @pytest.mark.parametrize("scheduled", [False, True])
 def test_resolution_costs_the_same_queries_however_many_toolkits(
-    protege_db, scoop_manifest, context_for, count_queries, scheduled
+    protege_db, scoop_manifest, context_for, scheduled
 ):
     counts = []
     for toolkits in (1, 10, 40):
@@ -147,9 +125,9 @@ def test_resolution_costs_the_same_queries_however_many_toolkits(
             if scheduled
             else context_for(agent, sender="user3@thescoop.com")
         )
-        count_queries.count = 0
-        assert ids_for(agent, context, scoop_manifest) == ["lookup_order"]
-        counts.append(count_queries.count)
+        with sql_run() as queries:
+            assert ids_for(agent, context, scoop_manifest) == ["lookup_order"]
+        counts.append(len(queries))
     assert counts[0] == counts[1] == counts[2]
     assert counts[0] <= 2
 
