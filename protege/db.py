@@ -93,40 +93,43 @@ class _Shelf:
         self._idle: list[tuple[peewee.Database, Any, float]] = []
 
     def take(self, db: peewee.Database) -> Any:
-        now = time.monotonic()
         with self._lock:
-            # Another database's (the proxy was bound anew) or idle too long: closed.
-            kept = [e for e in self._idle if e[0] is db and now - e[2] < SHELF_SECONDS]
-            stale = [e[1] for e in self._idle if e[0] is not db or now - e[2] >= SHELF_SECONDS]
-            found = kept.pop()[1] if kept else None
-            self._idle = kept
+            stale = self._evict(db)
+            found = self._idle.pop()[1] if self._idle else None
         if found is not None and not _alive(found):  # the server ended it while it sat
             stale.append(found)
             found = None
-        for connection in stale:
-            with contextlib.suppress(Exception):
-                connection.close()
+        _close(stale)
         return found
 
     def empty(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
-        for _, connection, _ in idle:
-            with contextlib.suppress(Exception):
-                connection.close()
+        _close([connection for _, connection, _ in idle])
 
     def put(self, db: peewee.Database, connection: Any) -> bool:
-        now = time.monotonic()
         with self._lock:
-            stale = [e[1] for e in self._idle if now - e[2] >= SHELF_SECONDS]
-            self._idle = [e for e in self._idle if now - e[2] < SHELF_SECONDS]
+            stale = self._evict(db)
             kept = len(self._idle) < SHELF_LIMIT
             if kept:
-                self._idle.append((db, connection, now))
-        for old in stale:
-            with contextlib.suppress(Exception):
-                old.close()
+                self._idle.append((db, connection, time.monotonic()))
+        _close(stale)
         return kept
+
+    def _evict(self, db: peewee.Database) -> list[Any]:
+        """Take out (to be closed) the connections of another database (the proxy was
+        bound anew) and those idle too long; with the lock held."""
+        now = time.monotonic()
+        fresh = [e for e in self._idle if e[0] is db and now - e[2] < SHELF_SECONDS]
+        stale = [e[1] for e in self._idle if e[0] is not db or now - e[2] >= SHELF_SECONDS]
+        self._idle = fresh
+        return stale
+
+
+def _close(connections: list[Any]) -> None:
+    for connection in connections:
+        with contextlib.suppress(Exception):
+            connection.close()
 
 
 _SHELF = _Shelf()
@@ -146,8 +149,9 @@ def take_up_connection() -> None:
 
 def put_down_connection() -> None:
     """End this thread's use of its connection, whatever the code that ran on it left: any
-    transaction still open is rolled back, so it holds no lock; the connection is kept for
-    the next thread (PostgreSQL, a few per process) or closed. The thread starts clean."""
+    transaction still open is rolled back, so it holds no lock. On PostgreSQL the session
+    is reset and the connection kept for the next thread (a few per process); otherwise,
+    or when it cannot be made clean, it is closed. The thread starts clean."""
     db = database.obj
     state = getattr(db, "_state", None)
     connection = getattr(state, "conn", None)
@@ -172,9 +176,9 @@ def close_idle_connections() -> None:
 
 
 def _clean(connection: Any) -> bool:
-    """Whether a psycopg2 ``connection`` is open and outside any transaction (after rolling
-    back one that was left open: peewee runs psycopg2 in autocommit mode, where
-    ``rollback()`` does nothing, so it is sent as a statement)."""
+    """Make a psycopg2 ``connection`` as a new one would be; whether that worked. A
+    transaction left open is rolled back (peewee runs psycopg2 in autocommit mode, where
+    ``rollback()`` does nothing, so it is sent as a statement), then the session reset."""
     try:
         if connection.closed or not connection.autocommit:  # psycopg2 state peewee relies on
             return False
