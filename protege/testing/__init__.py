@@ -12,7 +12,7 @@ any project that has protege installed:
 and these functions: ``make_context`` and ``run_tool`` to call a tool as dispatch would,
 ``run_reply`` and ``run_scheduled`` to run an agent end to end, ``attach_files`` to give
 stored mail attachments, ``with_plugin_settings`` to try a plugin's ``[plugins.NAME]``
-settings.
+settings; and ``DkimKey`` to sign mail so that it proves its sender.
 """
 
 from protege.testing.database import TestDatabase, fresh_database
@@ -34,8 +34,10 @@ from protege.testing.runs import (
     run_tool,
     with_plugin_settings,
 )
+from protege.testing.signing import DkimKey
 
 __all__ = [
+    "DkimKey",
     "ScriptedModel",
     "Step",
     "TestDatabase",

@@ -1,0 +1,272 @@
+"""Sender authentication: whether a mail proves it came from its From domain.
+
+``authenticate`` gives one ``Verdict`` per mail, computed once at ingest and stored with
+the message. The From domain is proven by a DKIM signature or an SPF pass aligned with it
+as DMARC defines alignment, by a trusted relay's ``Authentication-Results``, or by a trusted
+ARC sealer. Allow rules (gates, access rules, approvers) admit only an authenticated sender;
+deny rules match whatever the From says.
+
+Libraries: dkimpy (DKIM and ARC, the reference implementation used by dkimpy-milter and
+GNU Mailman's authheaders), pyspf (SPF, RFC 7208, with its lookup limits),
+publicsuffixlist (the Public Suffix List, shipped inside the package, private section
+included), authres (RFC 8601 parsing), dnspython (DNS, with a TTL-bounded cache).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from protege.addresses import InvalidAddress, normalize_domain, parse_mailbox
+from protege.authentication import dmarc as dmarc_
+from protege.authentication.relayed import (
+    arc_verdict,
+    from_trusted_relay,
+    networks,
+    read_results,
+    topmost_trusted,
+)
+from protege.authentication.resolver import DnsResolver, Resolver, pinned_records
+from protege.authentication.signatures import check_signatures
+from protege.authentication.spf_check import check_spf
+
+__all__ = [
+    "MODES",
+    "DnsResolver",
+    "MethodResult",
+    "Resolver",
+    "Verdict",
+    "authenticate",
+    "pinned_records",
+]
+
+ENFORCE, REPORT, OFF = "enforce", "report", "off"
+MODES = (ENFORCE, REPORT, OFF)
+DKIM, SPF, ARC, RELAY, OPERATOR, NONE = "dkim", "spf", "arc", "relay", "operator", "none"
+REFUSING_POLICIES = (dmarc_.QUARANTINE, dmarc_.REJECT)
+
+
+@attrs.frozen
+class MethodResult:
+    """One method's own result: ``method`` (dkim, spf, arc, relay), ``result`` (pass, fail,
+    none, softfail, neutral, temperror, permerror), the ``domain`` it speaks for (a DKIM
+    ``d=``, the SPF domain, a sealer, a relay's authserv-id), whether that domain is
+    ``aligned`` with the From domain, and why."""
+
+    method: str
+    result: str
+    domain: str | None
+    aligned: bool
+    reason: str
+
+
+@attrs.frozen
+class Verdict:
+    """Whether a mail proves its sender, and how.
+
+    ``authenticated`` is true when the From domain is proven; ``domain`` is then the From
+    header's domain (as written, lowercased), else None. ``method`` says what proved it
+    (``dkim``, ``spf``, ``arc``, ``relay``, ``operator`` for a trial an operator started,
+    or ``none``). ``dmarc`` is DMARC's result (pass, fail, none, temperror, permerror) and
+    ``policy`` the domain's published policy (none, quarantine, reject) if it has one.
+    ``results`` holds each method's own result; ``reason`` says it in one line.
+    """
+
+    authenticated: bool
+    domain: str | None
+    method: str
+    dmarc: str
+    policy: str | None
+    results: tuple[MethodResult, ...] = ()
+    from_domain: str | None = None
+    reason: str = ""
+
+    @property
+    def refused_by_policy(self) -> bool:
+        """Whether the mail fails DMARC for a domain that asks receivers to refuse or
+        quarantine such mail: stored and flagged, but no run may answer it."""
+        return self.dmarc == "fail" and self.policy in REFUSING_POLICIES
+
+    @property
+    def temporary(self) -> bool:
+        """Whether a DNS failure kept the mail from being authenticated."""
+        return self.dmarc == "temperror" or (
+            not self.authenticated and any(r.result == "temperror" for r in self.results)
+        )
+
+    def summary(self) -> str:
+        """One line for listings: who was proven and by what, or why nobody was."""
+        policy = f", policy {self.policy}" if self.policy else ""
+        if self.authenticated:
+            head = f"authenticated {self.domain} by {self.method}"
+        else:
+            head = "not authenticated"
+        return f"{head}; dmarc {self.dmarc}{policy}: {self.reason}"
+
+    def as_json(self) -> dict[str, Any]:
+        """The verdict as JSON-ready data (stored with the message, printed by ``--json``)."""
+        return attrs.asdict(self, recurse=True)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | str | None) -> Verdict:
+        """A verdict read back from ``as_json``'s form; a missing one is unauthenticated."""
+        if isinstance(data, str):
+            data = json.loads(data)
+        if not data:
+            return unverified("no sender authentication was recorded for this mail")
+        results = tuple(MethodResult(**r) for r in data.get("results") or ())
+        fields = {f.name for f in attrs.fields(cls)} - {"results"}
+        return cls(**{k: v for k, v in data.items() if k in fields}, results=results)
+
+    @classmethod
+    def operator(cls, sender: str, reason: str = "a trial an operator started") -> Verdict:
+        """The verdict of a run an operator or the host app started: they are speaking."""
+        domain = sender.rpartition("@")[2].lower() if "@" in sender else None
+        return cls(True, domain, OPERATOR, "none", None, (), domain, reason)
+
+
+def unverified(reason: str, from_domain: str | None = None, **fields: Any) -> Verdict:
+    """A verdict that proves nothing, saying why."""
+    base: dict[str, Any] = {"dmarc": "none", "policy": None}
+    base.update(fields)
+    return Verdict(False, None, NONE, reason=reason, from_domain=from_domain, **base)
+
+
+def authenticate(
+    raw: bytes,
+    *,
+    client_ip: str | None = None,
+    helo: str | None = None,
+    mail_from: str | None = None,
+    resolver: Resolver | None = None,
+    trusted_relays: Iterable[str] = (),
+    trusted_authserv_ids: Iterable[str] = (),
+    trusted_arc_sealers: Iterable[str] = (),
+) -> Verdict:
+    """The verdict on ``raw``: whether its From domain is proven, by which method, and
+    DMARC's result and policy.
+
+    ``client_ip``, ``helo`` and ``mail_from`` are the SMTP session's (None for a file: then
+    no SPF). ``resolver`` answers DNS (``resolver(name, rdtype) -> list[str]``, raising
+    ``TimeoutError`` for a temporary failure); None uses the system's DNS. Mail from an
+    address in ``trusted_relays`` has its topmost ``Authentication-Results`` carrying one of
+    ``trusted_authserv_ids`` read; an ARC chain sealed by one of ``trusted_arc_sealers``
+    carries its recorded DMARC pass. Either counts as DMARC's pass.
+    """
+    resolver = DnsResolver() if resolver is None else resolver
+    relays = networks(trusted_relays)
+    import dkim
+
+    try:
+        headers, _body = dkim.rfc822_parse(raw)
+    except Exception as error:
+        return unverified(f"the mail cannot be read: {type(error).__name__}")
+    from_values = [value for name, value in headers if name.lower() == b"from"]
+    if len(from_values) != 1:
+        return unverified(f"{len(from_values)} From headers: no single sender to prove")
+    written, ascii_domain = _from_domain(from_values[0])
+    if written is None or ascii_domain is None:
+        return unverified("the From header is not one readable mailbox")
+    results: list[MethodResult] = []
+    record = dmarc_.lookup(ascii_domain, resolver)
+    strict = (record.strict_dkim, record.strict_spf)
+
+    for signature in check_signatures(raw, resolver):
+        is_aligned = bool(signature.domain) and dmarc_.aligned(
+            signature.domain or "", ascii_domain, strict=strict[0]
+        )
+        label = f"d={signature.domain}" if signature.domain else "unreadable signature"
+        results.append(
+            MethodResult(
+                DKIM, signature.result, signature.domain, is_aligned, f"{label}: {signature.reason}"
+            )
+        )
+    relayed_by_trusted = from_trusted_relay(client_ip, relays)
+    if relayed_by_trusted:
+        results.append(_relay_result(headers, trusted_authserv_ids, ascii_domain, strict))
+    else:
+        spf = check_spf(client_ip, mail_from, helo, resolver)
+        spf_aligned = (
+            spf.result == "pass"
+            and bool(spf.domain)
+            and dmarc_.aligned(spf.domain or "", ascii_domain, strict=strict[1])
+        )
+        results.append(MethodResult(SPF, spf.result, spf.domain, spf_aligned, spf.reason))
+    sealers = tuple(trusted_arc_sealers)
+    if sealers:
+        relayed, timed_out = arc_verdict(raw, ascii_domain, sealers, resolver)
+        result = "temperror" if timed_out and relayed.result != "pass" else relayed.result
+        results.append(
+            MethodResult(ARC, result, relayed.by, relayed.result == "pass", relayed.reason)
+        )
+    return _verdict(written, record, tuple(results))
+
+
+def _from_domain(value: bytes) -> tuple[str | None, str | None]:
+    """The From mailbox's domain as written (lowercased) and in ASCII (IDNA)."""
+    try:
+        text = value.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        return None, None
+    try:
+        mailbox = parse_mailbox(text)
+    except InvalidAddress:
+        return None, None
+    written = mailbox.address.rpartition("@")[2].lower().rstrip(".")
+    return written, normalize_domain(written)
+
+
+def _relay_result(
+    headers: list[tuple[bytes, bytes]],
+    authserv_ids: Iterable[str],
+    from_domain: str,
+    strict: tuple[bool, bool],
+) -> MethodResult:
+    found = topmost_trusted(headers, authserv_ids)
+    if found is None:
+        return MethodResult(RELAY, "none", None, False, "the trusted relay recorded no results")
+    by, value = found
+    relayed = read_results(value, by, from_domain, strict)
+    return MethodResult(RELAY, relayed.result, by, relayed.result == "pass", relayed.reason)
+
+
+_ORDER = (DKIM, SPF, RELAY, ARC)
+
+
+def _verdict(written: str, record: dmarc_.Record, results: tuple[MethodResult, ...]) -> Verdict:
+    proven = [r for r in results if r.result == "pass" and r.aligned]
+    proven.sort(key=lambda r: _ORDER.index(r.method))
+    if record.status == "temperror":
+        return unverified(
+            f"DNS failed for now: {record.reason}", written, dmarc="temperror", results=results
+        )
+    if proven:
+        best = proven[0]
+        return Verdict(
+            True, written, best.method, "pass", record.policy, results, written, best.reason
+        )
+    if any(r.result == "temperror" for r in results):
+        return unverified(
+            "a DNS lookup failed for now, so nothing proved the sender",
+            written,
+            dmarc="temperror",
+            policy=record.policy,
+            results=results,
+        )
+    if record.status == "permerror":
+        outcome = "permerror"
+    elif record.status == "found":
+        outcome = "fail"
+    else:
+        outcome = "none"
+    why = "; ".join(f"{r.method} {r.result} ({r.reason})" for r in results) or "no signature"
+    return unverified(
+        f"nothing aligned with {written} passed: {why}",
+        written,
+        dmarc=outcome,
+        policy=record.policy,
+        results=results,
+    )

@@ -1,0 +1,127 @@
+"""DKIM (RFC 6376) through dkimpy, with RFC 8301's floor and protege's own reading of ``l=``.
+
+Every signature of a mail is checked (up to ``MAX_SIGNATURES``), each giving its own
+result: which ``d=`` passed or failed, and why.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from protege.authentication.resolver import Resolver
+
+MAX_SIGNATURES = 8  # each costs a DNS lookup: a mail with thousands checks only the first few
+EXPIRY_SLACK = 300  # seconds a signature is honoured past its x= (clocks differ a little)
+REFUSED_ALGORITHMS = {b"rsa-sha1": "rsa-sha1 is not accepted (RFC 8301)"}
+PASS, FAIL, TEMPERROR, PERMERROR = "pass", "fail", "temperror", "permerror"
+
+
+@attrs.frozen
+class Signature:
+    """What one DKIM signature proved: ``result`` (pass, fail, temperror, permerror) for the
+    signing domain ``domain`` (``d=``, lowercased), and why."""
+
+    result: str
+    domain: str | None
+    selector: str | None
+    reason: str
+
+
+class _Lookups:
+    """dkimpy's DNS function, over a protege resolver; remembers whether a lookup timed out."""
+
+    def __init__(self, resolver: Resolver) -> None:
+        self.resolver = resolver
+        self.timed_out = False
+
+    def __call__(self, name: bytes, timeout: float = 5) -> bytes | None:
+        import dkim
+
+        try:
+            records = self.resolver(name.decode("ascii", "replace").rstrip("."), "TXT")
+        except TimeoutError as error:
+            self.timed_out = True
+            raise dkim.DnsTimeoutError(str(error)) from None
+        return records[0].encode("utf-8") if records else None
+
+
+def check_signatures(
+    raw: bytes, resolver: Resolver, now: Callable[[], float] = time.time
+) -> list[Signature]:
+    """Each DKIM signature of ``raw``, checked, in header order."""
+    import dkim
+    from dkim.util import InvalidTagValueList, parse_tag_value
+
+    try:
+        signer = dkim.DKIM(raw, minkey=1024, timeout=5)
+    except dkim.DKIMException as error:
+        return [Signature(PERMERROR, None, None, f"the mail cannot be read for DKIM: {error}")]
+    count = sum(1 for name, _ in signer.headers if name.lower() == b"dkim-signature")
+    results = []
+    for index in range(min(count, MAX_SIGNATURES)):
+        value = [v for n, v in signer.headers if n.lower() == b"dkim-signature"][index]
+        try:
+            fields = parse_tag_value(value)
+        except InvalidTagValueList as error:
+            results.append(Signature(PERMERROR, None, None, f"unreadable signature: {error}"))
+            continue
+        results.append(_check(signer, index, fields, resolver, now()))
+    return results
+
+
+def _text(fields: dict[bytes, bytes], tag: bytes) -> str | None:
+    value = fields.get(tag)
+    return None if value is None else value.decode("ascii", "replace").strip().lower()
+
+
+def _check(
+    signer: Any, index: int, fields: dict[bytes, bytes], resolver: Resolver, now: float
+) -> Signature:
+    import dkim
+
+    domain, selector = _text(fields, b"d"), _text(fields, b"s")
+
+    def result(kind: str, reason: str) -> Signature:
+        return Signature(kind, domain, selector, reason)
+
+    algorithm = (fields.get(b"a") or b"").strip().lower()
+    if algorithm in REFUSED_ALGORITHMS:
+        return result(FAIL, REFUSED_ALGORITHMS[algorithm])
+    expires = (fields.get(b"x") or b"").strip()
+    if re.fullmatch(rb"\d{1,12}", expires) and int(expires) + EXPIRY_SLACK < now:
+        return result(FAIL, "the signature has expired (x=)")
+    lookups = _Lookups(resolver)
+    try:
+        verified = signer.verify(idx=index, dnsfunc=lookups)
+    except dkim.DKIMException as error:
+        return result(FAIL, _plain(error))
+    if lookups.timed_out:
+        return result(TEMPERROR, f"the key {selector}._domainkey.{domain} could not be looked up")
+    if not verified:
+        return result(FAIL, "the signature does not verify (no key, or the mail was changed)")
+    unsigned = _unsigned_body_bytes(signer, fields)
+    if unsigned:
+        return result(FAIL, f"l= leaves {unsigned} bytes of the body unsigned")
+    return result(PASS, "the signature verifies")
+
+
+def _unsigned_body_bytes(signer: Any, fields: dict[bytes, bytes]) -> int:
+    """How much body follows the length an ``l=`` signature covers (0 without ``l=``): a
+    signature over part of the body proves nothing about text appended after it."""
+    if b"l" not in fields:
+        return 0
+    from dkim.canonicalization import CanonicalizationPolicy
+
+    policy = CanonicalizationPolicy.from_c_value(fields.get(b"c", b"simple/simple"))
+    body = policy.canonicalize_body(signer.body)
+    return max(0, len(body) - int(fields[b"l"]))
+
+
+def _plain(error: Exception) -> str:
+    text = " ".join(str(error).split())
+    return text[:200] or type(error).__name__
