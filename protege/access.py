@@ -118,13 +118,14 @@ class Decision:
     reason: str
 
 
-def decide(rules: Iterable[Rule], sender: str | None) -> Decision:
+def decide(rules: Iterable[Rule], sender: str | None, *, authenticated: bool = True) -> Decision:
     """Apply a gate's rules to a sender.
 
-    A deny match wins; else an allow match admits; else the default, derived from the rules:
-    any allow rule makes an allow-list (everyone else refused), only deny rules make a
-    block-list (everyone else admitted), no rules admit everyone. A sender that does not
-    parse matches no rule, and a block-list refuses it, since it cannot be checked.
+    A deny match wins; else an allow match admits, if the sender is ``authenticated`` (its
+    mail proved its domain); else the default, derived from the rules: any allow rule makes
+    an allow-list (everyone else refused), only deny rules make a block-list (everyone else
+    admitted), no rules admit everyone. A sender that does not parse matches no rule, and a
+    block-list refuses it, since it cannot be checked.
     """
     rules = list(rules)
     key = routing_key(sender)
@@ -133,21 +134,37 @@ def decide(rules: Iterable[Rule], sender: str | None) -> Decision:
         allow_count=sum(1 for r in rules if r.kind == RuleKind.ALLOW),
         matching=[r for r in rules if pattern_matches(r.pattern, key)],
         sender_parses=key is not None,
+        authenticated=authenticated,
     )
 
 
 def verdict(
-    *, rule_count: int, allow_count: int, matching: Iterable[Rule], sender_parses: bool
+    *,
+    rule_count: int,
+    allow_count: int,
+    matching: Iterable[Rule],
+    sender_parses: bool,
+    authenticated: bool = True,
 ) -> Decision:
-    """The gate's precedence, given what its rules are and which of them match (in order)."""
+    """The gate's precedence, given what its rules are and which of them match (in order).
+    An allow rule matches only an authenticated sender; a deny rule matches whatever the
+    From says."""
     matching = list(matching)
-    for kind, admitted in ((RuleKind.DENY, False), (RuleKind.ALLOW, True)):
-        for rule in matching:
-            if rule.kind == kind:
-                return Decision(admitted, f"{kind} rule {rule.pattern} matches")
+    for rule in matching:
+        if rule.kind == RuleKind.DENY:
+            return Decision(False, f"deny rule {rule.pattern} matches")
+    allowing = [rule for rule in matching if rule.kind == RuleKind.ALLOW]
+    if allowing and authenticated:
+        return Decision(True, f"allow rule {allowing[0].pattern} matches")
     if rule_count == 0:
         return Decision(True, "no rules: open to every sender")
     if allow_count:
+        if allowing:
+            return Decision(
+                False,
+                f"allow rule {allowing[0].pattern} matches only an authenticated sender, "
+                "and this mail does not prove its sender (allow-list)",
+            )
         return Decision(False, "no allow rule matches (allow-list)")
     if not sender_parses:
         return Decision(False, "sender address does not parse (block-list cannot check it)")
@@ -185,14 +202,19 @@ class ApprovalPolicy:
     timeout: int = DEFAULT_APPROVAL_TIMEOUT
     self_approval: bool = True
 
-    def approves(self, sender: str | None) -> bool:
-        """Whether ``sender`` (one mailbox, as the gateway read it) is an approver."""
+    def approves(self, sender: str | None, *, authenticated: bool = True) -> bool:
+        """Whether ``sender`` (one mailbox, as the gateway read it) is an approver: approver
+        patterns are allow rules, so they match only an ``authenticated`` sender."""
         key = routing_key(sender)
-        return key is not None and any(pattern_matches(p, key) for p in self.approvers)
+        return (
+            authenticated
+            and key is not None
+            and any(pattern_matches(p, key) for p in self.approvers)
+        )
 
-    def self_approves(self, sender: str | None) -> bool:
+    def self_approves(self, sender: str | None, *, authenticated: bool = True) -> bool:
         """Whether a call asked for by ``sender`` needs nobody else's yes."""
-        return self.self_approval and self.approves(sender)
+        return self.self_approval and self.approves(sender, authenticated=authenticated)
 
     @staticmethod
     def merged(policies: Sequence[ApprovalPolicy]) -> ApprovalPolicy:

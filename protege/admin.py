@@ -28,6 +28,7 @@ import attrs
 from protege.access import Decision, normalize_pattern, routing_key
 from protege.audit import Change, change, command_line_actor, snapshot
 from protege.audit import entries as audit_entries
+from protege.authentication import Verdict
 from protege.config import Config, load_config
 from protege.db import migrate, require_current
 from protege.gateway.inbound import Delivered, MailRejected, StorageUnavailable, ingest
@@ -81,6 +82,8 @@ class Explanation:
     sender: str | None
     reach: Decision | None  # whether the sender may write to the agent at all (reply runs)
     resolution: Resolution
+    authenticated: bool = True  # whether allow rules and approvers may match the sender
+    verdict: Verdict | None = None  # the stored mail's sender verdict, when one was explained
 
     @property
     def routing_key(self) -> str | None:
@@ -95,6 +98,8 @@ class Explanation:
             "run": "scheduled" if self.scheduled else "reply",
             "sender": self.sender,
             "routing_key": self.routing_key,
+            "authenticated": None if self.scheduled else self.authenticated,
+            "sender_verdict": None if self.verdict is None else self.verdict.as_json(),
             "reaches_agent": None if reach is None else reach.admitted,
             "reach_reason": None if reach is None else reach.reason,
             "toolkits": [
@@ -114,7 +119,9 @@ class Explanation:
                     "requests_to": list(policy.notify),
                     "timeout_seconds": policy.timeout,
                     "self_approval": policy.self_approval,
-                    "approved_at_once": policy.self_approves(self.sender),
+                    "approved_at_once": policy.self_approves(
+                        self.sender, authenticated=self.authenticated
+                    ),
                 }
                 for tool, policy in sorted(self.resolution.approvals.items())
             },
@@ -127,7 +134,12 @@ class Explanation:
             lines.append(f"{self.agent}, scheduled run")
         elif self.reach is not None:
             key = self.routing_key or "does not parse"
-            lines.append(f"{self.agent}, reply to {self.sender} (routing key: {key})")
+            proof = "proves its sender" if self.authenticated else "does NOT prove its sender"
+            lines.append(
+                f"{self.agent}, reply to {self.sender} (routing key: {key}), as mail that {proof}"
+            )
+            if self.verdict is not None:
+                lines.append(f"  sender verdict: {printable(self.verdict.summary())}")
             verdict = "may write to" if self.reach.admitted else "may NOT write to"
             lines.append(f"  sender {verdict} {self.agent}: {self.reach.reason}")
         if not self.resolution.grants:
@@ -140,7 +152,11 @@ class Explanation:
                 lines.append(f"            skipped (not in the manifest): {skipped}")
         for tool, policy in sorted(self.resolution.approvals.items()):
             at_once = " (this sender is one: approved at once)"
-            own = at_once if policy.self_approves(self.sender) else ""
+            own = (
+                at_once
+                if policy.self_approves(self.sender, authenticated=self.authenticated)
+                else ""
+            )
             lines.append(
                 f"  approval  {tool}: waits for a yes from {', '.join(policy.approvers)}{own}"
             )
@@ -149,15 +165,25 @@ class Explanation:
 
 
 def explain(
-    agent: Agent, manifest: Manifest, *, sender: str | None = None, scheduled: bool = False
+    agent: Agent,
+    manifest: Manifest,
+    *,
+    sender: str | None = None,
+    scheduled: bool = False,
+    authenticated: bool = True,
+    verdict: Verdict | None = None,
 ) -> Explanation:
     """What a reply run to ``sender`` (or, with ``scheduled``, a scheduled run) of ``agent``
-    would be offered, and which rule decided each toolkit."""
+    would be offered, and which rule decided each toolkit: for mail that proves its sender
+    (``authenticated``, the default) or, with ``authenticated=False``, for mail that does
+    not (a forger's). ``verdict``, the sender verdict of a stored mail, is shown with it."""
     if (sender is None) == (not scheduled):
         raise ValueError("explain needs exactly one of a sender or scheduled=True")
-    resolution = explain_resolution(agent, manifest, sender=sender, scheduled=scheduled)
-    reach = None if scheduled else agent.admits(sender)
-    return Explanation(agent.name, scheduled, sender, reach, resolution)
+    resolution = explain_resolution(
+        agent, manifest, sender=sender, scheduled=scheduled, authenticated=authenticated
+    )
+    reach = None if scheduled else agent.admits(sender, authenticated=authenticated)
+    return Explanation(agent.name, scheduled, sender, reach, resolution, authenticated, verdict)
 
 
 def all_refused(delivered: Sequence[Delivered]) -> bool:

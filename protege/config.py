@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import attrs
 
 from protege.addresses import canonical_address
+from protege.authentication.resolver import DnsResolver, pinned_records
 from protege.errors import ConfigError
 from protege.reprs import fields_repr
 
@@ -31,6 +32,7 @@ MODEL_BASE_URL_VARIABLE = "PROTEGE_MODEL_BASE_URL"
 MODEL_API_KEY_ENV_VARIABLE = "PROTEGE_MODEL_API_KEY_ENV"
 MAIL_TRANSPORT_VARIABLE = "PROTEGE_MAIL_TRANSPORT"
 BLOB_STORE_VARIABLE = "PROTEGE_BLOB_STORE"
+DNS_OFFLINE_VARIABLE = "PROTEGE_DNS_OFFLINE"  # "1": sender checks ask no DNS server (tests)
 DEFAULT_DATA_DIR = ".protege"
 TEXT, IMAGE, PDF = "text", "image", "pdf"
 MODEL_INPUTS = (TEXT, IMAGE, PDF)
@@ -138,6 +140,64 @@ class ServeSettings:
 
 
 MIB = 1024 * 1024
+AUTHENTICATION_MODES = ("enforce", "report", "off")
+
+
+def _check_relays(instance: object, attribute: attrs.Attribute, value: tuple[str, ...]) -> None:
+    for item in value:
+        try:
+            ipaddress.ip_network(item.strip(), strict=False)
+        except ValueError:
+            raise ValueError(
+                f"trusted_relays: {item!r} is not an address or a network (such as 192.0.2.7 "
+                "or 198.51.100.16/28)"
+            ) from None
+
+
+def _pinned(value: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    if not isinstance(value, Mapping):
+        raise ValueError("dns: must be a table of DNS names and their TXT records")
+    return pinned_records(value)
+
+
+@attrs.frozen(kw_only=True, repr=False)
+class AuthenticationSettings:
+    """``[mail.authentication]``: how protege decides whether mail proves its sender.
+
+    ``mode = "enforce"`` (the default) lets allow rules, approvers and approval answers
+    admit only an authenticated sender, and starts no run for mail failing DMARC at a
+    domain whose policy is quarantine or reject; ``"report"`` computes and shows the
+    verdict without using it (a first rollout); ``"off"`` computes nothing.
+
+    Mail arriving from an address in ``trusted_relays`` (networks or single addresses) has
+    its topmost ``Authentication-Results`` carrying one of ``trusted_authserv_ids`` read; an
+    ARC chain sealed by one of ``trusted_arc_sealers`` carries its recorded DMARC pass.
+    ``[mail.authentication.dns]`` pins TXT records (DKIM keys, SPF, DMARC) by name; with
+    ``offline = true`` nothing else is looked up (closed setups, tests, the demo). A lookup
+    waits ``dns_timeout`` seconds at most.
+    """
+
+    __repr__ = fields_repr
+
+    mode: str = attrs.field(default="enforce", validator=attrs.validators.in_(AUTHENTICATION_MODES))
+    trusted_relays: tuple[str, ...] = attrs.field(default=(), validator=_check_relays)
+    trusted_authserv_ids: tuple[str, ...] = ()
+    trusted_arc_sealers: tuple[str, ...] = ()
+    dns: Mapping[str, Any] = attrs.field(factory=dict, converter=_pinned, hash=False)
+    offline: bool = False
+    dns_timeout: float = attrs.field(
+        default=5.0, validator=[attrs.validators.gt(0), attrs.validators.le(60)]
+    )
+
+    @property
+    def enforced(self) -> bool:
+        """Whether the verdict decides (else every sender is taken as written)."""
+        return self.mode == "enforce"
+
+    def resolver(self) -> DnsResolver:
+        """A resolver for these settings: the pinned records, then DNS unless offline.
+        Build one per serving object and keep it: its cache lives as long as it does."""
+        return DnsResolver(self.dns, offline=self.offline, timeout=self.dns_timeout)
 
 
 @attrs.frozen(kw_only=True, repr=False)
@@ -180,6 +240,7 @@ class MailSettings:
     max_recipients: int = attrs.field(default=50, validator=attrs.validators.ge(1))
     smtp_ca_file: str | None = None
     smtp_backoff_seconds: float = attrs.field(default=1.0, validator=attrs.validators.ge(0))
+    authentication: AuthenticationSettings = AuthenticationSettings()
 
 
 DEFAULT_SEARCH_URL = "https://html.duckduckgo.com/html/"
@@ -632,8 +693,11 @@ def _build(
         ),
         runs=settings.runs,
         serve=settings.serve,
-        mail=_with_mail_secrets(
-            _overridden(settings.mail, environ, transport=MAIL_TRANSPORT_VARIABLE), environ
+        mail=_with_offline_dns(
+            _with_mail_secrets(
+                _overridden(settings.mail, environ, transport=MAIL_TRANSPORT_VARIABLE), environ
+            ),
+            environ,
         ),
         web=settings.web,
         responsibilities=settings.responsibilities,
@@ -659,6 +723,12 @@ def _with_mail_secrets(mail: MailSettings, environ: Mapping[str, str]) -> MailSe
     return attrs.evolve(
         mail, smtp_password=mail.smtp_password or environ.get(mail.smtp_password_env) or None
     )
+
+
+def _with_offline_dns(mail: MailSettings, environ: Mapping[str, str]) -> MailSettings:
+    if environ.get(DNS_OFFLINE_VARIABLE) != "1":
+        return mail
+    return attrs.evolve(mail, authentication=attrs.evolve(mail.authentication, offline=True))
 
 
 def _with_blob_secrets(blobs: BlobSettings, environ: Mapping[str, str]) -> BlobSettings:

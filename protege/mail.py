@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime
+import json
 import re
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from protege.addresses import InvalidAddress, parse_mailbox, routing_key
+from protege.authentication import Verdict
 from protege.models import Agent, Blob, Message, MessageAttachment, SearchCriteria
 from protege.models.blobs import attachments_of
 from protege.models.messages import INBOUND, OUTBOUND, REFUSED, SYNTHETIC_ID
@@ -66,10 +68,18 @@ def record_inbound(
     references: Sequence[str] = (),
     reply_to: str | Sequence[str] | None = None,
     flags: Sequence[str] = (),
+    verdict: Verdict | None = None,
 ) -> Message:
     """Store an inbound message for ``agent``, threaded by its headers (for scripts and
     tests; mail that really arrives goes through the gateway). ``reply_to`` is one address
-    or several."""
+    or several.
+
+    The script or test storing it is speaking for ``sender``, so by default the sender
+    counts as authenticated (method ``operator``); pass ``verdict`` to store another (an
+    unauthenticated one, to see what a forger would get).
+    """
+    if verdict is None:
+        verdict = Verdict.operator(sender, "recorded by a script or test, not received by mail")
     message_id = message_id or new_message_id(sender)
     if isinstance(reply_to, str):
         reply_to = [reply_to]
@@ -87,6 +97,8 @@ def record_inbound(
         thread_key=thread_key(message_id, in_reply_to, references),
         reply_to_addresses=list(reply_to or []),
         flags=list(flags),
+        authentication=json.dumps(verdict.as_json()),
+        sender_authenticated=verdict.authenticated,
     )
 
 

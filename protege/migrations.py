@@ -469,6 +469,17 @@ def _0010_approvals(db: peewee.Database | peewee.DatabaseProxy) -> None:
     )
 
 
+def _0011_sender_authentication(db: peewee.Database | peewee.DatabaseProxy) -> None:
+    # Mail stored before protege verified senders proves nobody (authentication NULL).
+    _run(
+        db,
+        """
+        ALTER TABLE message ADD COLUMN authentication TEXT;
+        ALTER TABLE message ADD COLUMN sender_authenticated BOOLEAN NOT NULL DEFAULT FALSE
+        """,
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "agents and toolkits", _0001_agents_and_toolkits),
     Migration(2, "messages and runs", _0002_messages_and_runs),
@@ -480,6 +491,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "operators and the audit log", _0008_operators_and_audit),
     Migration(9, "search by field, newest first", _0009_search_by_field_newest_first),
     Migration(10, "approval by email", _0010_approvals),
+    Migration(11, "sender authentication", _0011_sender_authentication),
 )
 
 

@@ -175,24 +175,40 @@ def scoop_manifest():
 
 
 class Inbound:
-    """The part of an inbound message tool resolution reads: who sent it."""
+    """The part of an inbound message tool resolution reads: who sent it, and whether the
+    mail proved it."""
 
-    def __init__(self, sender: str) -> None:
+    def __init__(self, sender: str, authenticated: bool = True) -> None:
         self.sender = sender
+        self.authenticated = authenticated
+
+    def proves_sender(self, settings) -> bool:
+        return self.authenticated or not settings.enforced
 
 
-def run_context(agent, *, sender: str | None = None, responsibility: object = None):
-    """A RunContext for a reply run from ``sender`` or a scheduled run."""
+def run_context(
+    agent,
+    *,
+    sender: str | None = None,
+    responsibility: object = None,
+    authenticated: bool = True,
+    mode: str = "enforce",
+):
+    """A RunContext for a reply run from ``sender`` (whose mail proved it, unless
+    ``authenticated`` is false) or a scheduled run."""
     import logging
 
     from protege import RunContext
+    from protege.config import AuthenticationSettings, MailSettings
 
+    config = Config.defaults(Path("."))
+    mail = MailSettings(authentication=AuthenticationSettings(mode=mode))
     return RunContext(
         agent=agent,
-        message=None if sender is None else Inbound(sender),
+        message=None if sender is None else Inbound(sender, authenticated),
         responsibility=responsibility,
         deliver=lambda mail, attachments=(): None,
-        config=None,
+        config=attrs.evolve(config, mail=mail),
         logger=logging.getLogger("test"),
         correlation_id="test",
     )

@@ -29,6 +29,7 @@ LAYERS = [
             "config",
             "addresses",
             "access",
+            "authentication",
             "db",
             "dblock",
             "migrations",

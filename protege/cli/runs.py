@@ -45,6 +45,7 @@ def start(agent: str, sender: str, body: str, subject: str, transport: str, as_j
     if not reach.admitted:
         raise ProtegeError(f"{sender} may not write to {found.name}: {reach.reason}")
     click.echo(_where_mail_goes(installation.config, transport), err=True)
+    # The operator is speaking for SENDER: the sender counts as authenticated (operator).
     message = record_inbound(found, sender=sender, body=body, subject=subject)
     show_outcome(carried_out(queue_reply(message), installation), as_json)
 

@@ -5,11 +5,11 @@ References (the request's Message-ID holds the token) or in the address it was s
 (the request's Reply-To, ``agent+approve-TOKEN@domain``). The subject is never read for
 it. Such mail starts no run of its own: it decides the approval, or changes nothing.
 
-Only a sender that passed the gateway's checks (one unambiguous mailbox, admitted by the
-agent's access rules, not an auto-reply) and matches the approval's approver patterns may
-decide it; the first word of the reply decides. Anyone else is ignored without a word
-back, so that a forger learns nothing. An approver whose reply cannot be read gets a short
-mail saying how to answer.
+Only a sender that passed the gateway's checks (one unambiguous mailbox, authenticated,
+admitted by the agent's access rules, not an auto-reply) and matches the approval's
+approver patterns may decide it; the first word of the reply decides. Anyone else is
+ignored without a word back, so that a forger learns nothing. An approver whose reply
+cannot be read gets a short mail saying how to answer.
 """
 
 from __future__ import annotations
@@ -89,10 +89,16 @@ def decision_of(body: str) -> tuple[str | None, str | None]:
 
 
 def answer_by_mail(
-    agent: Agent, parsed: ParsedMail, recipients: Iterable[str], config: Config
+    agent: Agent,
+    parsed: ParsedMail,
+    recipients: Iterable[str],
+    config: Config,
+    authenticated: bool = False,
 ) -> Answer | None:
     """Decide the approval this mail answers; None when the mail carries no token (it is
-    ordinary mail). Call it in the transaction that stores the mail."""
+    ordinary mail). Only an ``authenticated`` sender (mail that proved its domain) may
+    decide: a token alone, copied or guessed, changes nothing. Call it in the transaction
+    that stores the mail."""
     tokens = tokens_in(parsed, recipients)
     if not tokens:
         return None
@@ -111,6 +117,9 @@ def answer_by_mail(
         return Answer(False, f"an answer to {why}: nothing decided")
     (approval,) = found.values()
     sender = routing_key(parsed.sender) if parsed.sender else None
+    if sender is not None and not authenticated:
+        logger.warning("approval %s: the answer does not prove its sender; ignored", approval.id)
+        return Answer(False, f"approval {approval.id}: the sender is not authenticated")
     if sender is None or not approval.may_answer(parsed.sender):
         logger.warning(
             "approval %s: %s may not answer it; ignored", approval.id, sender or "no sender"

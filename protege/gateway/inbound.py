@@ -8,6 +8,7 @@ turned away unstored, with a reason.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Iterable, Sequence
@@ -17,7 +18,9 @@ import peewee
 
 from protege import blobs
 from protege.access import routing_key
-from protege.config import Config
+from protege.addresses import normalize_domain
+from protege.authentication import Resolver, Verdict, authenticate, unverified
+from protege.config import AuthenticationSettings, Config
 from protege.db import database
 from protege.errors import ProtegeError
 from protege.gateway.approvals import answer_by_mail
@@ -81,11 +84,18 @@ def ingest(
     config: Config,
     recipients: Sequence[str] | None = None,
     envelope_sender: str | None = None,
+    client_ip: str | None = None,
+    helo: str | None = None,
+    resolver: Resolver | None = None,
+    verdict: Verdict | None = None,
 ) -> list[Delivered]:
     """Store ``raw`` for each agent among ``recipients`` and queue their runs.
 
     ``recipients`` are the SMTP envelope's; without them (a file handed to ``protege
-    receive``) the To, Cc and Delivered-To headers say who it is for. Raises
+    receive``) the To, Cc and Delivered-To headers say who it is for. The sender verdict is
+    computed once (``protege.authentication``) from the mail and the SMTP session
+    (``client_ip``, ``helo``, ``envelope_sender``), through ``resolver`` (one built from
+    ``[mail.authentication]`` when None), unless ``verdict`` is given. Raises
     ``MailRejected`` for mail over the limits or for no known agent (then nothing is
     stored), and ``StorageUnavailable`` only when the database or disk failed in a way a
     later attempt can get past.
@@ -101,8 +111,18 @@ def ingest(
     agents = _agents_for(addressed)
     if not agents:
         raise MailRejected("no agent has any of the recipient addresses", 550)
+    if verdict is None:
+        verdict = verify_sender(
+            raw,
+            config,
+            client_ip=client_ip,
+            helo=helo,
+            mail_from=envelope_sender,
+            resolver=resolver,
+        )
+    verdict = _for_sender(verdict, parsed.sender)
     try:
-        return _store(raw, parsed, agents, config, addressed)
+        return _store(raw, parsed, agents, config, addressed, verdict)
     except TRANSIENT_ERRORS as error:
         raise StorageUnavailable(f"{type(error).__name__}: {error}") from error
     except Exception as error:  # something in this mail the database would not take
@@ -123,7 +143,9 @@ def ingest(
             ignore_reason="the mail could not be read into a message: nobody to answer",
         )
         try:
-            return _store(raw, fallback, agents, config, ())
+            return _store(
+                raw, fallback, agents, config, (), unverified("the mail could not be read")
+            )
         except Exception as again:
             raise StorageUnavailable(f"{type(again).__name__}: {again}") from again
 
@@ -134,6 +156,7 @@ def _store(
     agents: list[Agent],
     config: Config,
     recipients: Sequence[str],
+    verdict: Verdict,
 ) -> list[Delivered]:
     with blobs.removed_on_failure(), database.atomic():
         raw_blob = blobs.store(
@@ -144,12 +167,72 @@ def _store(
             for a in parsed.attachments
         ]
         return [
-            _deliver_to(agent, parsed, raw_blob, stored, config, recipients) for agent in agents
+            _deliver_to(agent, parsed, raw_blob, stored, config, recipients, verdict)
+            for agent in agents
         ]
 
 
+def verify_sender(
+    raw: bytes,
+    config: Config,
+    *,
+    client_ip: str | None = None,
+    helo: str | None = None,
+    mail_from: str | None = None,
+    resolver: Resolver | None = None,
+) -> Verdict:
+    """The sender verdict on ``raw`` as ``[mail.authentication]`` asks for it (nothing is
+    checked when its mode is ``off``)."""
+    settings = config.mail.authentication
+    if settings.mode == "off":
+        return unverified("sender authentication is off ([mail.authentication] mode)")
+    return authenticate(
+        raw,
+        client_ip=client_ip,
+        helo=helo,
+        mail_from=mail_from,
+        resolver=resolver if resolver is not None else settings.resolver(),
+        trusted_relays=settings.trusted_relays,
+        trusted_authserv_ids=settings.trusted_authserv_ids,
+        trusted_arc_sealers=settings.trusted_arc_sealers,
+    )
+
+
+def _for_sender(verdict: Verdict, sender: str) -> Verdict:
+    """``verdict``, unless it proved a domain other than that of the sender the gateway read
+    (the two readings of From must agree before anything is admitted on it)."""
+    key = routing_key(sender)
+    proven = normalize_domain(verdict.domain or "") if verdict.authenticated else None
+    if proven is None or key is None or key.rpartition("@")[2] == proven:
+        return verdict
+    return unverified(
+        f"the proven domain {verdict.domain} is not the sender's", verdict.from_domain
+    )
+
+
+def _authentication_flags(verdict: Verdict, settings: AuthenticationSettings) -> list[str]:
+    if verdict.authenticated or settings.mode == "off":
+        return []
+    enforced = settings.enforced
+    if verdict.temporary:
+        return ["sender authentication: temperror (a DNS lookup failed; nothing was proven)"]
+    if verdict.refused_by_policy:
+        outcome = "no run" if enforced else "report mode: run anyway"
+        return [
+            f"sender authentication: fails DMARC for {verdict.from_domain}, whose policy is "
+            f"{verdict.policy} ({outcome})"
+        ]
+    return []  # not proven, as most mail is not: the verdict says so, no flag is needed
+
+
 def _deliver_to(
-    agent: Agent, parsed: ParsedMail, raw_blob, stored, config: Config, recipients: Sequence[str]
+    agent: Agent,
+    parsed: ParsedMail,
+    raw_blob,
+    stored,
+    config: Config,
+    recipients: Sequence[str],
+    verdict: Verdict,
 ) -> Delivered:
     flags = list(parsed.flags)
     answer = None
@@ -157,14 +240,21 @@ def _deliver_to(
     if message_id is None:
         message_id = new_message_id(agent.address)
         flags.append(SYNTHETIC_ID)
-    decision = agent.admits(parsed.sender) if parsed.sender else None
+    settings = config.mail.authentication
+    flags += _authentication_flags(verdict, settings)
+    proven = verdict.authenticated or not settings.enforced
+    decision = agent.admits(parsed.sender, authenticated=proven) if parsed.sender else None
     if decision is not None and not decision.admitted:
         status = REFUSED
         reason = f"{agent.name} does not accept mail from this sender: {decision.reason}"
         flags.append(f"refused by access rules: {decision.reason}")
     elif parsed.ignore_reason is not None:
         status, reason = IGNORED, parsed.ignore_reason
-    elif (answer := answer_by_mail(agent, parsed, recipients, config)) is not None:
+    elif verdict.refused_by_policy and settings.enforced:
+        # Answering would mail the forged domain's people: stored and flagged, never run.
+        status = IGNORED
+        reason = f"fails DMARC for {verdict.from_domain} (policy {verdict.policy}): no run"
+    elif (answer := answer_by_mail(agent, parsed, recipients, config, proven)) is not None:
         # An answer to an approval request: it decides the approval, or changes nothing.
         status, reason = (ANSWER if answer.decided else IGNORED), answer.reason
         flags.append(f"approval answer: {answer.reason}")
@@ -186,6 +276,8 @@ def _deliver_to(
         thread_key=thread_key(message_id, parsed.in_reply_to, parsed.references),
         flags=flags,
         raw_blob=raw_blob,
+        authentication=json.dumps(verdict.as_json()),
+        sender_authenticated=verdict.authenticated,
     )
     for position, blob in enumerate(stored):
         MessageAttachment.create(message=message, blob=blob, position=position)

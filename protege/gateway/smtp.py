@@ -35,6 +35,8 @@ class GatewayHandler:
     ) -> None:
         self.config = config
         self.on_mail = on_mail
+        # One resolver for the gateway's life: its DNS cache serves every mail it takes.
+        self.resolver = config.mail.authentication.resolver()
 
     async def handle_RCPT(self, server, session, envelope, address: str, rcpt_options) -> str:
         agent = await asyncio.to_thread(agent_for, address)
@@ -45,6 +47,7 @@ class GatewayHandler:
 
     async def handle_DATA(self, server, session, envelope) -> str:
         raw = envelope.original_content or envelope.content
+        peer = session.peer[0] if isinstance(session.peer, tuple) and session.peer else None
         try:
             delivered = await asyncio.to_thread(
                 ingest,
@@ -52,6 +55,9 @@ class GatewayHandler:
                 config=self.config,
                 recipients=list(envelope.rcpt_tos),
                 envelope_sender=envelope.mail_from,
+                client_ip=peer,
+                helo=session.host_name,
+                resolver=self.resolver,
             )
         except MailRejected as rejection:
             return f"{rejection.code} 5.3.4 {rejection}"

@@ -75,8 +75,11 @@ class Desk:
         deliver: Callable[..., dict[str, Any]],
         clock: Callable[[], datetime.datetime],
         resumed: bool = True,
+        authenticated: bool = False,
     ) -> None:
         self.run = run
+        # Self-approval needs the asker proven: an approver pattern is an allow rule.
+        self.authenticated = authenticated
         # A run's approvals are requested by its own attempts, after their first events:
         # a run with no events yet has none, and its turns need not ask the database.
         self.may_have_approvals = resumed
@@ -98,7 +101,7 @@ class Desk:
     def self_approved(self, call: dict[str, Any], policy: ApprovalPolicy) -> events.RunEvent | None:
         """The event approving ``call`` at once when the run's sender is an approver and
         the policy lets them approve their own asks; None otherwise."""
-        if not policy.self_approves(self.sender):
+        if not policy.self_approves(self.sender, authenticated=self.authenticated):
             return None
         return events.ApprovalAnswered(
             call_id=call["id"],

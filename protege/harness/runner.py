@@ -420,6 +420,8 @@ class _Attempt:
             self.installation.deliver,
             self.clock,
             resumed=self.log.seq > 0,
+            authenticated=context.message is not None
+            and context.message.proves_sender(config.mail.authentication),
         )
         setup = _Setup(context, tools, dispatcher, messages, budget, desk)
         if self.log.seq:  # a run resumed: nothing done is done again

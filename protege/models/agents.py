@@ -98,9 +98,10 @@ class Agent(Record):
         """Add an allow or deny rule deciding who may reach this agent at all."""
         return AgentAccessRule.create(agent=self, kind=kind, pattern=pattern)
 
-    def admits(self, sender: str | None) -> Decision:
-        """Whether ``sender`` may reach this agent, and why (checked at the gateway)."""
-        return decide(self.access_rules, sender)
+    def admits(self, sender: str | None, *, authenticated: bool = True) -> Decision:
+        """Whether ``sender`` may reach this agent, and why (checked at the gateway). Allow
+        rules admit only an ``authenticated`` sender (mail that proved its domain)."""
+        return decide(self.access_rules, sender, authenticated=authenticated)
 
     def available_tools(self, manifest: Manifest) -> list[ToolEntry]:
         """Every tool any grant could give, ignoring gates: the catalogue view."""
@@ -114,7 +115,8 @@ class Agent(Record):
         """The tools this run may use, with each grant's decision."""
         if context.message is None:
             return resolve(self, manifest, scheduled=True)
-        return resolve(self, manifest, sender=context.message.sender)
+        proven = context.message.proves_sender(context.config.mail.authentication)
+        return resolve(self, manifest, sender=context.message.sender, authenticated=proven)
 
 
 class AgentAccessRule(RuleRecord):

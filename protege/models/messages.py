@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import peewee
 
+from protege.authentication import Verdict
+from protege.config import AuthenticationSettings
 from protege.db import database
 from protege.models.agents import Agent
 from protege.models.base import JSONListField, Record, utcnow
@@ -73,6 +75,21 @@ class Message(Record):
     next_attempt_at = peewee.DateTimeField(null=True)
     delivery_attempts = peewee.IntegerField(default=0)
     delivery_lease_expires_at = peewee.DateTimeField(null=True)
+    # Inbound: the sender verdict (``protege.authentication.Verdict`` as JSON), and whether
+    # it proved the sender's domain. Mail with no verdict proves nobody.
+    authentication = peewee.TextField(null=True)
+    sender_authenticated = peewee.BooleanField(default=False)
+
+    @property
+    def verdict(self) -> Verdict:
+        """What the gateway found of this mail's sender (unauthenticated when nothing was
+        recorded)."""
+        return Verdict.from_json(self.authentication)
+
+    def proves_sender(self, settings: AuthenticationSettings) -> bool:
+        """Whether allow rules and approvers may take this mail's sender at its word: it
+        was authenticated, or ``settings`` do not enforce authentication."""
+        return bool(self.sender_authenticated) or not settings.enforced
 
     @property
     def attachments(self) -> list:

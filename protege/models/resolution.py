@@ -81,12 +81,14 @@ def resolve(
     manifest: Manifest,
     *,
     sender: str | None = None,
+    authenticated: bool = False,
     scheduled: bool = False,
 ) -> Resolution:
     """The tools ``agent`` may use for ``sender`` (a reply run) or on a scheduled run.
 
     On a reply run, each grant's gate is checked against the sender and the members of
-    every admitted toolkit are unioned; on a scheduled run only grants with
+    every admitted toolkit are unioned; allow rules match only an ``authenticated`` sender
+    (deny rules match whatever the From says); on a scheduled run only grants with
     ``allow_proactive`` count. Gates only add: a toolkit that refuses the sender takes
     nothing away from another that admits them. Members missing from the manifest are
     skipped. The result is ordered by id.
@@ -106,10 +108,13 @@ def resolve(
         if key is None:  # a sender that does not parse: only open gates admit it
             rows = database.execute_sql(_OPEN_GATES_SQL.format(p=p), (agent.id,))
         elif candidates is None:
-            rows = _admitted_for_long_key(agent.id, key)
+            rows = _admitted_for_long_key(agent.id, key, authenticated)
         else:
             sql = _ADMITTED_SQL.format(
-                p=p, candidates=", ".join([p] * len(candidates)), by_pattern=_by_pattern()
+                p=p,
+                candidates=", ".join([p] * len(candidates)),
+                by_pattern=_by_pattern(),
+                kinds="" if authenticated else "AND r.kind = 'deny'",
             )
             rows = database.execute_sql(sql, (agent.id, *candidates, agent.id))
     admitted: set[str] = set()
@@ -119,7 +124,9 @@ def resolve(
         guards.append((_members(members), _policy(*approval)))
     return Resolution(
         tools=[entry for entry in manifest.tools if entry.id in admitted],
-        explain=lambda: explain(agent, manifest, sender=sender, scheduled=scheduled),
+        explain=lambda: explain(
+            agent, manifest, sender=sender, authenticated=authenticated, scheduled=scheduled
+        ),
         approvals=_approvals(guards, manifest),
     )
 
@@ -153,13 +160,16 @@ def _policy(by: str, to: str, timeout: int, own: object) -> ApprovalPolicy | Non
     return ApprovalPolicy(tuple(approvers), tuple(json.loads(to or "[]")), int(timeout), bool(own))
 
 
-def _admitted_for_long_key(agent_id: int, key: str) -> list[tuple[str]]:
+def _admitted_for_long_key(agent_id: int, key: str, authenticated: bool) -> list[tuple[str]]:
     grants = database.execute_sql(_GATES_SQL.format(p=database.param), (agent_id,)).fetchall()
     denied: set[int] = set()
     allowed: set[int] = set()
     if any(has_rules for _, _, has_rules, *_ in grants):
         for grant_id, kind, _ in _rules_matching(agent_id, key):
-            (denied if kind == "deny" else allowed).add(grant_id)
+            if kind == "deny":
+                denied.add(grant_id)
+            elif authenticated:
+                allowed.add(grant_id)
     return [
         (members, *approval)
         for grant_id, members, has_rules, allow_list, *approval in grants
@@ -172,6 +182,7 @@ def explain(
     manifest: Manifest,
     *,
     sender: str | None = None,
+    authenticated: bool = False,
     scheduled: bool = False,
 ) -> Resolution:
     """What ``resolve`` decides, with each grant's decision and the rule or default behind
@@ -199,6 +210,7 @@ def explain(
                 allow_count=grant.allow_count,
                 matching=matching.get(grant.id, []),
                 sender_parses=key is not None,
+                authenticated=authenticated,
             )
         members = grant.member_tool_ids
         decisions.append(
@@ -234,7 +246,7 @@ JOIN toolkit t ON t.id = g.toolkit_id
 LEFT JOIN (
     SELECT r.grant_id, MAX(CASE WHEN r.kind = 'deny' THEN 1 ELSE 0 END) AS denied
     FROM agent_toolkit_rule r {by_pattern} CROSS JOIN agent_toolkit mine
-    WHERE mine.id = r.grant_id AND mine.agent_id = {p} AND r.pattern IN ({candidates})
+    WHERE mine.id = r.grant_id AND mine.agent_id = {p} AND r.pattern IN ({candidates}) {kinds}
     GROUP BY r.grant_id
 ) matched ON matched.grant_id = g.id
 WHERE g.agent_id = {p} AND CASE

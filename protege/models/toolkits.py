@@ -133,13 +133,14 @@ class AgentToolkit(Record):
         """Add an allow or deny rule to this grant's sender gate."""
         return AgentToolkitRule.create(grant=self, kind=kind, pattern=pattern)
 
-    def decide(self, sender: str | None) -> Decision:
+    def decide(self, sender: str | None, *, authenticated: bool = True) -> Decision:
         """Whether ``sender`` passes this grant's gate, and why."""
-        return decide(self.rules, sender)
+        return decide(self.rules, sender, authenticated=authenticated)
 
-    def permits(self, sender: str | None) -> bool:
-        """Whether ``sender`` passes this grant's gate."""
-        return self.decide(sender).admitted
+    def permits(self, sender: str | None, *, authenticated: bool = True) -> bool:
+        """Whether ``sender`` passes this grant's gate (as mail that proved its sender, unless
+        ``authenticated`` is false: then allow rules do not match)."""
+        return self.decide(sender, authenticated=authenticated).admitted
 
     @property
     def approval(self) -> ApprovalPolicy | None:

@@ -17,6 +17,7 @@ from protege.config import (
     BLOB_STORE_VARIABLE,
     DATA_DIR_VARIABLE,
     DATABASE_URL_VARIABLE,
+    DNS_OFFLINE_VARIABLE,
     MAIL_TRANSPORT_VARIABLE,
     MODEL_API_KEY_ENV_VARIABLE,
     MODEL_BASE_URL_VARIABLE,
@@ -84,9 +85,11 @@ def protege_db(
 
     Also gives the test its own data directory (``protege-data`` in its temporary folder),
     keeps stored files there (never in the app's S3 bucket) and writes its outgoing mail to
-    the outbox there, never through the app's SMTP relay.
+    the outbox there, never through the app's SMTP relay. Sender authentication asks no DNS
+    server: only records pinned in ``[mail.authentication.dns]`` are found.
     """
     monkeypatch.setenv(DATA_DIR_VARIABLE, str(tmp_path / "protege-data"))
+    monkeypatch.setenv(DNS_OFFLINE_VARIABLE, "1")
     monkeypatch.setenv(MAIL_TRANSPORT_VARIABLE, "outbox")
     monkeypatch.setenv(BLOB_STORE_VARIABLE, "local")
     if request.node.get_closest_marker(FRESH_DATABASE_MARKER):

@@ -25,7 +25,9 @@ def relayed(dns, results: list[str], ip: str = RELAY, sender: str = "mara@thesco
 
 def test_trusted_relay_dmarc_pass_authenticates(dns):
     verdict = relayed(dns, ["mx.thescoop.com; dmarc=pass (p=reject) header.from=thescoop.com"])
-    assert verdict.authenticated and verdict.method == "relay" and verdict.dmarc == "pass"
+    assert verdict.authenticated
+    assert verdict.method == "relay"
+    assert verdict.dmarc == "pass"
 
 
 def test_relay_networks_are_matched_by_range(dns):
@@ -37,7 +39,8 @@ def test_relay_networks_are_matched_by_range(dns):
 
 def test_relay_dkim_pass_aligned_with_the_from_domain_authenticates(dns):
     verdict = relayed(dns, ["mx.thescoop.com; dkim=pass header.d=thescoop.com header.s=s1"])
-    assert verdict.authenticated and verdict.method == "relay"
+    assert verdict.authenticated
+    assert verdict.method == "relay"
 
 
 def test_results_from_an_untrusted_address_are_ignored(dns):
@@ -72,7 +75,8 @@ def test_a_pass_for_another_domain_does_not_count(dns):
 def test_relay_verdict_counts_as_dmarc_pass_for_the_policy(dns):
     dns.add("_dmarc.thescoop.com", "TXT", "v=DMARC1; p=reject")
     verdict = relayed(dns, ["mx.thescoop.com; dmarc=pass header.from=thescoop.com"])
-    assert verdict.dmarc == "pass" and not verdict.refused_by_policy
+    assert verdict.dmarc == "pass"
+    assert not verdict.refused_by_policy
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +112,8 @@ def test_trusted_sealer_carries_dmarc_pass_through_a_list(dns, scoop_key, list_k
     raw = through_a_list(dns, scoop_key, list_key)
     assert not authenticate(raw, resolver=dns).authenticated  # the list broke the signature
     verdict = authenticate(raw, resolver=dns, trusted_arc_sealers=("lists.example",))
-    assert verdict.authenticated and verdict.method == "arc"
+    assert verdict.authenticated
+    assert verdict.method == "arc"
 
 
 def test_untrusted_sealer_carries_nothing(dns, scoop_key):

@@ -29,14 +29,16 @@ def spf_result(verdict):
 def test_aligned_spf_pass_authenticates(dns):
     dns.add("thescoop.com", "TXT", SCOOP_SPF)
     verdict = spf_verdict(dns)
-    assert verdict.authenticated and verdict.method == "spf"
+    assert verdict.authenticated
+    assert verdict.method == "spf"
     assert spf_result(verdict).domain == "thescoop.com"
 
 
 def test_spf_pass_for_another_domain_is_not_aligned(dns):
     dns.add("bulkmailer.example", "TXT", "v=spf1 ip4:203.0.113.0/24 -all")
     verdict = spf_verdict(dns, mail_from="bounce@bulkmailer.example")
-    assert spf_result(verdict).result == "pass" and not spf_result(verdict).aligned
+    assert spf_result(verdict).result == "pass"
+    assert not spf_result(verdict).aligned
     assert not verdict.authenticated
 
 
@@ -68,7 +70,8 @@ def test_an_spf_lookup_that_times_out_is_a_temporary_error(dns):
     dns.failing.add("thescoop.com")
     verdict = spf_verdict(dns)
     assert spf_result(verdict).result == "temperror"
-    assert not verdict.authenticated and verdict.dmarc == "temperror"
+    assert not verdict.authenticated
+    assert verdict.dmarc == "temperror"
 
 
 def test_empty_envelope_sender_checks_the_helo_name(dns):
@@ -100,14 +103,16 @@ def test_no_smtp_session_means_no_spf(dns):
 def test_aligned_pass_authenticates_without_a_dmarc_record(dns):
     dns.add("thescoop.com", "TXT", SCOOP_SPF)
     verdict = spf_verdict(dns)
-    assert verdict.authenticated and (verdict.dmarc, verdict.policy) == ("pass", None)
+    assert verdict.authenticated
+    assert (verdict.dmarc, verdict.policy) == ("pass", None)
 
 
 def test_policy_of_the_domain_and_of_its_subdomains(dns):
     dns.add("_dmarc.thescoop.com", "TXT", "v=DMARC1; p=reject; sp=none")
     assert spf_verdict(dns).policy == "reject"
     sub = spf_verdict(dns, sender="mara@eu.thescoop.com")
-    assert sub.policy == "none" and not sub.refused_by_policy
+    assert sub.policy == "none"
+    assert not sub.refused_by_policy
     dns.add("_dmarc.eu.thescoop.com", "TXT", "v=DMARC1; p=quarantine")
     assert spf_verdict(dns, sender="mara@eu.thescoop.com").policy == "quarantine"
 
@@ -115,7 +120,8 @@ def test_policy_of_the_domain_and_of_its_subdomains(dns):
 def test_unreadable_dmarc_record_is_a_permanent_error(dns):
     dns.add("_dmarc.thescoop.com", "TXT", "v=DMARC1; p=maybe")
     verdict = spf_verdict(dns)
-    assert verdict.dmarc == "permerror" and verdict.policy is None
+    assert verdict.dmarc == "permerror"
+    assert verdict.policy is None
     assert not verdict.refused_by_policy
 
 

@@ -73,7 +73,8 @@ def scoop(operator):
 def test_explain_shows_each_toolkit_decision_and_the_tools(scoop):
     out = scoop("access", "explain", "Sundae", "--sender", "jane@acme.com").stdout
     assert out.splitlines() == [
-        "Sundae, reply to jane@acme.com (routing key: jane@acme.com)",
+        "Sundae, reply to jane@acme.com (routing key: jane@acme.com), "
+        "as mail that proves its sender",
         "  sender may write to Sundae: no rules: open to every sender",
         "  admitted  Default Tools: no rules: open to every sender",
         "  refused   Finance: no allow rule matches (allow-list)",
@@ -121,7 +122,7 @@ def test_explain_a_scheduled_run(scoop):
 def test_explain_needs_exactly_one_of_sender_and_scheduled(scoop):
     result = scoop("access", "explain", "Sundae", ok=False)
     assert result.returncode == 2
-    assert "exactly one of --sender ADDRESS or --scheduled" in result.stderr
+    assert "exactly one of --sender ADDRESS, --message ID or --scheduled" in result.stderr
 
 
 def test_explain_shows_the_agent_access_decision(scoop):
@@ -310,6 +311,7 @@ def test_commands_on_an_unmigrated_database_say_what_to_run(run_protege, tmp_pat
         "applied 0008 operators and the audit log\n"
         "applied 0009 search by field, newest first\n"
         "applied 0010 approval by email\n"
+        "applied 0011 sender authentication\n"
     )
     assert run_protege("agents", "list", env={"PROTEGE_DATABASE_URL": url}).returncode == 0
 

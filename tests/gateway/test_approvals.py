@@ -14,18 +14,20 @@ from pathlib import Path
 import attrs
 import pytest
 
-from protege.config import load_config
+from protege.config import AuthenticationSettings, load_config
 from protege.gateway.smtp import free_port, start_gateway
 from protege.installation import open_installation
 from protege.models import Agent, Approval, Message, Run, Toolkit
 from protege.registry import Manifest, Origin, ToolEntry
 from protege.scheduler import Scheduler
-from protege.testing import say, tool_call
+from protege.testing import DkimKey, say, tool_call
 from protege.tool import Tool
 from protege.worker import drain
 
 AGENT = "sundae@thescoop.example"
 REFUNDS: list[dict] = []  # what IssueRefundTool.use did, in this process
+# The Scoop's mail server signs its people's mail; its key is pinned, so no DNS is asked.
+SCOOP_KEY = DkimKey.generate("thescoop.com", "mail")
 
 
 class IssueRefundTool(Tool):
@@ -58,6 +60,8 @@ class LookupOrderTool(Tool):
 def app(tmp_path, protege_db, scripted_model):
     REFUNDS.clear()
     config = attrs.evolve(load_config(tmp_path), data_dir=tmp_path / "data")
+    pinned = AuthenticationSettings(offline=True, dns={SCOOP_KEY.name: SCOOP_KEY.record})
+    config = attrs.evolve(config, mail=attrs.evolve(config.mail, authentication=pinned))
     tools = sorted(
         (ToolEntry(t, Origin.HOST, "tests") for t in (IssueRefundTool, LookupOrderTool)),
         key=lambda e: e.id,
@@ -93,7 +97,9 @@ class Mailer:
         with smtplib.SMTP(self.gateway.hostname, self.gateway.port, timeout=30) as client:
             client.sendmail(sender, [to], raw)
 
-    def mail(self, sender, body, subject="Melted", to=AGENT, headers=None) -> bytes:
+    def mail(self, sender, body, subject="Melted", to=AGENT, headers=None, sign=True) -> bytes:
+        """A mail from ``sender``; The Scoop's people's mail is signed, as their server
+        does, unless ``sign`` is false (a forger's)."""
         self.count += 1
         message = EmailMessage()
         message["From"] = sender
@@ -103,7 +109,10 @@ class Mailer:
         for name, value in (headers or {}).items():
             message[name] = value
         message.set_content(body)
-        return message.as_bytes()
+        raw = message.as_bytes()
+        if sign and "@thescoop.com>" in f"{sender}>" and "," not in sender:
+            return SCOOP_KEY.sign(raw)
+        return raw
 
     def outbox(self) -> list[email.message.EmailMessage]:
         folder = Path(self.app.config.data_dir) / "outbox"
@@ -116,14 +125,15 @@ class Mailer:
         (found,) = [m for m in self.outbox() if str(m["Subject"]).startswith("Approval needed")]
         return found
 
-    def answer(self, request, sender, body, **headers) -> bytes:
+    def answer(self, request, sender, body, sign=True, **headers) -> bytes:
         fields = {
             "In-Reply-To": request["Message-ID"].strip(),
             "References": request["Message-ID"].strip(),
             **headers,
         }
         to = str(request["Reply-To"])
-        return self.mail(sender, body, subject=f"Re: {request['Subject']}", to=to, headers=fields)
+        subject = f"Re: {request['Subject']}"
+        return self.mail(sender, body, subject=subject, to=to, headers=fields, sign=sign)
 
 
 @pytest.fixture
@@ -218,6 +228,21 @@ def test_forged_answers_change_nothing(sundae, post, app, scripted_model):
     inbound = Message.select().where(Message.direction == "inbound").order_by(Message.id)
     statuses = [m.status for m in inbound]
     assert statuses == ["accepted", "ignored", "ignored", "ignored", "ignored", "accepted"]
+
+
+def test_a_forged_answer_with_the_right_token_changes_nothing(sundae, post, app, scripted_model):
+    run = waiting_for_mara(post, app, scripted_model)
+    (approval,) = Approval.select()
+    # Mara's address and the request's real token, but mail that does not prove it is hers.
+    post.send(post.answer(post.request(), "Mara <mara@thescoop.com>", "approve", sign=False))
+    assert drain(app) == []
+    assert Approval.get_by_id(approval.id).status == "pending"
+    assert Run.get_by_id(run.id).status == "waiting"
+    assert REFUNDS == []
+    answer = Message.select().where(Message.direction == "inbound").order_by(-Message.id).get()
+    assert answer.status == "ignored"
+    assert not answer.sender_authenticated
+    assert any("not authenticated" in flag for flag in answer.flags)
 
 
 def test_approval_runs_the_call_once_even_if_delivered_twice(sundae, post, app, scripted_model):

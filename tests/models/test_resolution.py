@@ -33,21 +33,25 @@ SENDERS = [
 ]
 
 
+@pytest.mark.parametrize("authenticated", [True, False])
 @pytest.mark.parametrize("rules", RULE_SETS)
-def test_resolution_decides_like_the_reference_gate(protege_db, scoop_manifest, rules):
+def test_resolution_decides_like_the_reference_gate(
+    protege_db, scoop_manifest, rules, authenticated
+):
     agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
     grant = agent.grant(Toolkit.create(name="Finance", member_tool_ids=["process_refund"]))
     for kind, pattern in rules:
         grant.add_rule(kind, pattern)
     for sender in SENDERS:
-        expected = decide(grant.rules, sender)
-        (got,) = resolve(agent, scoop_manifest, sender=sender).grants
+        expected = decide(grant.rules, sender, authenticated=authenticated)
+        (got,) = resolve(agent, scoop_manifest, sender=sender, authenticated=authenticated).grants
         assert (got.admitted, got.reason) == (expected.admitted, expected.reason), sender
 
 
+@pytest.mark.parametrize("authenticated", [True, False])
 @pytest.mark.parametrize("rules", RULE_SETS)
 def test_a_runs_tools_follow_the_same_decisions_as_the_explanation(
-    protege_db, scoop_manifest, rules
+    protege_db, scoop_manifest, rules, authenticated
 ):
     agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
     grant = agent.grant(Toolkit.create(name="Finance", member_tool_ids=["process_refund"]))
@@ -56,10 +60,11 @@ def test_a_runs_tools_follow_the_same_decisions_as_the_explanation(
     for kind, pattern in rules:
         grant.add_rule(kind, pattern)
     for sender in SENDERS:
-        admitted = decide(grant.rules, sender).admitted
+        admitted = decide(grant.rules, sender, authenticated=authenticated).admitted
         expected = ["lookup_order", *(["process_refund"] if admitted else [])]
-        assert resolve(agent, scoop_manifest, sender=sender).tool_ids == expected, sender
-        assert explain(agent, scoop_manifest, sender=sender).tool_ids == expected, sender
+        how = {"sender": sender, "authenticated": authenticated}
+        assert resolve(agent, scoop_manifest, **how).tool_ids == expected, sender
+        assert explain(agent, scoop_manifest, **how).tool_ids == expected, sender
 
 
 def test_scheduled_runs_get_only_proactive_grants(protege_db, scoop_manifest):

@@ -37,6 +37,24 @@ def test_seed_scenario_gate_follows_whoever_is_talking(sundae, scoop_manifest, c
     assert "process_refund" not in ids_for(sundae, jane_again, scoop_manifest)
 
 
+def test_a_forged_mara_gets_only_what_the_open_gates_give(sundae, scoop_manifest, context_for):
+    forged = context_for(sundae, sender="mara@thescoop.com", authenticated=False)
+    assert ids_for(sundae, forged, scoop_manifest) == ["check_flavor_stock", "lookup_order"]
+    grant = sundae.grant_of(Toolkit.named("Finance"))
+    assert not grant.permits(sender="mara@thescoop.com", authenticated=False)
+
+
+def test_report_mode_takes_the_sender_at_its_word(sundae, scoop_manifest, context_for):
+    unproven = context_for(sundae, sender="mara@thescoop.com", authenticated=False, mode="report")
+    assert "process_refund" in ids_for(sundae, unproven, scoop_manifest)
+
+
+def test_a_deny_rule_matches_an_unauthenticated_sender(sundae, scoop_manifest, context_for):
+    sundae.grant_of(Toolkit.named("Support")).add_rule("deny", "*@spam.example")
+    forged = context_for(sundae, sender="bot@spam.example", authenticated=False)
+    assert ids_for(sundae, forged, scoop_manifest) == []
+
+
 def test_same_toolkit_on_other_terms_for_another_agent(sundae, scoop_manifest, context_for):
     scout = Agent.create(name="Scout", address="scout@thescoop.example")
     scout.grant(Toolkit.named("Finance"))
