@@ -28,7 +28,7 @@ def test_demo_shows_the_seed_outcome(tmp_path):
     assert out.splitlines()[0] == (
         "The Scoop demo, with the scripted model (no model is configured: set"
     )
-    jane, mara, jane_again, mara_again = out.split("=== Email ")[1:5]
+    jane, forged, mara, jane_again, mara_again = out.split("=== Email ")[1:6]
     assert (
         "tools offered: check_flavor_stock, create_file, lookup_order, process_refund, "
         "read_attachment, search_emails, send_email"
@@ -37,7 +37,13 @@ def test_demo_shows_the_seed_outcome(tmp_path):
     assert "    read_attachment: ran, showed melted-order.png to the model\n" in jane
     assert "--- run 1 for Jane <jane@acme.com>: waiting" in jane
     assert "    process_refund: waits for approval (asked mara@thescoop.com)\n" in jane
+    # A forged "Mara" with the request's token: nothing proves it is hers, nothing happens.
+    assert "Mara <mara@thescoop.com> -> sundae+approve-" in forged
+    assert "does NOT prove it is from thescoop.com" in forged
+    assert "protege: approval 1: the sender is not authenticated" in forged
+    assert "--- run" not in forged
     assert "Mara <mara@thescoop.com> -> sundae+approve-" in mara
+    assert "protege: the mail proves it is from thescoop.com (dkim); answer" in mara
     assert "--- run 1 for Jane <jane@acme.com> (resumed: an approval was answered): done" in mara
     assert "    process_refund: approved by mara@thescoop.com, ran\n" in mara
     assert "--- run 2 for Jane <jane@acme.com>: waiting" in jane_again

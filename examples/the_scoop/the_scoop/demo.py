@@ -23,11 +23,12 @@ import attrs
 import click
 
 from protege import blobs, db
-from protege.config import Config, load_config
+from protege.config import AuthenticationSettings, Config, load_config
 from protege.gateway.smtp import free_port, start_gateway
 from protege.installation import Installation, open_installation
 from protege.models import Agent, Message, Responsibility, Run, Toolkit
 from protege.scheduler import Scheduler
+from protege.testing import DkimKey
 from protege.testing.model import ScriptedModel
 from protege.toolkits import sync
 from protege.worker import drain
@@ -41,6 +42,9 @@ def run_demo(folder: Path | None = None) -> Path:
     folder = Path(folder or tempfile.mkdtemp(prefix="the-scoop-"))
     folder.mkdir(parents=True, exist_ok=True)
     config, scripted = demo_config(folder)
+    signer = DkimKey.from_pem(story.SHOP_DOMAIN, DEMO_KEY_SELECTOR, demo_key(folder))
+    pinned = AuthenticationSettings(offline=True, dns={signer.name: signer.record})
+    config = attrs.evolve(config, mail=attrs.evolve(config.mail, authentication=pinned))
     model = ScriptedModel().start() if scripted else None
     if model is not None:
         config = attrs.evolve(config, model=attrs.evolve(config.model, base_url=model.base_url))
@@ -52,28 +56,48 @@ def run_demo(folder: Path | None = None) -> Path:
         click.echo(f"The Scoop demo, with the model {config.model.model} at {where}.")
     click.echo(f"Everything is kept in {folder}\n")
     try:
-        _run(config, model)
+        _run(config, model, signer)
     finally:
         if model is not None:
             model.stop()
-    _say_how_to_open(folder, config)
+    _say_how_to_open(folder, config, signer)
     return folder
+
+
+def demo_key(folder: Path) -> bytes:
+    """The demo's DKIM signing key for The Scoop (PEM), made once per demo folder."""
+    path = folder / "data" / "demo-dkim.pem"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(DkimKey.generate(story.SHOP_DOMAIN, DEMO_KEY_SELECTOR).private_key)
+        path.chmod(0o600)
+    return path.read_bytes()
 
 
 DEMO_SETTINGS = """# Written by `protege demo`: protege's commands run here open the demo's data.
 tool_modules = ["the_scoop.tools"]
 data_dir = "data"
+
+# The Scoop's mail server signs its people's mail; the demo's key is pinned here, and no
+# DNS server is asked, so senders are authenticated as in the demo.
+[mail.authentication]
+offline = true
+
+[mail.authentication.dns]
+"{name}" = "{record}"
 """
+DEMO_KEY_SELECTOR = "demo"
 
 
-def _say_how_to_open(folder: Path, config: Config) -> None:
+def _say_how_to_open(folder: Path, config: Config, signer: DkimKey) -> None:
     """Leave a protege.toml naming the demo's data in ``folder`` (unless one is there), and
     say how to look at it all in the dashboard."""
     settings = folder / "protege.toml"
+    written = DEMO_SETTINGS.format(name=signer.name, record=signer.record)
     if not settings.exists():
-        settings.write_text(DEMO_SETTINGS)
+        settings.write_text(written)
     click.echo("\n=== See it all in the dashboard (runs, events, toolkits, who may use what):")
-    if settings.read_text() == DEMO_SETTINGS:
+    if settings.read_text() == written:
         click.echo(f"    cd {folder}")
     else:  # the folder has settings of its own: name the demo's data instead
         click.echo(f"    export PROTEGE_DATABASE_URL={config.database_url}")
@@ -102,7 +126,7 @@ def demo_config(folder: Path) -> tuple[Config, bool]:
     return config, scripted
 
 
-def _run(config: Config, model: ScriptedModel | None) -> None:
+def _run(config: Config, model: ScriptedModel | None, signer: DkimKey) -> None:
     installation = open_installation(config)
     db.migrate()
     sync(installation.manifest)
@@ -129,13 +153,17 @@ def _run(config: Config, model: ScriptedModel | None) -> None:
         for number, (sender, subject, body) in enumerate(story.EMAILS):
             if model is not None:
                 model.script(*story.SCRIPT[number])
-            if sender == story.ANSWER:
+            if sender in (story.ANSWER, story.FORGED):
                 raw = _answer(subject or "", body, _latest_request(), config)
             else:
                 raw = _compose(story.SUNDAE, sender, subject, body, previous, photo=number == 0)
+            data = raw.as_bytes()
+            if sender != story.FORGED and _domain(str(raw["From"])) == story.SHOP_DOMAIN:
+                data = signer.sign(data)  # as The Scoop's mail server signs its people's mail
             with smtplib.SMTP(gateway.hostname, gateway.port, timeout=30) as client:
-                client.send_message(raw, to_addrs=[str(raw["To"])])
+                client.sendmail(story.ENVELOPE_SENDER, [str(raw["To"])], data)
             _show_email(number + 1, raw)
+            _show_verdict()
             for run in drain(installation):
                 _show_run(run)
             previous = (
@@ -213,6 +241,24 @@ def _compose(
         picture = importlib.resources.files("the_scoop").joinpath(story.PHOTO).read_bytes()
         message.add_attachment(picture, maintype="image", subtype="png", filename=story.PHOTO)
     return message
+
+
+def _domain(mailbox: str) -> str:
+    return email.utils.parseaddr(mailbox)[1].rpartition("@")[2].lower()
+
+
+def _show_verdict() -> None:
+    """What the gateway made of the mail just sent: who it proved, and what it did."""
+    stored = Message.select().where(Message.direction == "inbound").order_by(-Message.id).get()
+    verdict = stored.verdict
+    if verdict.authenticated:
+        proof = f"proves it is from {verdict.domain} ({verdict.method})"
+    else:
+        proof = f"does NOT prove it is from {verdict.from_domain}: no valid signature"
+    click.echo(f"    protege: the mail {proof}; {stored.status}")
+    for flag in stored.flags:
+        if flag.startswith("approval answer"):
+            click.echo(f"    protege: {flag.removeprefix('approval answer: ')}")
 
 
 def _show_email(number: int, message: EmailMessage) -> None:
