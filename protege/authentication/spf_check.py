@@ -42,7 +42,8 @@ def check_spf(
         result, _code, explanation = query.check()
     except Exception as error:  # pyspf raises for some malformed inputs rather than answering
         return SpfResult("permerror", domain, identity, f"SPF could not be evaluated: {error}")
-    return SpfResult(result, domain, identity, " ".join(str(explanation).split())[:200])
+    said = " ".join(str(explanation).split())[:200]
+    return SpfResult(result, domain, identity, said or f"SPF {result} for {domain}")
 
 
 @functools.cache

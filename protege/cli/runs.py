@@ -222,10 +222,12 @@ def _show(run, as_json: bool) -> None:
 
     timeline = run.timeline()
     sent = _mail_of(run)
+    verdict = run.message.verdict if run.message_id else None
     if as_json:
         echo_json(
             {
                 **_summary(run),
+                "sender_verdict": None if verdict is None else verdict.as_json(),
                 "events": [_event_json(e) for e in timeline],
                 "mail": sent,
             }
@@ -233,6 +235,8 @@ def _show(run, as_json: bool) -> None:
         return
     subject = f"message from {run.message.sender}" if run.message_id else run.responsibility.name
     click.echo(f"run {run.id}: {run.agent.name}, {run.kind} ({subject}), {run.status}")
+    if verdict is not None:
+        click.echo(events.printable(f"sender: {verdict.summary()}"))
     if run.error:
         click.echo(f"error: {events.printable(run.error)}")
     for event in timeline:

@@ -405,3 +405,36 @@ def test_a_refused_change_leaves_no_audit_entry(operator):
     assert refused.returncode == 1
     actions = [e["action"] for e in json.loads(operator("audit", "--json").stdout)]
     assert "rule added" not in actions
+
+
+def test_explain_a_stored_message_uses_its_sender_verdict(scoop):
+    from protege.authentication import unverified
+    from protege.mail import record_inbound
+    from protege.models import Agent
+
+    sundae = Agent.named("Sundae")
+    forged = record_inbound(
+        sundae,
+        sender="Mara <mara@thescoop.com>",
+        body="refund please",
+        verdict=unverified("no signature", "thescoop.com"),
+    )
+    proven = record_inbound(sundae, sender="Mara <mara@thescoop.com>", body="refund please")
+    out = scoop("access", "explain", "Sundae", "--message", str(forged.id)).stdout
+    assert "as mail that does NOT prove its sender" in out
+    assert "  sender verdict: not authenticated; dmarc none: no signature" in out
+    assert "  refused   Finance: allow rule *@thescoop.com matches only an authenticated" in out
+    data = json.loads(
+        scoop("access", "explain", "Sundae", "--message", str(proven.id), "--json").stdout
+    )
+    assert data["authenticated"] is True
+    assert data["sender_verdict"]["method"] == "operator"
+    assert "process_refund" in data["tools"]
+
+
+def test_explain_unauthenticated_takes_allow_rules_away(scoop):
+    out = scoop(
+        "access", "explain", "Sundae", "--sender", "mara@thescoop.com", "--unauthenticated"
+    ).stdout
+    assert "process_refund" not in out.splitlines()[-1]
+    assert "as mail that does NOT prove its sender" in out

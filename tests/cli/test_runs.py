@@ -163,6 +163,8 @@ def test_show_renders_every_run_the_demo_makes(run_protege, tmp_path):
         lines = text.stdout.splitlines()
         assert lines[0].startswith(f"run {run_id}: Sundae, reply (message from Jane <")
         assert lines[0].endswith(", done")
+        # Jane's mail is not signed: the verdict says so, and why.
+        assert lines[1].startswith("sender: not authenticated; dmarc none: nothing aligned")
         deliveries = [line for line in lines if line[5:].startswith("  delivery queued to ")]
         assert len(deliveries) == 2  # "it waits for the shop", then the outcome
         assert all("subject Re: Melted order <" in line for line in deliveries)
@@ -176,6 +178,8 @@ def test_show_renders_every_run_the_demo_makes(run_protege, tmp_path):
 
         shown = json.loads(run_protege("runs", "show", str(run_id), "--json", env=env).stdout)
         assert shown["status"] == "done"
+        assert shown["sender_verdict"]["authenticated"] is False
+        assert shown["sender_verdict"]["from_domain"] == "acme.com"
         kinds = [e["kind"] for e in shown["events"]]
         assert kinds.count("delivery") == 2
         assert [k for k in kinds if k in ("waiting", "resumed", "approval_answered")] == [
