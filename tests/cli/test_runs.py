@@ -187,7 +187,7 @@ def test_show_renders_every_run_the_demo_makes(run_protege, tmp_path):
             "resumed",
             "approval_answered",
         ]
-        assert len(kinds) == len(lines) - 1 - len(mails)  # the heading and the mails' lines
+        assert len(kinds) == len(lines) - 2 - len(mails)  # heading, sender, the mails
         assert [m["status"] for m in shown["mail"]] == ["sent"] * 3
     denied = run_protege("runs", "show", "2", env=env).stdout
     assert "after approval, failed (untrusted): " in denied
