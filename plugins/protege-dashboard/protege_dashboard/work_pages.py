@@ -102,6 +102,7 @@ async def run_page(request: Request) -> Response:
         "run.html",
         run=run,
         answered=answered,
+        sender_verdict=answered.verdict if answered is not None else None,
         answered_files=answered.attachments if answered is not None else [],
         mail=[_mail_view(message) for message in sent],
         events=[_event_view(row) for row in run.timeline()],

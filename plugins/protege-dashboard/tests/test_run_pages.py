@@ -193,3 +193,35 @@ def test_cancel_needs_the_csrf_token(signed_in, scoop):
     assert signed_in.post(f"/runs/{run.id}/cancel", data={"csrf_token": "x"}).status_code == 403
     assert Run.get_by_id(run.id).status == "queued"
     assert AuditEntry.select().count() == 0
+
+
+def test_a_run_page_shows_the_sender_verdict_of_the_mail_it_answered(signed_in, scoop):
+    from protege.authentication import MethodResult, Verdict
+
+    forged = Verdict(
+        authenticated=False,
+        domain=None,
+        method="none",
+        dmarc="fail",
+        policy="none",
+        results=(MethodResult("dkim", "fail", "<b>thescoop.com</b>", True, "body hash mismatch"),),
+        from_domain="thescoop.com",
+        reason="nothing aligned with thescoop.com passed",
+    )
+    inbound = Message.create(
+        agent=scoop,
+        direction="inbound",
+        sender="mara@thescoop.com",
+        to_addresses=[scoop.address],
+        message_id="<1@thescoop.com>",
+        thread_key="<1@thescoop.com>",
+        authentication=json.dumps(forged.as_json()),
+    )
+    run = Run.create(agent=scoop, kind="reply", message=inbound, correlation_id="c1")
+    page = signed_in.get(f"/runs/{run.id}").text
+    found = re.search(r'<dd id="sender-verdict" class="unproven">(.*?)</dd>', page, re.S)
+    assert found, "no sender verdict on the page"
+    shown = _text(found.group(1))
+    assert shown.startswith("not authenticated; DMARC fail (policy none).")
+    assert "dkim fail for <b>thescoop.com</b> (aligned): body hash mismatch" in shown
+    assert "<b>thescoop.com</b>" not in found.group(1)  # escaped, never markup
