@@ -30,7 +30,7 @@ from protege.authentication.relayed import (
     topmost_trusted,
 )
 from protege.authentication.resolver import DnsResolver, Resolver, pinned_records
-from protege.authentication.signatures import check_signatures
+from protege.authentication.signatures import check_signatures, reader
 from protege.authentication.spf_check import check_spf
 
 __all__ = [
@@ -115,7 +115,7 @@ class Verdict:
         """A verdict read back from ``as_json``'s form; a missing one is unauthenticated."""
         if isinstance(data, str):
             data = json.loads(data)
-        if not data:
+        if not isinstance(data, Mapping) or not data:
             return unverified("no sender authentication was recorded for this mail")
         results = tuple(MethodResult(**r) for r in data.get("results") or ())
         fields = {f.name for f in attrs.fields(cls)} - {"results"}
@@ -158,12 +158,11 @@ def authenticate(
     """
     resolver = DnsResolver() if resolver is None else resolver
     relays = networks(trusted_relays)
-    import dkim
-
     try:
-        headers, _body = dkim.rfc822_parse(raw)
-    except Exception as error:
-        return unverified(f"the mail cannot be read: {type(error).__name__}")
+        signer = reader(raw)
+    except ValueError as error:
+        return unverified(str(error))
+    headers = signer.headers
     from_values = [value for name, value in headers if name.lower() == b"from"]
     if len(from_values) != 1:
         return unverified(f"{len(from_values)} From headers: no single sender to prove")
@@ -174,7 +173,7 @@ def authenticate(
     record = dmarc_.lookup(ascii_domain, resolver)
     strict = (record.strict_dkim, record.strict_spf)
 
-    for signature in check_signatures(raw, resolver):
+    for signature in check_signatures(signer, resolver):
         is_aligned = bool(signature.domain) and dmarc_.aligned(
             signature.domain or "", ascii_domain, strict=strict[0]
         )

@@ -17,7 +17,7 @@ import attrs
 
 from protege.authentication.dmarc import aligned
 from protege.authentication.resolver import Resolver
-from protege.authentication.signatures import _Lookups
+from protege.authentication.signatures import _dkim, _Lookups
 
 _AUTHSERV_ID = re.compile(r"\s*(?:\([^)]*\)\s*)?([^\s;()]+)")
 _INSTANCE = re.compile(r"^\s*i\s*=\s*\d+\s*;", re.IGNORECASE)
@@ -137,8 +137,7 @@ def arc_verdict(
 ) -> tuple[Relayed, bool]:
     """What a trusted sealer's ARC chain carries for ``from_domain``; and whether a DNS
     lookup timed out on the way."""
-    import dkim
-
+    dkim = _dkim()
     trusted = {s.strip().lower().rstrip(".") for s in sealers if s.strip()}
     lookups = _Lookups(resolver)
     try:

@@ -49,12 +49,12 @@ class DnsResolver:
 
     def __init__(
         self,
-        pinned: Mapping[str, Sequence[str]] | None = None,
+        pinned: Mapping[str, str | Sequence[str]] | None = None,
         *,
         offline: bool = False,
         timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
-        self.pinned = {_key(name): tuple(records) for name, records in (pinned or {}).items()}
+        self.pinned = pinned_records(pinned or {})
         self.offline = offline
         self.timeout = timeout
         self._resolver: Any = None

@@ -6,6 +6,7 @@ result: which ``d=`` passed or failed, and why.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable
@@ -32,6 +33,33 @@ class Signature:
     reason: str
 
 
+def bytes_to_int(data: bytes) -> int:
+    """dkimpy's ``str2int``, done by ``int.from_bytes`` (dkimpy loops byte by byte)."""
+    return int.from_bytes(bytes(data), "big")
+
+
+def int_to_bytes(number: int, length: int = -1) -> bytearray:
+    """dkimpy's ``int2str``: ``number`` big-endian in ``length`` bytes (its low bytes when
+    it needs more), or in as few as it needs (one at least) when ``length`` is negative."""
+    assert number >= 0
+    if length < 0:
+        return bytearray(number.to_bytes(max(1, (number.bit_length() + 7) // 8), "big"))
+    return bytearray((number & ((1 << (8 * length)) - 1)).to_bytes(length, "big"))
+
+
+@functools.cache
+def _dkim() -> Any:
+    """dkimpy, with its two integer conversions done by Python's own: they were a third of
+    a verification's time (``bench/authentication.py``; the differential test is
+    ``tests/authentication/test_integer_conversions.py``)."""
+    import dkim
+    import dkim.crypto
+
+    dkim.crypto.int2str = int_to_bytes
+    dkim.crypto.str2int = bytes_to_int
+    return dkim
+
+
 class _Lookups:
     """dkimpy's DNS function, over a protege resolver; remembers whether a lookup timed out."""
 
@@ -50,17 +78,22 @@ class _Lookups:
         return records[0].encode("utf-8") if records else None
 
 
+def reader(raw: bytes) -> Any:
+    """dkimpy's reading of ``raw`` (headers and body), made once for every check of it;
+    ``ValueError`` when it cannot be read."""
+    dkim = _dkim()
+    try:
+        return dkim.DKIM(raw, minkey=1024, timeout=5)
+    except Exception as error:
+        raise ValueError(f"the mail cannot be read for DKIM: {type(error).__name__}") from None
+
+
 def check_signatures(
-    raw: bytes, resolver: Resolver, now: Callable[[], float] = time.time
+    signer: Any, resolver: Resolver, now: Callable[[], float] = time.time
 ) -> list[Signature]:
-    """Each DKIM signature of ``raw``, checked, in header order."""
-    import dkim
+    """Each DKIM signature of the mail ``signer`` read (``reader``), checked, in order."""
     from dkim.util import InvalidTagValueList, parse_tag_value
 
-    try:
-        signer = dkim.DKIM(raw, minkey=1024, timeout=5)
-    except dkim.DKIMException as error:
-        return [Signature(PERMERROR, None, None, f"the mail cannot be read for DKIM: {error}")]
     count = sum(1 for name, _ in signer.headers if name.lower() == b"dkim-signature")
     results = []
     for index in range(min(count, MAX_SIGNATURES)):

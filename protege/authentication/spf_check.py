@@ -50,7 +50,7 @@ def check_spf(
 def _query_class() -> Any:
     import spf  # loaded by the first SPF check
 
-    class Query(spf.query):  # type: ignore[misc, name-defined]
+    class Query(spf.query):
         """pyspf's query with its DNS through a protege resolver (pins, cache, timeouts)."""
 
         def __init__(self, i: str, s: str, h: str, *, resolver: Resolver) -> None:

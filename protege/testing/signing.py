@@ -115,7 +115,7 @@ class DkimKey:
 def _signer_class() -> type:
     import dkim
 
-    class Signer(dkim.DKIM):  # type: ignore[misc]
+    class Signer(dkim.DKIM):
         """dkimpy's signer, able to add ``x=`` (it has no parameter for it)."""
 
         expires: int | None = None

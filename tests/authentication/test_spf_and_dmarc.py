@@ -130,3 +130,14 @@ def test_organizational_domains_follow_the_public_suffix_list():
     assert organizational_domain("shop.example.co.uk") == "example.co.uk"
     assert organizational_domain("mara.github.io") == "mara.github.io"
     assert organizational_domain("com") == "com"
+
+
+def test_pinned_records_may_be_one_string_or_several():
+    from protege.authentication import DnsResolver
+
+    resolver = DnsResolver(
+        {"_dmarc.thescoop.com": "v=DMARC1; p=reject", "x.": ["a", "b"]}, offline=True
+    )
+    assert resolver("_DMARC.thescoop.com.", "TXT") == ["v=DMARC1; p=reject"]
+    assert resolver("x", "TXT") == ["a", "b"]
+    assert resolver("thescoop.com", "TXT") == []  # offline: nothing else is looked up

@@ -8,8 +8,18 @@ password or signature, 415 for a body of the wrong type.
 
 - ``POST /ingress/relay``: the raw message (``message/rfc822``), HTTP basic auth.
 - ``POST /ingress/postmark``: Postmark's inbound webhook (JSON, ``RawEmail``), basic auth.
-- ``POST /ingress/sendgrid``: SendGrid's Inbound Parse with raw MIME (``email``), basic auth.
+- ``POST /ingress/sendgrid``: SendGrid's Inbound Parse, basic auth: the raw MIME (``email``)
+  or, without it, the parsed fields (``headers``, ``text``, ``html``), rebuilt into a message.
 - ``POST /ingress/mailgun``: a Mailgun route's ``body-mime``, its HMAC signature checked.
+
+Who sent the mail is decided as for SMTP, by ``ingest``'s DKIM check of the raw message
+(there is no SMTP session here, so no SPF). A message rebuilt from parsed fields proves
+nothing by itself. A provider's own SPF and DKIM results (SendGrid's ``SPF`` and ``dkim``
+fields, Mailgun's ``X-Mailgun-Spf`` and ``X-Mailgun-Dkim-Check-Result``, the ``Received-SPF``
+and ``Authentication-Results`` Postmark puts on top of ``Headers``) count only for an ingress
+named in the settings' ``trust_provider_verdicts``, and only once the request's password or
+signature was checked: then a pass aligned with the From domain proves the sender (method
+``relay``); when they prove nothing, protege's own check of the raw message still decides.
 """
 
 from __future__ import annotations
@@ -32,6 +42,18 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from protege import admin
+from protege.authentication import Resolver, Verdict, unverified
+from protege_dashboard.provider_verdicts import (
+    ProviderReport,
+    from_domain,
+    mailgun_report,
+    postmark_report,
+    provider_verdict,
+    sendgrid_report,
+)
+from protege_dashboard.provider_verdicts import (
+    form_text as _text,
+)
 from protege_dashboard.settings import DashboardSettings
 
 logger = logging.getLogger(__name__)
@@ -143,9 +165,15 @@ def _field(form: dict[str, bytes], name: str) -> bytes:
     return value
 
 
-def _text(form: dict[str, bytes], name: str) -> str | None:
-    value = form.get(name)
-    return value.decode("utf-8", "replace") if value else None
+def _resolver(request: Request) -> Resolver:
+    """The DNS resolver of this app's ingresses: one, kept on the app so that its cache
+    serves every request, built again only when ``[mail.authentication]`` changed."""
+    settings = request.app.state.installation.config.mail.authentication
+    kept = getattr(request.app.state, "ingress_resolver", None)
+    if kept is None or kept[0] != settings:
+        kept = (settings, settings.resolver())
+        request.app.state.ingress_resolver = kept
+    return kept[1]
 
 
 async def _ingest(
@@ -153,6 +181,7 @@ async def _ingest(
     raw: bytes,
     recipients: list[str] | None = None,
     envelope_sender: str | None = None,
+    verdict: Verdict | None = None,
 ) -> Response:
     config = request.app.state.installation.config
     try:
@@ -162,6 +191,8 @@ async def _ingest(
             config=config,
             recipients=recipients,
             envelope_sender=envelope_sender,
+            resolver=_resolver(request),
+            verdict=verdict,
         )
     except admin.MailRejected as rejection:
         status = 413 if rejection.code == 552 else 422
@@ -178,6 +209,40 @@ async def _ingest(
             logger.info("refused mail %s: %s", refused.message.id, refused.reason)
         return PlainTextResponse("this address does not accept your message\n", status_code=422)
     return Response(status_code=204)
+
+
+# --- the providers' own verdicts ---------------------------------------------------------
+
+
+async def _verdict_for(
+    request: Request,
+    ingress: str,
+    raw: bytes,
+    report: Callable[[], ProviderReport] | None,
+    *,
+    rebuilt: bool = False,
+) -> Verdict | None:
+    """The verdict to hand ``ingest`` for ``raw``, which came through ``ingress`` (its
+    password or signature already checked); None lets ``ingest`` check the raw message's
+    DKIM itself. ``report`` reads the provider's own results, used only when the settings
+    trust that ingress's; a ``rebuilt`` message (from parsed fields) proves nothing else."""
+    if request.app.state.installation.config.mail.authentication.mode == "off":
+        return None  # ingest records that nothing was checked
+    verdict = None
+    if report is not None and ingress in _settings(request).trust_provider_verdicts:
+        # Its DMARC lookup may wait on DNS: off the event loop, as ingest is.
+        verdict = await run_in_threadpool(provider_verdict, raw, report(), _resolver(request))
+        if verdict.authenticated:
+            return verdict
+    if not rebuilt:
+        return None
+    if verdict is not None:
+        return verdict
+    return unverified(
+        f"rebuilt from the {ingress} webhook's parsed fields, which prove nothing by "
+        "themselves (no provider verdicts trusted)",
+        from_domain(raw),
+    )
 
 
 def _limit(request: Request, factor: int = 1, overhead: int = 0) -> int:
@@ -218,17 +283,59 @@ async def postmark(request: Request) -> Response:
     raw = payload.get("RawEmail") if isinstance(payload, dict) else None
     if not isinstance(raw, str) or not raw:
         raise Refused(422, "no RawEmail: turn on the webhook's raw email content")
-    return await _ingest(request, _raw(raw))
+    message = _raw(raw)
+    verdict = await _verdict_for(request, "postmark", message, lambda: postmark_report(payload))
+    return await _ingest(request, message, verdict=verdict)
+
+
+MIME_FIELDS = ("content-type", "content-transfer-encoding", "mime-version")
+
+
+def rebuilt_from_fields(form: dict[str, bytes]) -> bytes:
+    """A message rebuilt from SendGrid's parsed fields: the original header block
+    (``headers``) without its MIME fields, over the ``text`` (else the ``html``) part,
+    decoded by the charset ``charsets`` names for it and sent on as UTF-8."""
+    header_block = _field(form, "headers").replace(b"\r\n", b"\n").strip(b"\n")
+    kept: list[bytes] = []
+    dropping = False
+    for line in header_block.split(b"\n"):
+        if line[:1] in (b" ", b"\t"):
+            if not dropping:
+                kept.append(line)
+            continue
+        dropping = line.split(b":", 1)[0].strip().lower().decode("latin-1") in MIME_FIELDS
+        if not dropping:
+            kept.append(line)
+    try:
+        charsets = json.loads(_text(form, "charsets") or "{}")
+    except ValueError:
+        charsets = {}
+    part, subtype = ("text", "plain") if form.get("text") else ("html", "html")
+    charset = charsets.get(part) if isinstance(charsets, dict) else None
+    written = form.get(part) or b""
+    try:
+        content = written.decode(charset if isinstance(charset, str) else "utf-8", "replace")
+    except LookupError:  # a charset Python does not know
+        content = written.decode("utf-8", "replace")
+    kept += [
+        b"MIME-Version: 1.0",
+        f"Content-Type: text/{subtype}; charset=utf-8".encode(),
+        b"Content-Transfer-Encoding: 8bit",
+    ]
+    body = content.replace("\r\n", "\n").replace("\n", "\r\n").encode("utf-8")
+    return b"\r\n".join(kept) + b"\r\n\r\n" + body
 
 
 @_answering
 async def sendgrid(request: Request) -> Response:
-    """SendGrid's Inbound Parse webhook, posting the raw, full MIME message."""
+    """SendGrid's Inbound Parse webhook: the raw, full MIME message (``email``) when "send
+    raw" is on, else the parsed fields, from which a message is rebuilt."""
     _check_basic_auth(request, _secret(request, "sendgrid"))
     _check_type(request, "multipart/form-data")
     body = await _body(request, _limit(request, ENVELOPE_FACTOR, ENVELOPE_OVERHEAD))
     form = _form(request, body)
-    raw = _field(form, "email")
+    rebuilt = not form.get("email") and bool(form.get("headers"))
+    raw = rebuilt_from_fields(form) if rebuilt else _field(form, "email")
     recipients, sender = None, None
     envelope = _text(form, "envelope")
     if envelope:
@@ -241,7 +348,10 @@ async def sendgrid(request: Request) -> Response:
             if isinstance(to, list) and all(isinstance(a, str) for a in to):
                 recipients = to
             sender = parsed.get("from") if isinstance(parsed.get("from"), str) else None
-    return await _ingest(request, raw, recipients, sender)
+    verdict = await _verdict_for(
+        request, "sendgrid", raw, lambda: sendgrid_report(form, sender), rebuilt=rebuilt
+    )
+    return await _ingest(request, raw, recipients, sender, verdict)
 
 
 class SeenTokens:
@@ -287,7 +397,9 @@ async def mailgun(request: Request) -> Response:
     raw = _field(form, "body-mime")
     recipient = _text(form, "recipient")
     recipients = [recipient] if recipient else None
-    return await _ingest(request, raw, recipients, _text(form, "sender"))
+    sender = _text(form, "sender")
+    verdict = await _verdict_for(request, "mailgun", raw, lambda: mailgun_report(form, raw, sender))
+    return await _ingest(request, raw, recipients, sender, verdict)
 
 
 ROUTES = [

@@ -10,10 +10,16 @@ environment variables holding the secrets of its mail ingresses.
     postmark_password_env = "PROTEGE_POSTMARK_PASSWORD" # POST /ingress/postmark
     sendgrid_password_env = "PROTEGE_SENDGRID_PASSWORD" # POST /ingress/sendgrid
     mailgun_signing_key_env = "MAILGUN_SIGNING_KEY"     # POST /ingress/mailgun
+    trust_provider_verdicts = ["mailgun"]   # whose own SPF/DKIM results count; none by default
 
 The plugin declares ``DashboardSettings`` through the ``plugin_settings`` hook, so protege
 checks the table when it builds the manifest, as it checks its own: an unknown key, a wrong
 type or a secret written in the file is refused, and the dashboard will not start.
+
+``trust_provider_verdicts`` names the provider ingresses (postmark, sendgrid, mailgun) whose
+own SPF and DKIM results may prove a sender, read from a request whose password or signature
+was checked. Without it only protege's own DKIM check of the raw message counts, and a
+message rebuilt from a provider's parsed fields proves nothing.
 
 An ingress whose secret is not set in the environment is closed (it answers 404). Without
 ``allowed_hosts``, a dashboard on a loopback address answers only requests for 127.0.0.1,
@@ -39,6 +45,7 @@ DISTRIBUTION = "protege-dashboard"
 OLD_TABLE = "dashboard"  # the table's name before plugins declared their settings
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 INGRESSES = ("relay", "postmark", "sendgrid", "mailgun")
+PROVIDERS = ("postmark", "sendgrid", "mailgun")  # the ingresses that report their own checks
 
 
 @attrs.frozen(kw_only=True)
@@ -60,6 +67,10 @@ class DashboardSettings:
     postmark_password_env: str = "PROTEGE_POSTMARK_PASSWORD"
     sendgrid_password_env: str = "PROTEGE_SENDGRID_PASSWORD"
     mailgun_signing_key_env: str = "MAILGUN_SIGNING_KEY"
+    trust_provider_verdicts: tuple[str, ...] = attrs.field(
+        default=(),
+        validator=attrs.validators.deep_iterable(attrs.validators.in_(PROVIDERS)),
+    )
 
     def hosts(self) -> list[str]:
         """The Host names the dashboard answers."""
