@@ -34,9 +34,11 @@ format: $(STAMP)
 test: lint test-sqlite test-postgres
 
 # -n auto: one pytest-xdist worker per CPU, each with its own migrated test database. The
-# dashboard's browser tests drive the Chromium the script finds (or installs, as root).
+# dashboard's browser tests drive the Chromium the script finds (or installs, as root); the
+# mail-server interop tests run private Postfix and OpenDKIM instances from Debian's packages.
 test-sqlite: $(STAMP)
-	driver="$$(scripts/chromium-for-tests)" && PROTEGE_TEST_CHROMEDRIVER="$$driver" \
+	driver="$$(scripts/chromium-for-tests)" && mail="$$(scripts/mail-servers-for-tests)" \
+		&& PROTEGE_TEST_CHROMEDRIVER="$$driver" PROTEGE_TEST_MAIL_SERVERS="$$mail" \
 		$(BIN)/python -m pytest -n auto
 
 # Then the crash test, small: serve processes killed with kill -9 while mail comes in
@@ -50,6 +52,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/access.py
 	$(BIN)/python bench/parsing.py
 	$(BIN)/python bench/compose.py
+	$(BIN)/python bench/authentication.py
 	$(BIN)/python bench/search.py
 	$(BIN)/python bench/serve.py
 
