@@ -41,7 +41,8 @@ def _mail(number: int) -> bytes:
         "From: Mara <mara@thescoop.com>\r\nTo: sundae@thescoop.example\r\n"
         f"Subject: Stock, day {number}\r\nDate: Tue, 01 Dec 2026 10:00:00 +0000\r\n"
         f"Message-ID: <bench.{number}@thescoop.com>\r\n\r\n"
-        + "Mango Sorbet is low again; can you check the order from Tuesday?\r\n" * 3
+        + "Mango Sorbet is low again; can you check the order from Tuesday?\r\n"
+        * 3
     ).encode()
     return KEY.sign(raw)
 
