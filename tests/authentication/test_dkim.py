@@ -197,3 +197,22 @@ def test_verdict_round_trips_through_json(dns, scoop_key):
     dns.publish(scoop_key)
     verdict = authenticate(scoop_key.sign(mail()), resolver=dns)
     assert Verdict.from_json(json.dumps(verdict.as_json())) == verdict
+
+
+def test_a_rotated_key_is_seen_at_once(dns, scoop_key):
+    dns.publish(scoop_key)
+    signed = scoop_key.sign(mail())
+    assert authenticate(signed, resolver=dns).authenticated
+    rotated = DkimKey.generate("thescoop.com", scoop_key.selector)
+    dns.records[(scoop_key.name, "TXT")] = [rotated.record]
+    assert not authenticate(signed, resolver=dns).authenticated  # the old key is not kept
+    assert authenticate(rotated.sign(mail()), resolver=dns).authenticated
+
+
+def test_a_key_removed_from_dns_proves_nothing_any_more(dns, scoop_key):
+    dns.publish(scoop_key)
+    signed = scoop_key.sign(mail())
+    assert authenticate(signed, resolver=dns).authenticated
+    del dns.records[(scoop_key.name, "TXT")]
+    verdict = authenticate(signed, resolver=dns)
+    assert not verdict.authenticated

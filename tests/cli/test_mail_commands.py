@@ -193,3 +193,24 @@ def test_worker_processes_stop_when_their_serve_is_killed(run_protege, env):
     gone = "protege: the serve that started this worker process is gone; stopping"
     assert rest.count(gone) == 2
     assert rest.count("protege: stopped") == 2
+
+
+def test_receive_checks_the_dkim_signature_of_the_file(run_protege, env, tmp_path):
+    from protege.testing import DkimKey
+
+    key = DkimKey.generate("acme.com", "mail")
+    (run_protege.project / "protege.toml").write_text(
+        "[mail.authentication]\noffline = true\n\n[mail.authentication.dns]\n"
+        f'"{key.name}" = "{key.record}"\n'
+    )
+    signed, forged = tmp_path / "signed.eml", tmp_path / "forged.eml"
+    signed.write_bytes(key.sign(EML.replace(b"<j1@", b"<j2@")))
+    forged.write_bytes(key.sign(EML).replace(b"arrived melted", b"arrived frozen"))
+    for path in (signed, forged):
+        result = run_protege("receive", str(path), env=env)
+        assert result.returncode == 0, result.stderr
+    proven, changed = Message.select().order_by(Message.id)
+    assert (proven.sender_authenticated, proven.verdict.method) == (True, "dkim")
+    assert not changed.sender_authenticated
+    spf = [r for r in changed.verdict.results if r.method == "spf"]
+    assert [r.result for r in spf] == ["none"]  # a file has no SMTP session: no SPF
