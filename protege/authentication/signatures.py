@@ -47,16 +47,39 @@ def int_to_bytes(number: int, length: int = -1) -> bytearray:
     return bytearray((number & ((1 << (8 * length)) - 1)).to_bytes(length, "big"))
 
 
+KEYS_KEPT = 1024  # parsed public keys kept, by their record's text
+
+
+@functools.lru_cache(maxsize=KEYS_KEPT)
+def _parsed_key(name: bytes, record: bytes) -> Any:
+    import dkim
+
+    return dkim.evaluate_pk(name, record)
+
+
+def load_key(name: bytes, dnsfunc: Callable[..., Any], timeout: float = 5) -> Any:
+    """dkimpy's ``load_pk_from_dns``: the record is looked up every time (a rotated key is
+    seen at once), and only its parsing is kept, by the record's text."""
+    record = dnsfunc(name, timeout=timeout)
+    if not record:
+        import dkim
+
+        return dkim.evaluate_pk(name, record)  # raises, saying the key is missing
+    return _parsed_key(bytes(name), bytes(record))
+
+
 @functools.cache
 def _dkim() -> Any:
-    """dkimpy, with its two integer conversions done by Python's own: they were a third of
-    a verification's time (``bench/authentication.py``; the differential test is
+    """dkimpy, with its two integer conversions done by Python's own and each public key
+    parsed once per record: together they were over a third of a verification's time
+    (``bench/authentication.py``; the differential test of the conversions is
     ``tests/authentication/test_integer_conversions.py``)."""
     import dkim
     import dkim.crypto
 
     dkim.crypto.int2str = int_to_bytes
     dkim.crypto.str2int = bytes_to_int
+    dkim.load_pk_from_dns = load_key
     return dkim
 
 
