@@ -148,6 +148,10 @@ def _check(
     algorithm = (fields.get(b"a") or b"").strip().lower()
     if algorithm in REFUSED_ALGORITHMS:
         return result(FAIL, REFUSED_ALGORITHMS[algorithm])
+    signed = {h.strip().lower() for h in (fields.get(b"h") or b"").split(b":")}
+    if b"from" not in signed:
+        # RFC 6376 §5.4: a signature that leaves From out says nothing about the sender.
+        return result(FAIL, "the signature does not cover the From header (h=)")
     expires = (fields.get(b"x") or b"").strip()
     if re.fullmatch(rb"\d{1,12}", expires) and int(expires) + EXPIRY_SLACK < now:
         return result(FAIL, "the signature has expired (x=)")

@@ -216,3 +216,36 @@ def test_a_key_removed_from_dns_proves_nothing_any_more(dns, scoop_key):
     del dns.records[(scoop_key.name, "TXT")]
     verdict = authenticate(signed, resolver=dns)
     assert not verdict.authenticated
+
+
+def test_a_signature_that_does_not_cover_from_proves_nothing(dns, scoop_key):
+    dns.publish(scoop_key)
+    # A message The Scoop signed without covering its From (dkimpy will not make one, so
+    # its signer is told to leave From out), with Mara's address written in afterwards.
+    raw = mail("Anyone <noreply@thescoop.com>")
+    signature = _signed_leaving_from_out(scoop_key, raw)
+    forged = signature + raw.replace(b"Anyone <noreply@thescoop.com>", b"Mara <mara@thescoop.com>")
+    verdict = authenticate(forged, resolver=dns)
+    assert not verdict.authenticated
+    assert "does not cover the From header" in verdict.results[0].reason
+    # The signature itself is valid: only the rule that it must cover From refuses it.
+    import dkim
+
+    assert dkim.verify(forged, dnsfunc=lambda name, timeout=5: scoop_key.record.encode())
+
+
+def _signed_leaving_from_out(key, raw):
+    import dkim
+
+    class LeavingFromOut(dkim.DKIM):
+        def gen_header(self, fields, include_headers, *args, **kwargs):
+            fields = [(k, b"subject : date" if k == b"h" else v) for k, v in fields]
+            return super().gen_header(fields, [b"subject", b"date"], *args, **kwargs)
+
+    signer = LeavingFromOut(raw, minkey=0)
+    return signer.sign(
+        key.selector.encode(),
+        key.domain.encode(),
+        key.private_key,
+        include_headers=[b"from", b"subject", b"date"],
+    )
