@@ -51,6 +51,15 @@ api_key_env = "OPENAI_API_KEY"
 # listen_host = "127.0.0.1"
 # listen_port = 2525
 
+[mail.authentication]
+# Allow rules and approvers admit only mail that proves its sender (DKIM or SPF aligned
+# with From, a trusted relay or ARC sealer): "enforce"; "report" shows verdicts only.
+# mode = "enforce"
+# The relays in front of protege whose Authentication-Results are read, and their ids.
+# trusted_relays = ["127.0.0.1"]
+# trusted_authserv_ids = ["mx.example.com"]
+# trusted_arc_sealers = []
+
 [responsibilities]
 # Where a scheduled run that failed for good is reported.
 # notify = "ops@example.com"
