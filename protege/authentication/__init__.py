@@ -29,7 +29,7 @@ from protege.authentication.relayed import (
     read_results,
     topmost_trusted,
 )
-from protege.authentication.resolver import DnsResolver, Resolver, pinned_records
+from protege.authentication.resolver import Budget, DnsResolver, Resolver, pinned_records
 from protege.authentication.signatures import check_signatures, reader
 from protege.authentication.spf_check import check_spf
 
@@ -154,9 +154,11 @@ def authenticate(
     ``TimeoutError`` for a temporary failure); None uses the system's DNS. Mail from an
     address in ``trusted_relays`` has its topmost ``Authentication-Results`` carrying one of
     ``trusted_authserv_ids`` read; an ARC chain sealed by one of ``trusted_arc_sealers``
-    carries its recorded DMARC pass. Either counts as DMARC's pass.
+    carries its recorded DMARC pass. Either counts as DMARC's pass. One mail's lookups are
+    bounded in number and time (``resolver.MAIL_LOOKUPS``, ``MAIL_SECONDS``): past them,
+    the verdict is a temporary error.
     """
-    resolver = DnsResolver() if resolver is None else resolver
+    resolver = Budget(DnsResolver() if resolver is None else resolver)
     relays = networks(trusted_relays)
     try:
         signer = reader(raw)

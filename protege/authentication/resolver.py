@@ -9,6 +9,7 @@ empty list for NXDOMAIN or no data. It raises ``TimeoutError`` for a temporary f
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -16,6 +17,11 @@ Resolver = Callable[[str, str], list[str]]
 
 DEFAULT_TIMEOUT = 5.0  # seconds for one lookup, retries included
 CACHE_ENTRIES = 10_000  # answers kept, each only for its TTL
+# What one mail may cost in DNS, all methods together: a sender whose name servers answer
+# slowly (or a mail made to ask a great deal) holds a gateway thread this long at most,
+# then its verdict is a temporary error.
+MAIL_SECONDS = 10.0
+MAIL_LOOKUPS = 40
 
 
 def pinned_records(value: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
@@ -105,3 +111,28 @@ def _text(rdata: Any, rdtype: str) -> str:
     if rdtype == "MX":
         return f"{rdata.preference} {rdata.exchange.to_text(omit_final_dot=True)}"
     return str(rdata.to_text()).rstrip(".")
+
+
+class Budget:
+    """A resolver for one mail: ``resolver``, until ``seconds`` have passed or ``lookups``
+    were asked; after that every lookup is a temporary failure (``TimeoutError``)."""
+
+    def __init__(
+        self,
+        resolver: Resolver,
+        seconds: float = MAIL_SECONDS,
+        lookups: int = MAIL_LOOKUPS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.resolver = resolver
+        self.clock = clock
+        self.deadline = clock() + seconds
+        self.left = lookups
+
+    def __call__(self, name: str, rdtype: str) -> list[str]:
+        if self.left <= 0:
+            raise TimeoutError("this mail asked for more DNS lookups than one mail may")
+        if self.clock() >= self.deadline:
+            raise TimeoutError("the DNS time one mail may take ran out")
+        self.left -= 1
+        return self.resolver(name, rdtype)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from protege.authentication import authenticate
 from protege.authentication.dmarc import organizational_domain
 
@@ -141,3 +143,35 @@ def test_pinned_records_may_be_one_string_or_several():
     assert resolver("_DMARC.thescoop.com.", "TXT") == ["v=DMARC1; p=reject"]
     assert resolver("x", "TXT") == ["a", "b"]
     assert resolver("thescoop.com", "TXT") == []  # offline: nothing else is looked up
+
+
+def test_one_mail_asks_a_bounded_number_of_lookups(dns):
+    from protege.authentication.resolver import MAIL_LOOKUPS
+
+    # Within SPF's own limits (9 mechanisms, 10 MX hosts each) a record may still ask for
+    # about a hundred lookups; a mail gets MAIL_LOOKUPS, then a temporary error.
+    dns.add("thescoop.com", "TXT", "v=spf1 " + " ".join(f"mx:m{n}.example" for n in range(9)))
+    for n in range(9):
+        for host in range(10):
+            dns.add(f"m{n}.example", "MX", f"10 h{host}.m{n}.example")
+            dns.add(f"h{host}.m{n}.example", "A", "192.0.2.1")
+    verdict = spf_verdict(dns)
+    assert spf_result(verdict).result == "temperror"
+    assert len(dns.asked) == MAIL_LOOKUPS
+    assert not verdict.authenticated
+
+
+def test_a_mail_whose_lookups_run_out_of_time_proves_nothing(scoop_key):
+    from protege.authentication.resolver import Budget
+
+    now = [0.0]
+
+    def slow(name, rdtype):
+        now[0] += 4.0  # each answer takes 4 s
+        return [scoop_key.record] if name == scoop_key.name else []
+
+    budget = Budget(slow, seconds=10, clock=lambda: now[0])
+    for _ in range(3):
+        budget("x.example", "TXT")
+    with pytest.raises(TimeoutError, match="ran out"):
+        budget("x.example", "TXT")
