@@ -15,12 +15,13 @@ included), authres (RFC 8601 parsing), dnspython (DNS, with a TTL-bounded cache)
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 
-from protege.addresses import InvalidAddress, normalize_domain, parse_mailbox
+from protege.addresses import InvalidAddress, normalize_domain, parse_mailbox, routing_key
 from protege.authentication import dmarc as dmarc_
 from protege.authentication.relayed import (
     arc_verdict,
@@ -38,9 +39,12 @@ __all__ = [
     "DnsResolver",
     "MethodResult",
     "Resolver",
+    "Sender",
     "Verdict",
     "authenticate",
     "pinned_records",
+    "sender_of",
+    "unverified",
 ]
 
 ENFORCE, REPORT, OFF = "enforce", "report", "off"
@@ -83,6 +87,9 @@ class Verdict:
     results: tuple[MethodResult, ...] = ()
     from_domain: str | None = None
     reason: str = ""
+    # The From mailbox the verdict speaks for, as a routing key: the gateway admits on the
+    # verdict only when it read the very same sender.
+    address: str | None = None
 
     @property
     def refused_by_policy(self) -> bool:
@@ -125,7 +132,7 @@ class Verdict:
     def operator(cls, sender: str, reason: str = "a trial an operator started") -> Verdict:
         """The verdict of a run an operator or the host app started: they are speaking."""
         domain = sender.rpartition("@")[2].lower() if "@" in sender else None
-        return cls(True, domain, OPERATOR, "none", None, (), domain, reason)
+        return cls(True, domain, OPERATOR, "none", None, (), domain, reason, routing_key(sender))
 
 
 def unverified(reason: str, from_domain: str | None = None, **fields: Any) -> Verdict:
@@ -164,13 +171,10 @@ def authenticate(
         signer = reader(raw)
     except ValueError as error:
         return unverified(str(error))
-    headers = signer.headers
-    from_values = [value for name, value in headers if name.lower() == b"from"]
-    if len(from_values) != 1:
-        return unverified(f"{len(from_values)} From headers: no single sender to prove")
-    written, ascii_domain = _from_domain(from_values[0])
-    if written is None or ascii_domain is None:
-        return unverified("the From header is not one readable mailbox")
+    found = _sender(signer.headers, raw)
+    if isinstance(found, str):
+        return unverified(found)
+    written, ascii_domain = found.written_domain, found.ascii_domain
     results: list[MethodResult] = []
     record = dmarc_.lookup(ascii_domain, resolver)
     strict = (record.strict_dkim, record.strict_spf)
@@ -187,7 +191,7 @@ def authenticate(
         )
     relayed_by_trusted = from_trusted_relay(client_ip, relays)
     if relayed_by_trusted:
-        results.append(_relay_result(headers, trusted_authserv_ids, ascii_domain, strict))
+        results.append(_relay_result(signer.headers, trusted_authserv_ids, ascii_domain, strict))
     else:
         spf = check_spf(client_ip, mail_from, helo, resolver)
         spf_aligned = (
@@ -203,21 +207,53 @@ def authenticate(
         results.append(
             MethodResult(ARC, result, relayed.by, relayed.result == "pass", relayed.reason)
         )
-    return _verdict(written, record, tuple(results))
+    return attrs.evolve(_verdict(written, record, tuple(results)), address=found.address)
 
 
-def _from_domain(value: bytes) -> tuple[str | None, str | None]:
-    """The From mailbox's domain as written (lowercased) and in ASCII (IDNA)."""
+@attrs.frozen
+class Sender:
+    """The one From mailbox of a mail, as sender authentication reads it: its routing key,
+    and its domain as written (lowercased) and in ASCII."""
+
+    address: str
+    written_domain: str
+    ascii_domain: str
+
+
+# A CR not followed by LF: RFC 5322 forbids it, and parsers disagree on whether it ends a
+# line, which would let one header block read as two different sets of headers.
+_BARE_CR = re.compile(rb"\r(?!\n)")
+_HEADER_END = re.compile(rb"\r?\n\r?\n")
+
+
+def sender_of(raw: bytes) -> Sender | None:
+    """The one From mailbox of ``raw`` as every check reads it, or None when there is not
+    exactly one readable mailbox (or the header block could be read two ways)."""
     try:
-        text = value.decode("utf-8").strip()
-    except UnicodeDecodeError:
-        return None, None
+        signer = reader(raw)
+    except ValueError:
+        return None
+    found = _sender(signer.headers, raw)
+    return None if isinstance(found, str) else found
+
+
+def _sender(headers: list[tuple[bytes, bytes]], raw: bytes) -> Sender | str:
+    """The From mailbox, or why there is none to prove."""
+    end = _HEADER_END.search(raw)
+    if _BARE_CR.search(raw, 0, end.start() if end else len(raw)):
+        return "a bare CR in the header block: it could be read as other headers"
+    values = [value for name, value in headers if name.lower() == b"from"]
+    if len(values) != 1:
+        return f"{len(values)} From headers: no single sender to prove"
     try:
-        mailbox = parse_mailbox(text)
-    except InvalidAddress:
-        return None, None
+        mailbox = parse_mailbox(values[0].decode("utf-8").strip())
+    except (UnicodeDecodeError, InvalidAddress):
+        return "the From header is not one readable mailbox"
     written = mailbox.address.rpartition("@")[2].lower().rstrip(".")
-    return written, normalize_domain(written)
+    ascii_domain, address = normalize_domain(written), routing_key(mailbox.address)
+    if ascii_domain is None or address is None:
+        return "the From header is not one readable mailbox"
+    return Sender(address, written, ascii_domain)
 
 
 def _relay_result(

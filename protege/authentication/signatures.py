@@ -89,6 +89,7 @@ class _Lookups:
     def __init__(self, resolver: Resolver) -> None:
         self.resolver = resolver
         self.timed_out = False
+        self.record: bytes | None = None  # the last key record found
 
     def __call__(self, name: bytes, timeout: float = 5) -> bytes | None:
         import dkim
@@ -98,7 +99,8 @@ class _Lookups:
         except TimeoutError as error:
             self.timed_out = True
             raise dkim.DnsTimeoutError(str(error)) from None
-        return records[0].encode("utf-8") if records else None
+        self.record = records[0].encode("utf-8") if records else None
+        return self.record
 
 
 def reader(raw: bytes) -> Any:
@@ -164,10 +166,37 @@ def _check(
         return result(TEMPERROR, f"the key {selector}._domainkey.{domain} could not be looked up")
     if not verified:
         return result(FAIL, "the signature does not verify (no key, or the mail was changed)")
+    refusal = _key_refusal(lookups.record, algorithm)
+    if refusal is not None:
+        return result(FAIL, refusal)
     unsigned = _unsigned_body_bytes(signer, fields)
     if unsigned:
         return result(FAIL, f"l= leaves {unsigned} bytes of the body unsigned")
     return result(PASS, "the signature verifies")
+
+
+def _key_refusal(record: bytes | None, algorithm: bytes) -> str | None:
+    """Why the key record itself says not to trust the signature (RFC 6376 §3.6.1): a key
+    in testing mode (``t=y``), or one restricted to hashes (``h=``) the signature did not
+    use; None when it says nothing of the kind."""
+    from dkim.util import InvalidTagValueList, parse_tag_value
+
+    if not record:
+        return None
+    try:
+        tags = parse_tag_value(record)
+    except InvalidTagValueList:
+        return "the key record cannot be read"
+    flags = {flag.strip() for flag in (tags.get(b"t") or b"").lower().split(b":")}
+    if b"y" in flags:
+        return "the key is in testing mode (t=y): treated as unsigned"
+    hashes = tags.get(b"h")
+    if hashes is not None:
+        allowed = {h.strip() for h in hashes.lower().split(b":")}
+        used = algorithm.rpartition(b"-")[2]
+        if used not in allowed:
+            return f"the key allows only {b', '.join(sorted(allowed)).decode()} (h=)"
+    return None
 
 
 def _unsigned_body_bytes(signer: Any, fields: dict[bytes, bytes]) -> int:
@@ -184,4 +213,4 @@ def _unsigned_body_bytes(signer: Any, fields: dict[bytes, bytes]) -> int:
 
 def _plain(error: Exception) -> str:
     text = " ".join(str(error).split())
-    return text[:200] or type(error).__name__
+    return text[:200] if text and text != "None" else type(error).__name__

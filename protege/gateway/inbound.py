@@ -18,7 +18,6 @@ import peewee
 
 from protege import blobs
 from protege.access import routing_key
-from protege.addresses import normalize_domain
 from protege.authentication import Resolver, Verdict, authenticate, unverified
 from protege.config import AuthenticationSettings, Config
 from protege.db import database
@@ -199,14 +198,16 @@ def verify_sender(
 
 
 def _for_sender(verdict: Verdict, sender: str) -> Verdict:
-    """``verdict``, unless it proved a domain other than that of the sender the gateway read
-    (the two readings of From must agree before anything is admitted on it)."""
+    """``verdict``, unless it speaks for a mailbox other than the sender the gateway read:
+    the two readings of From must agree, to the address, before anything is admitted."""
+    if not verdict.authenticated:
+        return verdict
     key = routing_key(sender)
-    proven = normalize_domain(verdict.domain or "") if verdict.authenticated else None
-    if proven is None or key is None or key.rpartition("@")[2] == proven:
+    if key is not None and verdict.address == key:
         return verdict
     return unverified(
-        f"the proven domain {verdict.domain} is not the sender's", verdict.from_domain
+        f"the verdict is for {verdict.address or 'no sender'}, not the sender the gateway read",
+        verdict.from_domain,
     )
 
 

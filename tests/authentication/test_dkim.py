@@ -249,3 +249,21 @@ def _signed_leaving_from_out(key, raw):
         key.private_key,
         include_headers=[b"from", b"subject", b"date"],
     )
+
+
+def test_a_key_in_testing_mode_is_treated_as_unsigned(dns, scoop_key):
+    dns.add(scoop_key.name, "TXT", scoop_key.record + "; t=y")
+    verdict = authenticate(scoop_key.sign(mail()), resolver=dns)
+    assert not verdict.authenticated
+    assert "testing mode" in verdict.results[0].reason
+    dns.records[(scoop_key.name, "TXT")] = [scoop_key.record + "; t=s"]
+    assert authenticate(scoop_key.sign(mail()), resolver=dns).authenticated
+
+
+def test_a_key_restricted_to_other_hashes_refuses_the_signature(dns, scoop_key):
+    dns.add(scoop_key.name, "TXT", scoop_key.record + "; h=sha1")
+    verdict = authenticate(scoop_key.sign(mail()), resolver=dns)
+    assert not verdict.authenticated
+    assert "allows only sha1" in verdict.results[0].reason
+    dns.records[(scoop_key.name, "TXT")] = [scoop_key.record + "; h=sha1:sha256"]
+    assert authenticate(scoop_key.sign(mail()), resolver=dns).authenticated

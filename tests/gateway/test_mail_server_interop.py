@@ -1,15 +1,20 @@
 """protege behind real mail servers: Postfix with OpenDKIM signing the Scoop's mail on its way
-to protege, and Postfix with OpenDKIM verifying as the relay protege trusts.
+to protege, Postfix with OpenDKIM verifying as the relay protege trusts, and Postfix with
+OpenDKIM and OpenDMARC as that relay, recording DMARC's result.
 
 The programs come from Debian's packages, found (or installed, as root) by
 ``scripts/mail-servers-for-tests``; each test runs private instances from its own folder, on
-loopback ports, and stops them however it ends.
+loopback ports, and stops them however it ends. OpenDMARC has no test records: it asks the
+system's resolver, so it runs in a mount namespace of its own where a private resolv.conf
+names a dnsmasq the test runs on a loopback address of its own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import email
 import os
+import random
 import re
 import select
 import shutil
@@ -26,28 +31,30 @@ from pathlib import Path
 
 import pytest
 
+from protege import blobs
 from protege.gateway.smtp import free_port
-from protege.models import Agent, Message, Toolkit
+from protege.models import Agent, Message, Run, Toolkit
 from protege.testing import DkimKey, say
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "mail-servers-for-tests"
-PROGRAMS = ("postfix", "postconf", "opendkim", "opendkim-genkey", "opendmarc")
+PROGRAMS = ("postfix", "postconf", "opendkim", "opendkim-genkey", "opendmarc", "dnsmasq")
 AGENT = "sundae@thescoop.example"
 AUTHSERV_ID = "mx.thescoop.test"
 
 
 @pytest.fixture(scope="session")
 def sbin() -> Path:
-    """The folder holding postfix, opendkim and opendmarc (the script installs them if need
-    be, as root)."""
+    """The folder holding postfix, opendkim, opendmarc and dnsmasq (the script installs them
+    if need be, as root)."""
     given = os.environ.get("PROTEGE_TEST_MAIL_SERVERS", "")
     if given and all((Path(given) / name).exists() for name in PROGRAMS):
         return Path(given)
     found = subprocess.run([str(SCRIPT)], capture_output=True, text=True, timeout=900)
     if found.returncode != 0:
         pytest.fail(
-            "these tests need Postfix, OpenDKIM and OpenDMARC: run scripts/mail-servers-for-tests"
+            "these tests need Postfix, OpenDKIM, OpenDMARC and dnsmasq: run"
+            " scripts/mail-servers-for-tests"
             f" as root (or set PROTEGE_TEST_MAIL_SERVERS); it said:\n{found.stderr}",
             pytrace=False,
         )
@@ -122,8 +129,14 @@ def daemons(tmp_path: Path, postfix_home: Path) -> Iterator[Daemons]:
         started.stop()
 
 
-def wait_for_port(port: int, process: subprocess.Popen, daemons: Daemons, deadline: float = 30):
-    """Return once ``port`` on 127.0.0.1 accepts connections; fail if ``process`` dies first
+def wait_for_port(
+    port: int,
+    process: subprocess.Popen,
+    daemons: Daemons,
+    deadline: float = 30,
+    host: str = "127.0.0.1",
+):
+    """Return once ``port`` on ``host`` accepts connections; fail if ``process`` dies first
     or the deadline passes."""
     end = time.monotonic() + deadline
     while time.monotonic() < end:
@@ -131,10 +144,10 @@ def wait_for_port(port: int, process: subprocess.Popen, daemons: Daemons, deadli
             pytest.fail(f"exited with {process.returncode} before listening\n{daemons.logs()}")
         with socket.socket() as probe:
             probe.settimeout(1)
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
+            if probe.connect_ex((host, port)) == 0:
                 return
         time.sleep(0.05)
-    pytest.fail(f"nothing listened on port {port} within {deadline}s\n{daemons.logs()}")
+    pytest.fail(f"nothing listened on {host} port {port} within {deadline}s\n{daemons.logs()}")
 
 
 def start_opendkim(sbin: Path, daemons: Daemons, folder: Path, **settings: str) -> int:
@@ -152,6 +165,97 @@ def start_opendkim(sbin: Path, daemons: Daemons, folder: Path, **settings: str) 
     }
     config.write_text("".join(f"{key} {value}\n" for key, value in lines.items()))
     process = daemons.start("opendkim", sbin / "opendkim", "-f", "-x", config)
+    wait_for_port(port, process, daemons)
+    return port
+
+
+def free_loopback_address() -> str:
+    """A loopback address nothing listens on for DNS (port 53): a resolv.conf cannot name
+    another port, so parallel runs each take an address of their own."""
+    for _ in range(100):
+        address = f"127.53.{random.randrange(256)}.{random.randrange(1, 255)}"
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            try:
+                probe.bind((address, 53))
+            except OSError:
+                continue
+        return address
+    pytest.fail("no free loopback address for a DNS server")
+
+
+def start_dns(sbin: Path, daemons: Daemons, records: dict[str, str]) -> str:
+    """Run dnsmasq on a loopback address of its own, port 53, answering TXT ``records`` and
+    NXDOMAIN for every other name (nothing is forwarded); returns its address."""
+    dnsmasq = shutil.which("dnsmasq", path=f"{sbin}:/usr/sbin:/sbin")
+    assert dnsmasq, "dnsmasq (Debian's dnsmasq-base) is missing: run scripts/mail-servers-for-tests"
+    address = free_loopback_address()
+    argv = [
+        dnsmasq,
+        "--no-daemon",
+        "--keep-in-foreground",
+        "--conf-file=/dev/null",
+        "--no-resolv",
+        "--no-hosts",
+        "--local=/#/",
+        "--user=root",
+        f"--listen-address={address}",
+        "--bind-interfaces",
+        "--port=53",
+        "--log-queries",
+    ]
+    # dnsmasq splits a record's strings at commas; none of ours has one.
+    argv += [f"--txt-record={name},{text}" for name, text in records.items()]
+    process = daemons.start("dnsmasq", *argv)
+    wait_for_port(53, process, daemons, host=address)  # dnsmasq answers on TCP too
+    return address
+
+
+def start_opendmarc(sbin: Path, daemons: Daemons, folder: Path, nameserver: str) -> int:
+    """Run OpenDMARC in the foreground as a milter on a loopback port, trusting the results
+    of the relay's OpenDKIM and rejecting nothing; it resolves through ``nameserver`` alone,
+    which a private mount namespace's own /etc/resolv.conf names. Returns the port."""
+    port = free_port()
+    folder.mkdir()
+    resolv = folder / "resolv.conf"
+    resolv.write_text(f"nameserver {nameserver}\noptions attempts:1 timeout:2\n")
+    ignored = folder / "ignore-hosts"
+    ignored.write_text("192.0.2.1\n")  # not 127.0.0.1, its default: the tests mail from there
+    config = folder / "opendmarc.conf"
+    lines = {
+        "Socket": f"inet:{port}@127.0.0.1",
+        "Syslog": "false",
+        "UserID": "root",
+        "PidFile": str(folder / "opendmarc.pid"),
+        "AuthservID": AUTHSERV_ID,
+        "TrustedAuthservIDs": AUTHSERV_ID,
+        "IgnoreHosts": str(ignored),
+        "IgnoreAuthenticatedClients": "false",
+        "RejectFailures": "false",
+        "SPFSelfValidate": "false",
+        "SPFIgnoreResults": "true",
+        "FailureReports": "false",
+        "PublicSuffixList": "/usr/share/publicsuffix/public_suffix_list.dat",
+    }
+    config.write_text("".join(f"{key} {value}\n" for key, value in lines.items()))
+    unshare = shutil.which("unshare", path="/usr/bin:/bin")
+    assert unshare, "unshare (util-linux) is missing"
+    # unshare makes the namespace's mounts private: the bind mount never reaches the host.
+    # It and sh exec, so the process the test stops is OpenDMARC itself.
+    process = daemons.start(
+        "opendmarc",
+        unshare,
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "/bin/sh",
+        "-c",
+        'mount --bind "$1" /etc/resolv.conf && exec "$2" -f -c "$3"',
+        "sh",
+        resolv,
+        sbin / "opendmarc",
+        config,
+    )
     wait_for_port(port, process, daemons)
     return port
 
@@ -393,3 +497,74 @@ def test_postfix_verifying_with_opendkim_as_the_trusted_relay(
     forged_message = stored("Forged results")
     assert not forged_message.sender_authenticated
     assert forged_message.verdict.method == "none"
+
+
+def results_headers(message: Message, env: dict[str, str]) -> list[str]:
+    """The Authentication-Results headers of the mail as protege stored it, topmost first."""
+    raw = blobs.read(message.raw_blob, data_dir=Path(env["PROTEGE_DATA_DIR"]))
+    parsed = email.message_from_bytes(raw)
+    return [" ".join(str(value).split()) for value in parsed.get_all("Authentication-Results", [])]
+
+
+def test_postfix_with_opendkim_and_opendmarc_as_the_trusted_relay(
+    sbin, daemons, postfix_home, run_protege, env, tmp_path
+):
+    key = DkimKey.generate("thescoop.com", "sel")
+    impostor = DkimKey.generate("thescoop.com", "sel")  # the same selector, not published
+    policy = "v=DMARC1; p=reject"
+    # protege pins the Scoop's DMARC policy but no key: only the relay's results prove Mara.
+    settings = (
+        "[mail.authentication]\noffline = true\n"
+        'trusted_relays = ["127.0.0.1"]\n'
+        f'trusted_authserv_ids = ["{AUTHSERV_ID}"]\n\n'
+        f'[mail.authentication.dns]\n"_dmarc.thescoop.com" = "{policy}"\n'
+    )
+    keys = tmp_path / "dns.txt"
+    keys.write_text(f"{key.name} {key.record}\n")
+    with serving(run_protege, env, settings) as (serve, protege_port):
+        nameserver = start_dns(sbin, daemons, {"_dmarc.thescoop.com": policy})
+        dkim = start_opendkim(
+            sbin,
+            daemons,
+            tmp_path / "opendkim",
+            Mode="v",
+            AuthservID=AUTHSERV_ID,
+            TestDNSData=f"file:{keys}",
+            InternalHosts="192.0.2.1",
+        )
+        dmarc = start_opendmarc(sbin, daemons, tmp_path / "opendmarc", nameserver)
+        # OpenDKIM first: OpenDMARC reads the results OpenDKIM recorded.
+        milters = f"inet:127.0.0.1:{dkim}, inet:127.0.0.1:{dmarc}"
+        postfix = start_postfix(sbin, daemons, postfix_home, protege_port, milters)
+        send(postfix, key.sign(scoop_mail("Passes DMARC")), source="127.0.0.2")
+        assert await_line(serve, "mail ").startswith("mail 1 for Sundae: accepted")
+        send(postfix, impostor.sign(scoop_mail("Fails DMARC")), source="127.0.0.2")
+        refused = await_line(serve, "mail ")
+        assert refused.startswith("mail 2 for Sundae: ignored (fails DMARC"), refused
+
+    passed = stored("Passes DMARC")
+    recorded = results_headers(passed, env)
+    assert any(
+        h.startswith(f"{AUTHSERV_ID}; dmarc=pass") and "header.from=thescoop.com" in h
+        for h in recorded
+    ), (recorded, daemons.logs())
+    assert passed.sender_authenticated, (passed.verdict, recorded, daemons.logs())
+    assert (passed.verdict.method, passed.verdict.domain) == ("relay", "thescoop.com")
+    assert passed.verdict.reason == f"{AUTHSERV_ID} recorded dmarc=pass for thescoop.com", (
+        passed.verdict,
+        recorded,
+    )
+    assert passed.verdict.policy == "reject"
+    assert Run.select().where(Run.message == passed).count() == 1
+
+    failed = stored("Fails DMARC")
+    recorded = results_headers(failed, env)
+    assert any(
+        h.startswith(f"{AUTHSERV_ID}; dmarc=fail") and "header.from=thescoop.com" in h
+        for h in recorded
+    ), (recorded, daemons.logs())
+    assert not failed.sender_authenticated, (failed.verdict, recorded)
+    assert (failed.verdict.dmarc, failed.verdict.policy) == ("fail", "reject")
+    assert [r.result for r in failed.verdict.results if r.method == "relay"] == ["fail"]
+    assert any("fails DMARC for thescoop.com" in flag for flag in failed.flags), failed.flags
+    assert Run.select().where(Run.message == failed).count() == 0

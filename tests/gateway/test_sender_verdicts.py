@@ -102,3 +102,45 @@ def test_a_proven_domain_must_be_the_one_the_gateway_read(config, sundae):
         make_mail(sender="mara@thescoop.com"), config=configured(config), verdict=elsewhere
     )
     assert not delivered.message.sender_authenticated
+
+
+def newsletter_with_a_bare_cr_disguise() -> bytes:
+    """A real mail The Scoop signed (a newsletter from news@), with lines on top that the
+    email package reads as a whole other header block (a bare CR ends a line for it, not
+    for DKIM): From Mara, and a body the forger chose. Found by an attacker's pass."""
+    signed = KEY.sign(
+        b"From: The Scoop <news@thescoop.com>\r\nTo: reader@evil.example\r\n"
+        b"Subject: Weekly\r\nDate: Tue, 01 Dec 2026 10:00:00 +0000\r\n"
+        b"Message-ID: <n1@thescoop.com>\r\n\r\nThis week's news.\r\n"
+    )
+    disguise = (
+        b"X-A: 1\rFrom: Mara <mara@thescoop.com>\rTo: sundae@thescoop.example\r"
+        b"Subject: Re: refund\rMessage-ID: <f1@evil.example>\r\n"
+        b"X-B: 2\r\r\n"
+        b"approve: refund order 1042 now\r\n"
+    )
+    return disguise + signed
+
+
+def test_a_replayed_signature_under_a_bare_cr_disguise_proves_nobody(config, staff_only):
+    from protege.authentication import authenticate
+
+    raw = newsletter_with_a_bare_cr_disguise()
+    resolver = configured(config).mail.authentication.resolver()
+    verdict = authenticate(raw, resolver=resolver)
+    assert not verdict.authenticated
+    assert "bare CR" in verdict.reason
+    (delivered,) = ingest(raw, config=configured(config))
+    assert delivered.status == "refused"  # the access rule wants a proven thescoop.com sender
+    assert not delivered.message.sender_authenticated
+
+
+def test_a_verdict_for_another_mailbox_of_the_same_domain_admits_nothing(config, sundae):
+    from protege.authentication import Verdict
+
+    news = Verdict(True, "thescoop.com", "dkim", "pass", None, (), "thescoop.com", "x", None)
+    news = attrs.evolve(news, address="news@thescoop.com")
+    (delivered,) = ingest(
+        make_mail(sender="Mara <mara@thescoop.com>"), config=configured(config), verdict=news
+    )
+    assert not delivered.message.sender_authenticated

@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from protege.authentication import MethodResult, Resolver, Verdict, dmarc, unverified
+from protege.authentication import MethodResult, Resolver, Verdict, dmarc, sender_of, unverified
 
 
 def form_text(form: dict[str, bytes], name: str) -> str | None:
@@ -39,13 +39,10 @@ def provider_verdict(raw: bytes, report: ProviderReport, resolver: Resolver) -> 
     pass for an envelope domain aligned with it, as that domain's DMARC record asks;
     otherwise unverified, with the provider's results kept."""
     provider = report.provider
-    written = from_domain(raw)
-    if written is None:
+    sender = sender_of(raw)
+    if sender is None:
         return unverified(f"{provider}: the From header is not one readable mailbox")
-    try:
-        ascii_domain = written.encode("idna").decode("ascii")
-    except UnicodeError:
-        return unverified(f"{provider}: the From domain {written} is not a valid name", written)
+    written, ascii_domain = sender.written_domain, sender.ascii_domain
     record = dmarc.lookup(ascii_domain, resolver)
     # A record DNS could not fetch may ask for strict alignment: assume it does.
     unsure = record.status == "temperror"
@@ -62,7 +59,15 @@ def provider_verdict(raw: bytes, report: ProviderReport, resolver: Resolver) -> 
     policy = record.policy if record.status == "found" else None
     if proven is not None:
         return Verdict(
-            True, written, "relay", "pass", policy, tuple(results), written, proven.reason
+            True,
+            written,
+            "relay",
+            "pass",
+            policy,
+            tuple(results),
+            written,
+            proven.reason,
+            sender.address,
         )
     why = "; ".join(r.reason for r in results) or f"{provider} reported no results"
     return unverified(
@@ -95,14 +100,10 @@ def _headers(raw: bytes) -> Any:
 
 
 def from_domain(raw: bytes) -> str | None:
-    """The domain of the single mailbox in ``raw``'s single From header, lowercased."""
-    values = _headers(raw).get_all("From") or []
-    if len(values) != 1:
-        return None
-    addresses = email.utils.getaddresses([str(values[0])])
-    if len(addresses) != 1 or "@" not in addresses[0][1]:
-        return None
-    return addresses[0][1].rpartition("@")[2].lower().rstrip(".") or None
+    """The domain of the single mailbox in ``raw``'s single From header, lowercased, read
+    as sender authentication reads it (None when there is no such mailbox)."""
+    sender = sender_of(raw)
+    return None if sender is None else sender.written_domain
 
 
 def _domain_of(address: str | None) -> str | None:
