@@ -209,7 +209,7 @@ def test_show_survives_events_of_older_shapes_and_unknown_kinds(run_protege, env
         Event.create(run=run, seq=seq, kind=kind, payload_json=payload)
     shown = run_protege("runs", "show", "1", env=env)
     assert shown.returncode == 0, shown.stderr
-    assert shown.stdout.splitlines()[3:] == [
+    assert shown.stdout.splitlines()[4:] == [
         "   3   delivery (status unknown)",
         "   4   unknown outcome: ",
         '   5 escalation_requested: {"approver": "boss@thescoop.com"}',
