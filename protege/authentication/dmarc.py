@@ -21,6 +21,7 @@ def _suffixes() -> Any:
     return PublicSuffixList()
 
 
+@functools.lru_cache(maxsize=4096)  # pure, and asked for the same domains mail after mail
 def organizational_domain(domain: str) -> str:
     """The registrable domain ``domain`` belongs to (``mail.thescoop.com`` → ``thescoop.com``,
     ``mara.github.io`` → ``mara.github.io``), by the Public Suffix List with its private

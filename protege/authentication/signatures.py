@@ -175,6 +175,7 @@ def _check(
     return result(PASS, "the signature verifies")
 
 
+@functools.lru_cache(maxsize=KEYS_KEPT)  # pure, and asked of the same few keys mail after mail
 def _key_refusal(record: bytes | None, algorithm: bytes) -> str | None:
     """Why the key record itself says not to trust the signature (RFC 6376 §3.6.1): a key
     in testing mode (``t=y``), or one restricted to hashes (``h=``) the signature did not
