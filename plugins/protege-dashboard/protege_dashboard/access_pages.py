@@ -272,6 +272,7 @@ async def explain(request: Request) -> Response:
         installation(request).manifest,
         sender=None if scheduled else sender,
         scheduled=scheduled,
+        authenticated=form.get("unauthenticated") != "on",
     )
     return _agent(request, agent, explanation=answer, asked=sender)
 

@@ -168,6 +168,20 @@ def test_the_explain_form_answers_exactly_as_the_command_line(signed_in, scoop, 
     scheduled = _post(signed_in, here, f"{here}/explain", token_of, scheduled="on")
     cli_says = CliRunner().invoke(cli, ["access", "explain", "Sundae", "--scheduled"])
     assert cli_says.output in html.unescape(scheduled.text)
+    forged = _post(
+        signed_in,
+        here,
+        f"{here}/explain",
+        token_of,
+        sender="mara@thescoop.com",
+        unauthenticated="on",
+    )
+    shown = re.search(r'<pre class="text" id="explanation">(.*?)</pre>', forged.text, re.S)
+    cli_says = CliRunner().invoke(
+        cli, ["access", "explain", "Sundae", "--sender", "mara@thescoop.com", "--unauthenticated"]
+    )
+    assert html.unescape(shown.group(1)) == cli_says.output
+    assert "does NOT prove its sender" in cli_says.output
 
 
 def _inbound(agent, body, subject="Hello", sender="kid@gmail.example"):
