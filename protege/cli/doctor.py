@@ -40,6 +40,7 @@ def doctor(as_json: bool) -> None:
         "config": str(config.path) if config.path else None,
         "database": database,
         "blobs": blobs,
+        "senders": _senders(config),
         "tools": len(found),
         "plugins": len(found.plugins),
         "problems": problems,
@@ -52,6 +53,7 @@ def doctor(as_json: bool) -> None:
         click.echo(f"config: {config.path or 'none found (embedded defaults)'}")
         click.echo(f"database: {database['url']}: {database['state']}")
         click.echo(f"blobs: {blobs}")
+        click.echo(f"senders: {report['senders']}")
         click.echo(f"tools: {len(found)} offered, from {len(found.plugins)} plugin(s)")
         for problem in problems:
             click.echo(f"problem: {problem['message']}")
@@ -104,6 +106,22 @@ def _database(url: str, found: Any) -> dict[str, Any]:
         for name, ids in stale_members(found).items()
     ]
     return {"url": shown, "state": "current", "problems": stale}
+
+
+SENDER_MODES = {
+    "enforce": "allow rules and approvers admit only mail that proves its sender (enforce)",
+    "report": "verdicts are shown but not used: allow rules take From as written (report)",
+    "off": "not checked: allow rules take From as written (off)",
+}
+
+
+def _senders(config: Config) -> str:
+    """How sender authentication decides, in a line (``[mail.authentication]``)."""
+    settings = config.mail.authentication
+    line = SENDER_MODES[settings.mode]
+    if settings.trusted_relays:
+        line += f"; relays trusted: {', '.join(settings.trusted_relays)}"
+    return line
 
 
 def _problem(kind: str, message: object) -> dict[str, str]:

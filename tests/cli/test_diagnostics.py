@@ -41,7 +41,8 @@ def test_doctor_json_is_one_object_with_every_finding(run_protege):
     result = run_protege("doctor", "--json", env={"PROTEGE_LOAD_PLUGINS": "ghost"})
     assert result.returncode == 1
     report = json.loads(result.stdout)
-    assert set(report) == {"config", "database", "blobs", "tools", "plugins", "problems"}
+    assert set(report) == {"config", "database", "blobs", "senders", "tools", "plugins", "problems"}
+    assert report["senders"].endswith("(enforce)")  # the default
     assert report["problems"] == [
         {"kind": "tools", "message": "PROTEGE_LOAD_PLUGINS names ghost, which is not installed"}
     ]
