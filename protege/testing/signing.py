@@ -64,14 +64,17 @@ class DkimKey:
             serialization.PrivateFormat.TraditionalOpenSSL,
             serialization.NoEncryption(),
         )
-        der = rsa_key.public_key().public_bytes(
-            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-        record = f"v=DKIM1; k=rsa; p={base64.b64encode(der).decode()}"
-        return cls(domain, selector, algorithm, pem, record)
+        return cls.from_pem(domain, selector, pem, algorithm=algorithm)
 
     @classmethod
-    def from_pem(cls, domain: str, selector: str, pem: bytes) -> DkimKey:
+    def from_pem(
+        cls,
+        domain: str,
+        selector: str,
+        pem: bytes,
+        *,
+        algorithm: Literal["rsa-sha256", "rsa-sha1"] = "rsa-sha256",
+    ) -> DkimKey:
         """An RSA key read from its PEM form (a demo's key kept in a file)."""
         from cryptography.hazmat.primitives import serialization
 
@@ -80,7 +83,7 @@ class DkimKey:
             serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
         )
         record = f"v=DKIM1; k=rsa; p={base64.b64encode(der).decode()}"
-        return cls(domain, selector, "rsa-sha256", pem, record)
+        return cls(domain, selector, algorithm, pem, record)
 
     def sign(
         self,
