@@ -111,6 +111,20 @@ async def run_page(request: Request) -> Response:
     )
 
 
+async def message_page(request: Request) -> Response:
+    """One stored message: who sent it and what its sender verdict proved, its flags, its
+    text, and the runs that answered it (mail that started none is shown here too)."""
+    message = found(Message, request.path_params["id"])
+    runs = list(Run.select().where(Run.message == message.id).order_by(Run.id))
+    return render(
+        request,
+        "message.html",
+        message=message,
+        sender_verdict=message.verdict if message.inbound else None,
+        runs=runs,
+    )
+
+
 async def run_cancel(request: Request) -> Response:
     """Stop a run, as ``protege runs cancel`` does: a queued or waiting one at once, a
     running one at its next step; recorded in the audit log."""
@@ -246,6 +260,7 @@ ROUTES = [
     Route("/runs", runs_page),
     Route("/runs/{id:int}", run_page),
     Route("/runs/{id:int}/cancel", run_cancel, methods=["POST"]),
+    Route("/messages/{id:int}", message_page),
     Route("/files/{id:int}", blob_download),
     Route("/responsibilities", responsibilities_page),
     Route("/responsibilities/{id:int}/edit", responsibility_form, methods=["GET", "POST"]),

@@ -21,6 +21,7 @@ PAGES = [
     "/agents/{agent}/grants/{grant}",
     "/runs",
     "/runs/1",
+    "/messages/1",
     "/files/1",
     "/responsibilities",
     "/responsibilities/{duty}/edit",

@@ -225,3 +225,44 @@ def test_a_run_page_shows_the_sender_verdict_of_the_mail_it_answered(signed_in, 
     assert shown.startswith("not authenticated; DMARC fail (policy none).")
     assert "dkim fail for <b>thescoop.com</b> (aligned): body hash mismatch" in shown
     assert "<b>thescoop.com</b>" not in found.group(1)  # escaped, never markup
+
+
+def test_a_message_that_started_no_run_shows_its_verdict_and_flags(signed_in, scoop):
+    from protege.authentication import unverified
+
+    forged = unverified(
+        "nothing aligned with bank.example passed", "bank.example", dmarc="fail", policy="reject"
+    )
+    stored = Message.create(
+        agent=scoop,
+        direction="inbound",
+        status="ignored",
+        sender="alerts@bank.example",
+        to_addresses=[scoop.address],
+        subject="Locked <account>",
+        message_id="<9@bank.example>",
+        thread_key="<9@bank.example>",
+        flags=["sender authentication: fails DMARC for bank.example, whose policy is reject"],
+        authentication=json.dumps(forged.as_json()),
+    )
+    page = signed_in.get(f"/messages/{stored.id}")
+    assert page.status_code == 200
+    shown = _text(page.text)
+    assert "Message " + str(stored.id) + ": inbound, ignored, for" in shown
+    assert "no run answered it" in shown
+    assert "not authenticated; DMARC fail (policy reject)." in shown
+    assert "whose policy is reject" in shown
+    assert "Locked <account>" in shown
+    assert "<account>" not in page.text  # escaped
+    assert signed_in.get("/messages/999999").status_code == 404
+
+
+def test_a_run_page_links_the_message_it_answered(signed_in, mailer, scripted_model):
+    sundae, running = mailer
+    scripted_model.script(say("Done."))
+    run = run_reply(sundae, sender="jane@acme.com", body="Hi", installation=running)
+    page = signed_in.get(f"/runs/{run.id}").text
+    assert f'<a href="/messages/{run.message_id}">' in page
+    message_page = _text(signed_in.get(f"/messages/{run.message_id}").text)
+    assert f"answered by run {run.id}" in message_page
+    assert "authenticated: acme.com by operator" in message_page
