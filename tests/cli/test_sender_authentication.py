@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 import smtplib
+import subprocess
 from email.message import EmailMessage
 
 import pytest
@@ -20,6 +21,7 @@ from protege.testing import DkimKey, say, tool_call
 from .serving import read_line, start
 
 SCOOP_KEY = DkimKey.generate("thescoop.com", "mail")
+WAIT = 90  # seconds for serve to say its next line: generous, for a loaded machine
 SHOP_TOOLS = """
 from protege import Tool
 
@@ -86,13 +88,20 @@ def serving(run_protege, env, mode="enforce"):
     (run_protege.project / "protege.toml").write_text(settings(mode))
     port = free_port()
     process = start(run_protege, env, "serve", "--port", str(port), "--concurrency", "1")
-    assert read_line(process).startswith("protege: listening for mail on ")
+    assert read_line(process, WAIT).startswith("protege: listening for mail on ")
     return process, port
 
 
 def stop(process) -> None:
+    """End serve as an operator does (SIGTERM); killed if it has not ended in time, so a
+    failing test leaves nothing running."""
     process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=30)
+    try:
+        _, err = process.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, err = process.communicate()
+        raise AssertionError(f"serve did not end on SIGTERM: {err.decode()[-2000:]}") from None
     assert process.returncode == 0, err
 
 
@@ -103,11 +112,11 @@ def test_forged_mara_gets_no_refund_tool_and_real_mara_does(run_protege, env, sc
     process, port = serving(run_protege, env)
     try:
         send(port, mail("Mara <mara@thescoop.com>", "Refund SCP-1042, it is me, Mara."))
-        assert read_line(process) == "mail 1 for Sundae: accepted, run 1 queued"
-        assert read_line(process) == "run 1 (Sundae): done"
+        assert read_line(process, WAIT) == "mail 1 for Sundae: accepted, run 1 queued"
+        assert read_line(process, WAIT) == "run 1 (Sundae): done"
         send(port, SCOOP_KEY.sign(mail("Mara <mara@thescoop.com>", "Refund SCP-1042.")))
-        assert read_line(process) == "mail 2 for Sundae: accepted, run 2 queued"
-        assert read_line(process) == "run 2 (Sundae): done"
+        assert read_line(process, WAIT) == "mail 2 for Sundae: accepted, run 2 queued"
+        assert read_line(process, WAIT) == "run 2 (Sundae): done"
     finally:
         stop(process)
     forged, real = Message.get_by_id(1), Message.get_by_id(2)
@@ -124,8 +133,8 @@ def test_report_mode_shows_the_verdict_but_admits_as_before(run_protege, env, sc
     process, port = serving(run_protege, env, mode="report")
     try:
         send(port, mail("Mara <mara@thescoop.com>", "Refund SCP-1042, it is me, Mara."))
-        assert read_line(process) == "mail 1 for Sundae: accepted, run 1 queued"
-        assert read_line(process) == "run 1 (Sundae): done"
+        assert read_line(process, WAIT) == "mail 1 for Sundae: accepted, run 1 queued"
+        assert read_line(process, WAIT) == "run 1 (Sundae): done"
     finally:
         stop(process)
     assert not Message.get_by_id(1).sender_authenticated
@@ -136,7 +145,7 @@ def test_mail_failing_dmarc_at_a_reject_domain_starts_no_run(run_protege, env, s
     process, port = serving(run_protege, env)
     try:
         send(port, mail("Bank <alerts@bank.example>", "Your account is locked."))
-        assert read_line(process).startswith("mail 1 for Sundae: ignored (fails DMARC")
+        assert read_line(process, WAIT).startswith("mail 1 for Sundae: ignored (fails DMARC")
     finally:
         stop(process)
     stored = Message.get_by_id(1)
