@@ -12,6 +12,7 @@ import time
 import click
 
 from protege.cli.database import open_installation
+from protege.cli.stopping import Stopper
 from protege.errors import ProtegeError
 
 
@@ -75,10 +76,8 @@ def serve(
     if not helpers.count:
         pool.start()
     scheduler = None if no_scheduler else Scheduler(installation, on_line=_say)
-    stopped = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):  # before the announcement: it invites them
-        signal.signal(signum, lambda *_: stopped.set())
-    _stop_with_parent(stopped)
+    stopper = Stopper().install()  # before the announcement: it invites the signals
+    _stop_with_parent(stopper)
     listening = (
         "receiving no mail"
         if gateway is None
@@ -92,7 +91,7 @@ def serve(
     helpers.start()
     if scheduler is not None:  # after the announcement, so that it comes first
         scheduler.start()
-    stopped.wait()
+    stopper.wait()
     _say(
         f"protege: stopping (no more mail; runs in flight get "
         f"{config.serve.shutdown_seconds:g} s, then go back to the queue)"
@@ -189,20 +188,21 @@ def _yield_cpu_to_mail(steps: int) -> None:
         _say(f"protege: could not lower this worker process's priority: {error}")
 
 
-def _stop_with_parent(stopped: threading.Event) -> None:
+def _stop_with_parent(stopper: Stopper) -> None:
     """In a worker process of ``serve --processes``: stop when the process that started it
     is gone (killed with -9, say), instead of running on unsupervised."""
     parent = os.environ.get(PARENT_VARIABLE)
     if not parent or not parent.isdigit():
         return
+    looked = threading.Event()  # never set: its timed wait paces the looks
 
     def watch() -> None:
-        while True:
+        while not stopper.stopping:
             if os.getppid() != int(parent):  # gone already, or since the last look
                 _say("protege: the serve that started this worker process is gone; stopping")
-                stopped.set()
-            if stopped.wait(1.0):  # a supervisor's look, not a synchronisation
+                stopper.stop()
                 return
+            looked.wait(1.0)  # a supervisor's look, not a synchronisation
 
     threading.Thread(target=watch, name="protege-parent", daemon=True).start()
 

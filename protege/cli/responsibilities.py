@@ -4,9 +4,7 @@ scheduler`` (the scheduler alone, for deployments that run it apart from ``serve
 from __future__ import annotations
 
 import datetime
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +12,7 @@ import click
 
 from protege.cli.database import audited, open_database, open_installation
 from protege.cli.output import echo_json, echo_table
+from protege.cli.stopping import Stopper
 from protege.errors import ProtegeError
 
 MAX_INSTRUCTIONS_BYTES = 256 * 1024
@@ -328,13 +327,11 @@ def scheduler(once: bool) -> None:
     if once:
         running.tick()
         return
-    stopped = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stopped.set())
+    stopper = Stopper().install()
     every = installation.config.responsibilities.poll_seconds
     _say(f"protege: scheduler looking for due responsibilities every {every:g}s; Ctrl-C stops")
     running.start()  # after the announcement, so that it comes first
-    stopped.wait()
+    stopper.wait()
     running.stop()
 
 
