@@ -6,6 +6,7 @@ import os
 import select
 import subprocess
 import sys
+import time
 
 
 def start(run_protege, env: dict[str, str], *args: str) -> subprocess.Popen:
@@ -19,8 +20,26 @@ def start(run_protege, env: dict[str, str], *args: str) -> subprocess.Popen:
     )
 
 
+_PENDING: dict[int, bytearray] = {}  # what each process printed and was not read yet
+
+
 def read_line(process: subprocess.Popen, timeout: float = 30) -> str:
-    """The next line the process prints (a failure if none comes within ``timeout``)."""
-    ready, _, _ = select.select([process.stdout], [], [], timeout)
-    assert ready, "the command printed nothing in time"
-    return process.stdout.readline().decode().rstrip("\n")
+    """The next line the process prints (a failure if none comes within ``timeout``).
+
+    Read from the pipe itself into a buffer of our own: ``select`` on a file object says
+    nothing of lines its reader has buffered already, so two lines printed at once left
+    the second unread and the test waiting for it (a flake under load).
+    """
+    pending = _PENDING.setdefault(process.pid, bytearray())
+    deadline = time.monotonic() + timeout
+    fd = process.stdout.fileno()
+    while b"\n" not in pending:
+        left = deadline - time.monotonic()
+        ready, _, _ = select.select([fd], [], [], max(0.0, left))
+        assert ready, f"the command printed nothing in time (so far: {bytes(pending)!r})"
+        chunk = os.read(fd, 65536)
+        assert chunk, f"the command ended (it printed {bytes(pending)!r} last)"
+        pending += chunk
+    line, _, rest = bytes(pending).partition(b"\n")
+    pending[:] = rest
+    return line.decode()

@@ -16,7 +16,6 @@ import email
 import os
 import random
 import re
-import select
 import shutil
 import signal
 import smtplib
@@ -35,6 +34,8 @@ from protege import blobs
 from protege.gateway.smtp import free_port
 from protege.models import Agent, Message, Run, Toolkit
 from protege.testing import DkimKey, say
+
+from ..cli.serving import read_line
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "mail-servers-for-tests"
@@ -342,15 +343,13 @@ def await_line(process: subprocess.Popen, prefix: str, timeout: float = 60) -> s
     end = time.monotonic() + timeout
     seen = []
     while (left := end - time.monotonic()) > 0:
-        ready, _, _ = select.select([process.stdout], [], [], left)
-        if not ready:
+        try:
+            line = read_line(process, left)
+        except AssertionError:
             break
-        line = process.stdout.readline().decode()
-        if not line:
-            break
-        seen.append(line.rstrip("\n"))
+        seen.append(line)
         if line.startswith(prefix):
-            return line.rstrip("\n")
+            return line
     pytest.fail(f"serve printed no line starting {prefix!r}; it printed {seen}")
 
 
