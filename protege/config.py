@@ -16,7 +16,7 @@ import attrs
 
 from protege.addresses import canonical_address
 from protege.authentication.resolver import DnsResolver, pinned_records
-from protege.errors import ConfigError
+from protege.errors import ConfigError, did_you_mean
 from protege.reprs import fields_repr
 
 if TYPE_CHECKING:
@@ -140,6 +140,13 @@ class ServeSettings:
 
 
 MIB = 1024 * 1024
+
+
+def _check_port(instance: object, attribute: attrs.Attribute, value: int) -> None:
+    if not 1 <= value <= 65535:
+        raise ValueError(f"{attribute.name}: {value} is not a TCP port (1 to 65535)")
+
+
 AUTHENTICATION_MODES = ("enforce", "report", "off")
 
 
@@ -218,12 +225,12 @@ class MailSettings:
     __repr__ = fields_repr
 
     listen_host: str = "127.0.0.1"
-    listen_port: int = 2525
+    listen_port: int = attrs.field(default=2525, validator=_check_port)
     transport: str = attrs.field(
         default="outbox", validator=attrs.validators.in_(("outbox", "smtp"))
     )
     smtp_host: str = "127.0.0.1"
-    smtp_port: int = 587
+    smtp_port: int = attrs.field(default=587, validator=_check_port)
     smtp_starttls: bool = True
     smtp_username: str | None = None
     smtp_password_env: str = "PROTEGE_SMTP_PASSWORD"
@@ -483,8 +490,13 @@ class Config:
 # configuration), so that what it accepts and how it words each problem are unchanged.
 _UNSURE: Any = object()  # "not plainly of this shape": let cattrs decide
 _NONE_TYPE = type(None)
-# Fields of a class a table must not set, though the class has them (read from elsewhere).
-_REFUSED_KEYS: dict[type, tuple[str, ...]] = {BlobSettings: BLOB_SECRETS}
+# Fields of a class a table must not set, though the class has them: secrets, read from the
+# environment variable their ``_env`` key names.
+_REFUSED_KEYS: dict[type, tuple[str, ...]] = {
+    BlobSettings: BLOB_SECRETS,
+    ModelSettings: ("api_key",),
+    MailSettings: ("smtp_password",),
+}
 
 
 _LARGEST_EXACT = 2**53  # every int up to it is a float as it is
@@ -560,22 +572,57 @@ def _converter() -> cattrs.Converter:
 
     converter = cattrs.Converter(forbid_extra_keys=True)
     converter.register_structure_hook_func(lambda t: t == tuple[str, ...], _structure_names)
-    blob_settings = cattrs.gen.make_dict_structure_fn(
-        BlobSettings, converter, _cattrs_forbid_extra_keys=True
-    )
+    # TOML has its own types: a value of another one is a mistake to name, never to convert
+    # ("false" is not false, 2.7 is not 2).
+    converter.register_structure_hook(bool, _exactly(bool))
+    converter.register_structure_hook(int, _exactly(int))
+    converter.register_structure_hook(float, _exactly(float))
+    converter.register_structure_hook(str, _exactly(str))
+    for cls, secrets in _REFUSED_KEYS.items():
+        converter.register_structure_hook(cls, _refusing(converter, cls, secrets))
+    return converter
 
-    def structure_blobs(value: object, _type: object) -> BlobSettings:
+
+_TOML_NAMES = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
+
+
+def _toml_shown(value: object) -> str:
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, int | float):
+        return f"the number {value!r}"
+    return f"a {type(value).__name__}"
+
+
+def _exactly(kind: type) -> Any:
+    def structure(value: object, _type: object) -> Any:
+        # bool is an int to Python, not to TOML; an int is a fine float.
+        fits = type(value) is kind or (kind is float and type(value) is int)
+        if not fits:
+            raise ValueError(f"expected {_TOML_NAMES[kind]}, not {_toml_shown(value)}")
+        return float(value) if kind is float else value  # type: ignore[arg-type]
+
+    return structure
+
+
+def _refusing(converter: cattrs.Converter, cls: type, secrets: tuple[str, ...]) -> Any:
+    import cattrs.gen
+
+    structure = cattrs.gen.make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True)
+
+    def refuse_secrets(value: object, _type: object) -> Any:
         if isinstance(value, Mapping):
-            for key in BLOB_SECRETS:
+            for key in secrets:
                 if key in value:
                     raise ValueError(
                         f"{key} may not be written in protege.toml: name the environment "
                         f"variable that holds it in {key}_env"
                     )
-        return blob_settings(value, BlobSettings)  # type: ignore[arg-type]
+        return structure(value, cls)  # type: ignore[arg-type]
 
-    converter.register_structure_hook(BlobSettings, structure_blobs)
-    return converter
+    return refuse_secrets
 
 
 def _structure_names(value: object, _type: object) -> tuple[str, ...]:
@@ -589,8 +636,14 @@ def _describe(error: BaseException, type_: Any) -> str:
     # attrs' validators raise ValueError(message, attribute, ...): the message alone is for people.
     if type(error) is ValueError and error.args and str(error.args[0]):
         return str(error.args[0])
+    import cattrs.errors
     import cattrs.v
 
+    if isinstance(error, cattrs.errors.ForbiddenExtraKeysError) and attrs.has(error.cl):
+        known = [field.name for field in attrs.fields(error.cl) if field.init]
+        return "; ".join(
+            f"unknown key {key}{did_you_mean(key, known)}" for key in sorted(error.extra_fields)
+        )
     return cattrs.v.format_exception(error, type_)
 
 

@@ -75,7 +75,7 @@ def test_an_unusable_override_is_a_clear_error(tmp_path):
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ('tool_module = ["x"]\n', "extra fields found (tool_module)"),
+        ('tool_module = ["x"]\n', "unknown key tool_module (did you mean tool_modules?)"),
         ("tool_modules = 3\n", "tool_modules"),
         ('tool_modules = "shop.tools"\n', "must be a list of strings @ protege.toml.tool_modules"),
         ("tool_modules = [\n", "is not valid TOML"),
@@ -97,9 +97,33 @@ def test_whole_numbers_are_read_as_the_floats_their_settings_hold(tmp_path):
     assert type(config.model.timeout) is type(config.serve.poll_interval) is float
 
 
-def test_a_value_of_another_type_is_still_converted_where_it_can_be(tmp_path):
-    (tmp_path / "protege.toml").write_text('[serve]\nprocesses = "3"\n')
-    assert load_config(tmp_path, environ={}).serve.processes == 3
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        ('[serve]\nprocesses = "3"', "expected a whole number, not the string '3'"),
+        ("[runs]\nmax_model_turns = 2.7", "expected a whole number, not the number 2.7"),
+        ('[mail]\nsmtp_starttls = "false"', "expected true or false, not the string 'false'"),
+        ("[mail]\nsmtp_retries = true", "expected a whole number, not the boolean true"),
+        ('[web]\ntimeout_seconds = "15"', "expected a number, not the string '15'"),
+        ("[model]\ntransport = 3", "unknown key transport"),
+        ("[mail]\nsmtp_startls = false", "unknown key smtp_startls (did you mean smtp_starttls?)"),
+        ("[mail]\nlisten_port = 99999", "listen_port: 99999 is not a TCP port (1 to 65535)"),
+        ("[mail]\nsmtp_port = 0", "smtp_port: 0 is not a TCP port (1 to 65535)"),
+        ('[model]\napi_key = "sk-1"', "api_key may not be written in protege.toml"),
+        ('[mail]\nsmtp_password = "x"', "smtp_password may not be written in protege.toml"),
+    ],
+)
+def test_a_value_of_another_type_is_refused_saying_what_was_expected(tmp_path, setting, said):
+    # TOML has its own types: "false" is not false, 2.7 is not 2, a secret is not a setting.
+    (tmp_path / "protege.toml").write_text(setting + "\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(tmp_path, environ={})
+    assert said in str(refused.value)
+
+
+def test_a_whole_number_is_a_fine_number(tmp_path):
+    (tmp_path / "protege.toml").write_text("[web]\ntimeout_seconds = 15\n")
+    assert load_config(tmp_path, environ={}).web.timeout_seconds == 15.0
 
 
 READ_PLAIN_FILE = """
@@ -154,12 +178,12 @@ def test_model_and_run_sections(tmp_path):
     [
         ("[runs]\nmax_model_turns = 0\n", "max_model_turns"),
         ('[model]\ntoken_parameter = "tokens"\n', "token_parameter"),
-        ("[model]\nmodle = 'x'\n", "extra fields found (modle)"),
+        ("[model]\nmodle = 'x'\n", "unknown key modle (did you mean model?)"),
         ('[model]\ninput = ["text", "video"]\n', "input"),
         ('[model]\ninput = "image"\n', "must be a list of strings"),
         ("[files]\nmax_text_chars = 10\n", "max_text_chars"),
         ("[files]\nmax_filename_chars = 5000\n", "max_filename_chars"),
-        ("[files]\nmax_pictures = 3\n", "extra fields found (max_pictures)"),
+        ("[files]\nmax_pictures = 3\n", "unknown key max_pictures"),
     ],
 )
 def test_bad_sections_are_clear_errors(tmp_path, content, message):
@@ -280,7 +304,7 @@ def test_protege_blob_store_overrides_the_file(tmp_path):
         ('[blobs]\nendpoint_url = "s3.example"\n', "endpoint_url must be an http or https URL"),
         ('[blobs]\naddressing_style = "dns"\n', "'addressing_style' must be in"),
         ("[blobs]\ntimeout_seconds = 0\n", "timeout_seconds"),
-        ("[blobs]\nbukket = 'x'\n", "extra fields found (bukket)"),
+        ("[blobs]\nbukket = 'x'\n", "unknown key bukket (did you mean bucket?)"),
         (
             '[blobs]\nstore = "s3"\nbucket = "scoop"\nsecret_access_key = "hunter2"\n',
             "secret_access_key may not be written in protege.toml: name the environment "
@@ -334,8 +358,9 @@ class _OldStyleSettings:
 def test_settings_declared_without_annotations_are_read_too():
     read = structure_settings({"retries": 2, "label": ["a"]}, _OldStyleSettings, "where")
     assert read == _OldStyleSettings(retries=2, label=["a"])
-    assert structure_settings({"retries": "3"}, _OldStyleSettings, "where").retries == 3
-    with pytest.raises(ConfigError, match="extra fields found"):
+    with pytest.raises(ConfigError, match="expected a whole number, not the string '3'"):
+        structure_settings({"retries": "3"}, _OldStyleSettings, "where")
+    with pytest.raises(ConfigError, match="unknown key retrys"):
         structure_settings({"retrys": 2}, _OldStyleSettings, "where")
 
 

@@ -12,6 +12,10 @@ from protege.cli.output import echo_json
 if TYPE_CHECKING:
     from protege.config import Config
 
+NO_MODEL = (
+    "no model is set: runs cannot answer anyone until [model] model in protege.toml (or "
+    "PROTEGE_MODEL) names one, with its endpoint and key"
+)
 NO_REPLY = (
     "no send_email tool is installed: agents cannot answer anyone; install the built-in "
     'tools with `pip install "protege[builtins]"` (or `protege install protege-mail`)'
@@ -30,6 +34,8 @@ def doctor(as_json: bool) -> None:
     blobs, blob_problem = _blob_store(config)
     found = manifest()
     problems = [{"kind": "blobs", "message": blob_problem}] if blob_problem else []
+    if not config.model.model:
+        problems.append({"kind": "model", "message": NO_MODEL})
     problems += [{"kind": "tools", "message": line} for line in found.problems()]
     if not found.can_reply:
         problems.append({"kind": "mail", "message": NO_REPLY})

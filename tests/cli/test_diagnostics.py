@@ -31,14 +31,16 @@ def test_a_folder_with_no_database_is_told_to_run_sync(run_protege):
         "Error: there is no protege database here yet: run `protege sync` to create it"
     )
     assert "migration" not in result.stderr
-    doctor = run_protege("doctor")
+    doctor = run_protege("doctor", env={"PROTEGE_MODEL": "test-model"})
     assert doctor.returncode == 0
     assert "none yet (run `protege sync`)" in doctor.stdout
     assert not (run_protege.project / ".protege" / "protege.db").exists()  # doctor made none
 
 
 def test_doctor_json_is_one_object_with_every_finding(run_protege):
-    result = run_protege("doctor", "--json", env={"PROTEGE_LOAD_PLUGINS": "ghost"})
+    result = run_protege(
+        "doctor", "--json", env={"PROTEGE_LOAD_PLUGINS": "ghost", "PROTEGE_MODEL": "test-model"}
+    )
     assert result.returncode == 1
     report = json.loads(result.stdout)
     assert set(report) == {"config", "database", "blobs", "senders", "tools", "plugins", "problems"}
@@ -112,7 +114,7 @@ def test_plugin_settings_protege_cannot_use_are_reported_by_doctor(run_protege):
     (run_protege.project / "protege.toml").write_text(
         "[plugins.protege-weather]\ntimeout_seconds = 0\n\n[plugins.protege-wether]\n"
     )
-    result = run_protege("doctor")
+    result = run_protege("doctor", env={"PROTEGE_MODEL": "test-model"})
     problems = [line for line in result.stdout.splitlines() if line.startswith("problem: ")]
     assert problems == [
         "problem: plugin protege-weather 0.1.0: protege.toml has settings it cannot use: "

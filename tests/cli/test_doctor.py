@@ -1,7 +1,13 @@
 def test_doctor_exits_0_when_all_is_well(run_protege):
-    result = run_protege("doctor")
+    result = run_protege("doctor", env={"PROTEGE_MODEL": "gpt-4.1-mini"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.splitlines()[-1] == "No problems found."
+
+
+def test_doctor_reports_a_missing_model(run_protege):
+    result = run_protege("doctor")
+    assert result.returncode == 1
+    assert "problem: no model is set: runs cannot answer anyone" in result.stdout
 
 
 def test_doctor_reports_every_problem_and_exits_1(site, run_protege):
@@ -16,7 +22,10 @@ def test_doctor_reports_every_problem_and_exits_1(site, run_protege):
     result = run_protege(
         "doctor",
         pythonpath=site.path,
-        env={"PROTEGE_LOAD_PLUGINS": "broken-tools,alpha-tools,protege-weather,ghost"},
+        env={
+            "PROTEGE_LOAD_PLUGINS": "broken-tools,alpha-tools,protege-weather,ghost",
+            "PROTEGE_MODEL": "test-model",
+        },
     )
     assert result.returncode == 1
     problems = [line for line in result.stdout.splitlines() if line.startswith("problem: ")]
@@ -41,7 +50,7 @@ def test_doctor_says_where_files_are_kept(run_protege):
 def test_doctor_asks_the_s3_service_for_the_bucket(run_protege, s3_server):
     bucket = s3_server.new_bucket()
     s3_server.write_config(run_protege.project, bucket)
-    result = run_protege("doctor", env=s3_server.credentials)
+    result = run_protege("doctor", env={**s3_server.credentials, "PROTEGE_MODEL": "test-model"})
     assert result.returncode == 0, result.stdout + result.stderr
     where = f"s3://{bucket}/blobs/ at {s3_server.endpoint_url}"
     assert f"blobs: {where}, reachable" in result.stdout.splitlines()

@@ -90,7 +90,11 @@ def test_protege_debug_shows_the_traceback_of_a_plugin_that_failed_to_import(sit
 def test_names_in_the_plugin_variables_that_match_nothing_are_warned_about(run_protege):
     result = run_protege(
         "doctor",
-        env={"PROTEGE_DISABLE_PLUGINS": "protege-wether", "PROTEGE_LOAD_PLUGINS": "ghost"},
+        env={
+            "PROTEGE_DISABLE_PLUGINS": "protege-wether",
+            "PROTEGE_LOAD_PLUGINS": "ghost",
+            "PROTEGE_MODEL": "test-model",
+        },
     )
     problems = [line for line in result.stdout.splitlines() if line.startswith("problem: ")]
     assert "problem: PROTEGE_LOAD_PLUGINS names ghost, which is not installed" in problems

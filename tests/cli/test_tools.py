@@ -60,7 +60,7 @@ def test_an_override_named_in_protege_toml_keeps_doctor_green(run_protege):
     )
     data = json.loads(run_protege("tools", "--json").stdout)
     assert [t["status"] for t in data if t["id"] == "get_forecast"] == ["offered", "overridden"]
-    doctor = run_protege("doctor")
+    doctor = run_protege("doctor", env={"PROTEGE_MODEL": "test-model"})
     assert doctor.returncode == 0, doctor.stdout
     assert "shadowed" not in doctor.stderr
 

@@ -76,7 +76,7 @@ def test_a_plugin_with_wrong_settings_is_reported_and_its_tools_are_not_offered(
     report = _report(manifest, "acme-tools")
     assert report.status == "error"
     assert report.error.startswith("protege.toml has settings it cannot use: ")
-    assert report.error.endswith("extra fields found (dayz) @ plugins.acme-tools")
+    assert report.error.endswith("unknown key dayz (did you mean days?) @ plugins.acme-tools")
     wrong_value = _config(tmp_path, **{"acme-tools": {"units": "kelvin"}})
     error = _report(build_manifest(wrong_value, site.host()), "acme-tools").error
     assert "'units' must be in ['metric', 'imperial'] (got 'kelvin')" in error

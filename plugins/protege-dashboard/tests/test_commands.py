@@ -87,7 +87,7 @@ def test_a_port_in_use_is_one_clear_line(protege):
 @pytest.mark.parametrize(
     ("table", "said"),
     [
-        ("prot = 8025", "extra fields found (prot) @ plugins.protege-dashboard"),
+        ("prot = 8025", "unknown key prot (did you mean port?) @ plugins.protege-dashboard"),
         ('port = "high"', "plugins.protege-dashboard.port"),
         ("session_hours = 0", "'session_hours' must be > 0"),
         ('allowed_hosts = "dash.example.com"', "must be a list of strings"),
