@@ -4,6 +4,7 @@ file tests run against, the local folder and S3 (moto's server, on loopback, sta
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,11 @@ from protege.config import BLOB_STORE_VARIABLE, CONFIG_VARIABLE, Config
 S3_KEY_ID, S3_SECRET = "protege-test-key", "protege-test-secret"
 S3_KEY_ID_VARIABLE, S3_SECRET_VARIABLE = "PROTEGE_TEST_S3_KEY_ID", "PROTEGE_TEST_S3_SECRET"
 S3_REGION = "us-east-1"
+
+
+def _toml(value: object) -> str:
+    """``value`` written as TOML (strings quoted, numbers as they are)."""
+    return json.dumps(value) if isinstance(value, str) else str(value).lower()
 
 
 class S3Server:
@@ -53,7 +59,7 @@ class S3Server:
         self.client().create_bucket(Bucket=name)
         return name
 
-    def write_config(self, folder: Path, bucket: str, **settings: str) -> Path:
+    def write_config(self, folder: Path, bucket: str, **settings: object) -> Path:
         """A ``protege.toml`` in ``folder`` choosing the S3 blob store in ``bucket`` here
         (its credentials named by ``credentials``); ``settings`` adds to ``[blobs]``."""
         lines = {
@@ -68,7 +74,7 @@ class S3Server:
         }
         path = folder / "protege.toml"
         path.parent.mkdir(parents=True, exist_ok=True)
-        body = "".join(f'{key} = "{value}"\n' for key, value in lines.items())
+        body = "".join(f"{key} = {_toml(value)}\n" for key, value in lines.items())
         path.write_text(f"[blobs]\n{body}")
         return path
 

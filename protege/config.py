@@ -610,7 +610,9 @@ def _exactly(kind: type) -> Any:
 def _refusing(converter: cattrs.Converter, cls: type, secrets: tuple[str, ...]) -> Any:
     import cattrs.gen
 
-    structure = cattrs.gen.make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True)
+    structure: Any = cattrs.gen.make_dict_structure_fn(
+        cls, converter, _cattrs_forbid_extra_keys=True
+    )
 
     def refuse_secrets(value: object, _type: object) -> Any:
         if isinstance(value, Mapping):
@@ -620,7 +622,7 @@ def _refusing(converter: cattrs.Converter, cls: type, secrets: tuple[str, ...]) 
                         f"{key} may not be written in protege.toml: name the environment "
                         f"variable that holds it in {key}_env"
                     )
-        return structure(value, cls)  # type: ignore[arg-type]
+        return structure(value, cls)
 
     return refuse_secrets
 

@@ -95,7 +95,7 @@ def test_an_unreachable_service_is_named(s3_config):
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    config = s3_config(endpoint_url=f"http://127.0.0.1:{port}", timeout_seconds="2")
+    config = s3_config(endpoint_url=f"http://127.0.0.1:{port}", timeout_seconds=2)
     with pytest.raises(BlobStoreError, match=rf"cannot reach http://127.0.0.1:{port} to reach"):
         blobs.blob_store_for(config).check()
 

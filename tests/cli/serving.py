@@ -24,7 +24,8 @@ _PENDING: dict[int, bytearray] = {}  # what each process printed and was not rea
 
 
 def read_line(process: subprocess.Popen, timeout: float = 30) -> str:
-    """The next line the process prints (a failure if none comes within ``timeout``).
+    """The next line the process prints (a failure if none comes within ``timeout``; ``""``
+    once the process closed its output).
 
     Read from the pipe itself into a buffer of our own: ``select`` on a file object says
     nothing of lines its reader has buffered already, so two lines printed at once left
@@ -38,7 +39,10 @@ def read_line(process: subprocess.Popen, timeout: float = 30) -> str:
         ready, _, _ = select.select([fd], [], [], max(0.0, left))
         assert ready, f"the command printed nothing in time (so far: {bytes(pending)!r})"
         chunk = os.read(fd, 65536)
-        assert chunk, f"the command ended (it printed {bytes(pending)!r} last)"
+        if not chunk:  # the pipe closed: what is left is the last line, then ""
+            last = bytes(pending).decode()
+            pending.clear()
+            return last
         pending += chunk
     line, _, rest = bytes(pending).partition(b"\n")
     pending[:] = rest
