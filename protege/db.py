@@ -27,6 +27,17 @@ SQLITE_PRAGMAS = {
     "foreign_keys": 1,
     "busy_timeout": 5000,
 }
+# Transactions take the write lock when they begin. A deferred one that reads and then
+# writes cannot wait for another writer (its snapshot would be stale): SQLite answers
+# "database is locked" at once, which failed runs that asked for approval together.
+SQLITE_LOCK = "IMMEDIATE"
+
+
+class _SqliteDatabase(peewee.SqliteDatabase):
+    """peewee's SQLite database, its transactions begun with ``SQLITE_LOCK``."""
+
+    def begin(self, lock_type: str | None = None) -> Any:
+        return super().begin(lock_type or SQLITE_LOCK)
 
 
 class DatabaseError(ProtegeError):
@@ -42,9 +53,9 @@ def open_database(url: str) -> peewee.Database:
         # sqlite:///relative.db has path "/relative.db"; sqlite:////abs.db has "//abs.db".
         path = raw[1:] if raw.startswith("/") else raw
         if path in ("", ":memory:"):
-            return peewee.SqliteDatabase(":memory:", pragmas=SQLITE_PRAGMAS)
+            return _SqliteDatabase(":memory:", pragmas=SQLITE_PRAGMAS)
         Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        return peewee.SqliteDatabase(str(Path(path).expanduser()), pragmas=SQLITE_PRAGMAS)
+        return _SqliteDatabase(str(Path(path).expanduser()), pragmas=SQLITE_PRAGMAS)
     if scheme in ("postgres", "postgresql"):
         try:
             import psycopg2  # noqa: F401

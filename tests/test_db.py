@@ -211,3 +211,38 @@ def _closed(connection) -> bool:
             return True
         return False
     return bool(connection.closed)
+
+
+def test_sqlite_transactions_that_read_then_write_wait_for_each_other(tmp_path):
+    """Eight threads each add one to a counter 25 times, reading it and writing it back in
+    one transaction (as an approval request, a lease or a delivery does): none is refused
+    with "database is locked", and no addition is lost."""
+    import threading
+
+    from protege.db import open_database
+
+    database = open_database(f"sqlite:///{tmp_path / 'counter.db'}")
+    database.execute_sql("CREATE TABLE counter (n INTEGER NOT NULL)")
+    database.execute_sql("INSERT INTO counter (n) VALUES (0)")
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def add() -> None:
+        start.wait()
+        try:
+            for _ in range(25):
+                with database.atomic():
+                    (n,) = database.execute_sql("SELECT n FROM counter").fetchone()
+                    database.execute_sql("UPDATE counter SET n = ?", (n + 1,))
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            database.close()
+
+    workers = [threading.Thread(target=add) for _ in range(8)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert errors == []
+    assert database.execute_sql("SELECT n FROM counter").fetchone() == (200,)

@@ -4,6 +4,8 @@ approval across a restart of `protege serve`, in real subprocesses."""
 import json
 import signal
 import smtplib
+import subprocess
+import threading
 from email.message import EmailMessage
 
 import pytest
@@ -268,3 +270,45 @@ def test_a_waiting_run_is_cancelled_at_once_and_a_late_answer_resumes_nothing(
     assert approved.stdout == "approval 1 (issue_refund) approved; run 1 is cancelled\n"
     assert Run.get_by_id(1).status == "cancelled"
     assert refunds(run_protege) == []
+
+
+def test_runs_asking_for_approval_at_once_all_wait_on_sqlite(run_protege, env, scripted_model):
+    """Eight mails at once to an agent whose tool needs approval: each run asks and waits.
+    On SQLite the request used to read, then write, in one deferred transaction, and all
+    but the first writer failed with "database is locked"."""
+    orders = [f"SCP-2{n:03d}" for n in range(8)]
+    for order in orders:
+        scripted_model.script_for(
+            order, tool_call("issue_refund", order_number=order), say("Asked.")
+        )
+    port = free_port()
+    process = start(run_protege, env, "serve", "--port", str(port), "--concurrency", "8")
+    try:
+        assert read_line(process, 90).startswith("protege: listening for mail on ")
+        senders = [
+            threading.Thread(
+                target=_send,
+                args=(port, _mail(f"c{n}@acme.com", "sundae@thescoop.example", f"Refund {order}")),
+            )
+            for n, order in enumerate(orders)
+        ]
+        for sender in senders:
+            sender.start()
+        for sender in senders:
+            sender.join()
+        finished = []
+        while len(finished) < len(orders):
+            line = read_line(process, 90)
+            if line.startswith("run "):
+                finished.append(line)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+    assert all(line.endswith(": waiting") for line in finished), finished
+    assert sorted(a.arguments for a in Approval.select()) == sorted(
+        json.dumps({"order_number": order}) for order in orders
+    )
