@@ -134,20 +134,19 @@ def resolve(
 def _approvals(
     admitting: list[tuple[frozenset[str], ApprovalPolicy | None]], manifest: Manifest
 ) -> dict[str, ApprovalPolicy]:
-    """The tools the admitting grants give only on approval (a tool any of them gives
-    freely runs at once: gates only add), each with its merged policy."""
-    free: set[str] = set()
+    """The tools any admitting grant gives only on approval, each with its merged policy.
+
+    An approval is a restriction, and no other grant undoes it: a tool that one grant
+    guards waits for approval even when another grant (All Tools, say) also gives it."""
     guarded: dict[str, list[ApprovalPolicy]] = {}
     for members, policy in admitting:
-        if policy is None:
-            free |= members
-        else:
+        if policy is not None:
             for member in members:
                 guarded.setdefault(member, []).append(policy)
     return {
         tool_id: ApprovalPolicy.merged(policies)
         for tool_id, policies in guarded.items()
-        if tool_id not in free and tool_id in manifest
+        if tool_id in manifest
     }
 
 

@@ -99,3 +99,19 @@ def test_a_run_reads_no_decisions_until_asked(protege_db, scoop_manifest):
         "no rules: open to every sender",
     )
     assert again is support
+
+
+@pytest.mark.parametrize("explained", [False, True])
+def test_an_approval_is_not_undone_by_another_grant_of_the_same_tool(
+    protege_db, scoop_manifest, explained
+):
+    agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    finance = agent.grant(Toolkit.create(name="Finance", member_tool_ids=["process_refund"]))
+    finance.require_approval(["*@thescoop.com"], ["mara@thescoop.com"])
+    # All Tools, or any toolkit that also holds the tool, gives it without asking.
+    agent.grant(Toolkit.create(name="Everything", member_tool_ids=["process_refund"]))
+    how = resolve if not explained else explain
+    found = how(agent, scoop_manifest, sender="jane@acme.com", authenticated=True)
+    assert found.tool_ids == ["process_refund"]
+    assert list(found.approvals) == ["process_refund"]
+    assert found.approvals["process_refund"].approvers == ("*@thescoop.com",)
