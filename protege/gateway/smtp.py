@@ -24,6 +24,8 @@ SMTP_OVERHEAD = 64 * 1024  # headers and encoding around the message itself
 # Said to a sender the agent's access rules refused; the reason stays in the record and the
 # log, so an outsider cannot probe the rules.
 REFUSED_REPLY = "550 5.7.1 this address does not accept your message"
+# Said for any failure a later try may get past: plain words, never an exception's name.
+TRY_LATER = "451 4.3.0 the message could not be taken now; try again later"
 
 
 class GatewayHandler:
@@ -39,7 +41,13 @@ class GatewayHandler:
         self.resolver = config.mail.authentication.resolver()
 
     async def handle_RCPT(self, server, session, envelope, address: str, rcpt_options) -> str:
-        agent = await asyncio.to_thread(agent_for, address)
+        try:
+            agent = await asyncio.to_thread(agent_for, address)
+        except Exception:
+            # A 5xx here would have the sending server bounce the mail for good; whatever
+            # failed (the database, most likely) may work on the sender's next try.
+            logger.exception("could not look up the recipient %r", address)
+            return TRY_LATER
         if agent is None:
             return f"550 5.1.1 <{address}>: no agent has this address"
         envelope.rcpt_tos.append(address)
@@ -63,7 +71,7 @@ class GatewayHandler:
             return f"{rejection.code} 5.3.4 {rejection}"
         except StorageUnavailable as error:
             logger.error("could not store inbound mail for now: %s", error)
-            return "451 4.3.0 the message could not be stored; try again later"
+            return TRY_LATER
         except Exception:
             logger.exception("inbound mail could not be processed")
             return "554 5.3.0 the message could not be processed"

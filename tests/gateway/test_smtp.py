@@ -90,3 +90,19 @@ def test_loop_mail_is_accepted_but_starts_no_run(sundae, gateway, mail):
     (message,) = Message.select()
     assert message.status == "ignored"
     assert Run.select().count() == 0
+
+
+def test_a_database_failure_at_rcpt_time_is_a_temporary_451(sundae, gateway, mail):
+    from protege.db import database
+
+    # The agents' table gone for a moment, as a database restart or failover looks to a query.
+    database.execute_sql("ALTER TABLE agent RENAME TO agent_away")
+    try:
+        with pytest.raises(smtplib.SMTPRecipientsRefused) as raised:
+            send(gateway, mail())
+    finally:
+        database.execute_sql("ALTER TABLE agent_away RENAME TO agent")
+    code, text = raised.value.recipients["sundae@thescoop.example"]
+    assert code == 451  # the sending server tries again later; a 5xx would bounce the mail
+    assert b"Error" not in text  # plain words, no exception's name
+    assert send(gateway, mail()) == {}  # and it works again once the database does
