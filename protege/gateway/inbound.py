@@ -288,12 +288,23 @@ def _deliver_to(
     return Delivered(agent, message, run, status, reason)
 
 
+_ADDRESSED = re.compile(
+    rb"^(?:to|cc|delivered-to):[ \t]*((?:.*)(?:\r?\n[ \t].*)*)", re.MULTILINE | re.IGNORECASE
+)
+
+
 def _header_recipients(raw: bytes, parsed: ParsedMail) -> list[str]:
+    """Who a mail with no envelope (a file) is for: its To, Cc and Delivered-To headers,
+    read from the raw header block as well as from the parsed mail, so that a mail the
+    parser could not read still reaches its agent (stored and flagged, never dropped)."""
+    import email.utils
+
     header_block = re.split(rb"\r?\n\r?\n", raw, maxsplit=1)[0]
-    delivered_to = re.findall(
-        rb"^Delivered-To:[ \t]*(.+)$", header_block, re.MULTILINE | re.IGNORECASE
-    )
-    return [*parsed.to, *parsed.cc, *(d.decode(errors="replace").strip() for d in delivered_to)]
+    values = [
+        " ".join(m.decode("utf-8", "replace").split()) for m in _ADDRESSED.findall(header_block)
+    ]
+    found = [address for _, address in email.utils.getaddresses(values) if "@" in address]
+    return list(dict.fromkeys([*parsed.to, *parsed.cc, *found]))
 
 
 def _agents_for(addresses: Iterable[str]) -> list[Agent]:

@@ -436,7 +436,8 @@ def _ignore_reason(
         return f"{precedence} mail starts no run"
     loop = headers.text(LOOP_HEADER, 200)
     if loop:
-        valid = loop.isdigit() and len(loop) <= MAX_LOOP_DIGITS
+        # ASCII digits only: "²" is a digit to str.isdigit, not to int().
+        valid = loop.isascii() and loop.isdigit() and len(loop) <= MAX_LOOP_DIGITS
         count = int(loop) if valid else limits.loop_limit
         flags.append(f"loop: {count}" if valid else "loop: invalid count, taken as the limit")
         if count >= limits.loop_limit:

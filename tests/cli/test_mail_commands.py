@@ -214,3 +214,13 @@ def test_receive_checks_the_dkim_signature_of_the_file(run_protege, env, tmp_pat
     assert not changed.sender_authenticated
     spf = [r for r in changed.verdict.results if r.method == "spf"]
     assert [r.result for r in spf] == ["none"]  # a file has no SMTP session: no SPF
+
+
+def test_receive_takes_a_mail_with_a_non_ascii_byte_in_an_unrelated_header(
+    run_protege, env, tmp_path
+):
+    eml = tmp_path / "odd.eml"
+    eml.write_bytes(EML.replace(b"Subject: Melted\r\n", "X-Protege-Loop: ²\r\n".encode()))
+    result = run_protege("receive", str(eml), env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Sundae: ")

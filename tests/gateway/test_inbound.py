@@ -248,3 +248,25 @@ def test_a_stored_sender_names_the_same_address_when_read_again(sundae, config, 
     (delivered,) = ingest(raw, config=config, recipients=[sundae.address])
     assert delivered.status == "accepted"
     assert routing_key(delivered.message.sender) == "jane@acme.com"
+
+
+def test_a_file_the_parser_cannot_read_still_reaches_the_agent_it_names(config, sundae):
+    from protege.gateway import inbound
+
+    # What the parser's last resort gives: nothing read, every header unknown.
+    unread = inbound.ParsedMail(
+        sender="",
+        to=[],
+        cc=[],
+        reply_to=[],
+        subject="",
+        body="",
+        message_id=None,
+        in_reply_to=None,
+        references=[],
+        attachments=[],
+        flags=[],
+        ignore_reason="unread",
+    )
+    raw = b"To: Sundae\r\n <sundae@thescoop.example>, x@acme.com\r\nFrom: ?\r\n\r\nbody\r\n"
+    assert inbound._header_recipients(raw, unread) == ["sundae@thescoop.example", "x@acme.com"]
