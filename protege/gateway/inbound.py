@@ -8,6 +8,7 @@ turned away unstored, with a reason.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -31,7 +32,7 @@ from protege.gateway.parse import (
     parse,
 )
 from protege.mail import SYNTHETIC_ID, new_message_id, thread_key
-from protege.models import Agent, Message, MessageAttachment, Run
+from protege.models import Agent, Blob, Message, MessageAttachment, Run
 from protege.models.messages import ACCEPTED, ANSWER, IGNORED, INBOUND, REFUSED
 from protege.queue import queue_reply
 
@@ -158,6 +159,10 @@ def _store(
     verdict: Verdict,
 ) -> list[Delivered]:
     with blobs.removed_on_failure(), database.atomic():
+        copies = _earlier_copies(raw, parsed, agents)
+        fresh = [agent for agent in agents if agent.id not in copies]
+        if not fresh:
+            return [_again(agent, copies[agent.id]) for agent in agents]
         raw_blob = blobs.store(
             raw, filename="message.eml", content_type="message/rfc822", config=config
         )
@@ -166,9 +171,40 @@ def _store(
             for a in parsed.attachments
         ]
         return [
-            _deliver_to(agent, parsed, raw_blob, stored, config, recipients, verdict)
+            _again(agent, copies[agent.id])
+            if agent.id in copies
+            else _deliver_to(agent, parsed, raw_blob, stored, config, recipients, verdict)
             for agent in agents
         ]
+
+
+def _earlier_copies(raw: bytes, parsed: ParsedMail, agents: list[Agent]) -> dict[int, Message]:
+    """The messages, by agent, that are this very mail taken before: the same Message-ID
+    and the same bytes (a sending server that lost our 250 delivers again)."""
+    if parsed.message_id is None:
+        return {}
+    digest = hashlib.sha256(raw).hexdigest()
+    found = (
+        Message.select(Message)
+        .join(Blob, on=(Message.raw_blob == Blob.id))
+        .where(
+            (Message.agent.in_([agent.id for agent in agents]))
+            & (Message.direction == INBOUND)
+            & (Message.message_id == parsed.message_id)
+            & (Blob.sha256 == digest)
+        )
+        .order_by(Message.id)
+    )
+    copies: dict[int, Message] = {}
+    for message in found:
+        copies.setdefault(message.agent_id, message)
+    return copies
+
+
+def _again(agent: Agent, earlier: Message) -> Delivered:
+    """What a mail delivered again is for ``agent``: its first copy, and no new run."""
+    reason = f"the same mail as message {earlier.id}, delivered again: taken once"
+    return Delivered(agent, earlier, None, IGNORED, reason)
 
 
 def verify_sender(

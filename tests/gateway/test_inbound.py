@@ -270,3 +270,24 @@ def test_a_file_the_parser_cannot_read_still_reaches_the_agent_it_names(config, 
     )
     raw = b"To: Sundae\r\n <sundae@thescoop.example>, x@acme.com\r\nFrom: ?\r\n\r\nbody\r\n"
     assert inbound._header_recipients(raw, unread) == ["sundae@thescoop.example", "x@acme.com"]
+
+
+def test_the_same_mail_delivered_twice_is_taken_once(config, sundae, mail):
+    first = ingest(mail(), config=config, recipients=["sundae@thescoop.example"])
+    again = ingest(mail(), config=config, recipients=["sundae@thescoop.example"])
+    assert [d.status for d in first] == ["accepted"]
+    assert [(d.status, d.run, d.message.id) for d in again] == [
+        ("ignored", None, first[0].message.id)
+    ]
+    assert "delivered again: taken once" in again[0].reason
+    assert Message.select().count() == 1
+    assert Run.select().count() == 1
+
+
+def test_another_mail_with_the_same_message_id_is_its_own(config, sundae, mail):
+    ingest(mail(), config=config, recipients=["sundae@thescoop.example"])
+    other = ingest(
+        mail(body="Something else."), config=config, recipients=["sundae@thescoop.example"]
+    )
+    assert [d.status for d in other] == ["accepted"]
+    assert Message.select().count() == 2
