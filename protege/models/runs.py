@@ -142,6 +142,10 @@ class Responsibility(Record):
         return super().save(force_insert=force_insert, only=only)
 
 
+_CANCELLED_QUEUED = "cancelled by an operator before it started"
+_CANCELLED_WAITING = "cancelled by an operator while it waited for approval"
+
+
 class Run(Record):
     """One run of an agent: answering an inbound message, or carrying out a responsibility."""
 
@@ -241,25 +245,27 @@ class Run(Record):
         """Stop run ``run_id``: a queued or waiting run is cancelled at once, a running one is
         asked to stop at its next step. Returns the status it had, or None if there is no
         such run."""
+        # One statement, so that nothing (an approval waking the run, a worker claiming it)
+        # lands between seeing its status and changing it: the status it had decides.
         p = database.param
-        for status, why in (
-            (QUEUED, "cancelled by an operator before it started"),
-            (WAITING, "cancelled by an operator while it waited for approval"),
-        ):
-            cancelled = database.execute_sql(
-                f"UPDATE run SET status = 'cancelled', error = {p}, finished_at = {p} "
-                f"WHERE id = {p} AND status = {p}",
-                (why, now, run_id, status),
-            )
-            if cancelled.rowcount == 1:
-                return status
-        # Not queued (any more: a worker may have claimed it just now): ask it to stop.
-        asked = database.execute_sql(
-            f"UPDATE run SET cancel_requested_at = {p} WHERE id = {p} AND status = 'running'",
-            (now, run_id),
+        cursor = database.execute_sql(
+            "UPDATE run SET "
+            f"status = CASE WHEN status IN ('queued', 'waiting') THEN 'cancelled' ELSE status END, "
+            f"error = CASE status WHEN 'queued' THEN {p} WHEN 'waiting' THEN {p} ELSE error END, "
+            "finished_at = CASE WHEN status IN ('queued', 'waiting') "
+            f"THEN {p} ELSE finished_at END, "
+            f"cancel_requested_at = CASE WHEN status = 'running' THEN {p} "
+            "ELSE cancel_requested_at END "
+            f"WHERE id = {p} AND status IN ('queued', 'waiting', 'running') "
+            "RETURNING status, error",
+            (_CANCELLED_QUEUED, _CANCELLED_WAITING, now, now, run_id),
         )
-        if asked.rowcount == 1:
-            return RUNNING
+        changed = cursor.fetchone()
+        if changed is not None:
+            status, error = changed
+            if status == RUNNING:
+                return RUNNING
+            return QUEUED if error == _CANCELLED_QUEUED else WAITING
         found = Run.select(Run.status).where(Run.id == run_id).first()
         return None if found is None else found.status
 

@@ -123,3 +123,47 @@ def test_a_claim_says_the_run_was_cancelled_while_its_last_worker_had_it(queued)
     Run.claim_next("other", T0, LEASE)  # the second queued run
     taken = Run.claim_next("alive", later(LEASE + 1), LEASE)
     assert (taken.run_id, taken.cancel_requested) == (first.run_id, True)
+
+
+def test_cancel_never_says_cancelled_when_an_approval_wakes_the_run_meanwhile(queued):
+    """An approval answered while an operator cancels: whichever lands first, a cancel that
+    says it cancelled the run has cancelled it (it once looked, then changed, in three
+    statements, and a wake-up between them won: "cancelled", yet the run went on)."""
+
+    run_id = queued[0].id
+    outcomes = [_cancel_against_a_wake_up(run_id) for _ in range(600)]
+    for said, status in outcomes:
+        if said in ("queued", "waiting"):
+            assert status == "cancelled", (said, status)
+        else:  # the wake-up came first: the run was queued, and a cancel would find it so
+            assert status == "queued", (said, status)
+
+
+def _cancel_against_a_wake_up(run_id: int) -> tuple[str | None, str]:
+    """Put the run back to waiting; cancel it while an approval wakes it, from two threads
+    let go at once; what the cancel said, and the run's status after both."""
+    import threading
+
+    from protege.db import database
+    from protege.models.approvals import wake
+
+    Run.update(status="waiting", error=None, finished_at=None).where(Run.id == run_id).execute()
+    start = threading.Barrier(2)
+    said: list[str | None] = []
+
+    def cancel() -> None:
+        start.wait()
+        said.append(Run.request_cancel(run_id, T0))
+        database.close()
+
+    def answer() -> None:
+        start.wait()
+        wake(run_id)
+        database.close()
+
+    threads = [threading.Thread(target=cancel), threading.Thread(target=answer)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return said[0], Run.get_by_id(run_id).status
