@@ -15,6 +15,22 @@ from protege.models import Agent, Blob, Message, MessageAttachment, SearchCriter
 from protege.models.blobs import attachments_of
 from protege.models.messages import INBOUND, OUTBOUND, REFUSED, SYNTHETIC_ID
 
+# Where an approval's secret token travels: the reply address of its request
+# (agent+approve-TOKEN@domain) and the request's Message-ID (<approval.TOKEN@domain>).
+APPROVE_TAG = "approve-"
+MESSAGE_ID_PREFIX = "approval."
+_TOKENS = re.compile(
+    rf"(?<=\+{re.escape(APPROVE_TAG)})[0-9a-fA-F]{{40}}|(?<={re.escape(MESSAGE_ID_PREFIX)})[0-9a-fA-F]{{40}}"
+)
+REDACTED_TOKEN = "[token]"
+
+
+def redact_tokens(text: str) -> str:
+    """``text`` with every approval token in it replaced: a token lets its holder answer
+    the approval, so none is stored where a model, a result or a listing could show it."""
+    return _TOKENS.sub(REDACTED_TOKEN, text) if text else text
+
+
 __all__ = [
     "MAX_SEARCH_RESULTS",
     "SYNTHETIC_ID",

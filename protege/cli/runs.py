@@ -253,11 +253,12 @@ def _show(run, as_json: bool) -> None:
 
 def _mail_of(run) -> list[dict[str, Any]]:
     """The mail ``run`` queued, with what became of it so far."""
+    from protege.mail import redact_tokens
     from protege.models import Message
 
     return [
         {
-            "message_id": message.message_id,
+            "message_id": redact_tokens(message.message_id),
             "status": message.status,
             "to": message.to_addresses,
             "refused": [r for r in message.refused_recipients if isinstance(r, dict)],

@@ -24,7 +24,8 @@ from protege.access import routing_key
 from protege.config import Config
 from protege.gateway.outbound import DeliveryRefused, deliver
 from protege.gateway.parse import ParsedMail
-from protege.harness.approval import APPROVE_TAG, MESSAGE_ID_PREFIX, reply_address
+from protege.harness.approval import reply_address
+from protege.mail import APPROVE_TAG, MESSAGE_ID_PREFIX
 from protege.models import Agent, Run
 from protege.models.approvals import APPROVED, DENIED, PENDING, Approval
 

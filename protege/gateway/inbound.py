@@ -31,7 +31,7 @@ from protege.gateway.parse import (
     check_header_block,
     parse,
 )
-from protege.mail import SYNTHETIC_ID, new_message_id, thread_key
+from protege.mail import SYNTHETIC_ID, new_message_id, redact_tokens, thread_key
 from protege.models import Agent, Blob, Message, MessageAttachment, Run
 from protege.models.messages import ACCEPTED, ANSWER, IGNORED, INBOUND, REFUSED
 from protege.queue import queue_reply
@@ -302,15 +302,17 @@ def _deliver_to(
         direction=INBOUND,
         status=status,
         sender=parsed.sender,
-        to_addresses=parsed.to,
-        cc_addresses=parsed.cc,
-        reply_to_addresses=list(parsed.reply_to),
+        # An answer to an approval carries its token: it decided above, and is kept
+        # nowhere a model or a listing could read it.
+        to_addresses=[redact_tokens(a) for a in parsed.to],
+        cc_addresses=[redact_tokens(a) for a in parsed.cc],
+        reply_to_addresses=[redact_tokens(a) for a in parsed.reply_to],
         subject=parsed.subject,
         body_text=parsed.body,
         message_id=message_id,
-        in_reply_to=parsed.in_reply_to,
-        reference_ids=parsed.references,
-        thread_key=thread_key(message_id, parsed.in_reply_to, parsed.references),
+        in_reply_to=redact_tokens(parsed.in_reply_to) if parsed.in_reply_to else None,
+        reference_ids=[redact_tokens(r) for r in parsed.references],
+        thread_key=redact_tokens(thread_key(message_id, parsed.in_reply_to, parsed.references)),
         flags=flags,
         raw_blob=raw_blob,
         authentication=json.dumps(verdict.as_json()),

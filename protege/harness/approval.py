@@ -21,12 +21,10 @@ from protege.access import ApprovalPolicy, routing_key
 from protege.db import database
 from protege.harness import events
 from protege.harness.dispatch import Dispatcher, Outcome
+from protege.mail import APPROVE_TAG, MESSAGE_ID_PREFIX
 from protege.models import Agent, Run
 from protege.models.approvals import APPROVED, DENIED, Approval, unsettled
 from protege.result import failure
-
-APPROVE_TAG = "approve-"  # reply address: agent+approve-TOKEN@domain
-MESSAGE_ID_PREFIX = "approval."  # request Message-ID: <approval.TOKEN@domain>
 
 
 def reply_address(agent_address: str, token: str) -> str:

@@ -329,6 +329,41 @@ def test_an_unreadable_answer_gets_a_how_to_mail_and_decides_nothing(
     assert Approval.get().status == "pending"
 
 
+def test_no_token_is_kept_where_a_model_or_a_listing_could_read_it(
+    sundae, post, app, scripted_model
+):
+    from click.testing import CliRunner
+
+    from protege.cli import cli
+    from protege.mail import search
+
+    run = waiting_for_mara(post, app, scripted_model)
+    (approval,) = Approval.select()
+    post.send(post.answer(post.request(), "Mara <mara@thescoop.com>", "Hmm, which order?"))
+    assert drain(app) == []
+    answer = Message.select().where(Message.direction == "inbound").order_by(-Message.id).get()
+    stored = json.dumps(
+        [answer.to_addresses, answer.cc_addresses, answer.in_reply_to, answer.reference_ids]
+    )
+    assert approval.token not in stored + answer.thread_key
+    assert "sundae+approve-[token]@thescoop.example" in answer.to_addresses
+    # What search_emails hands a model, and what runs show prints.
+    found = search(sundae, "which order", 10)
+    assert [m.id for m in found] == [answer.id]
+    assert approval.token not in json.dumps([found[0].to_addresses, found[0].cc_addresses])
+    shown = CliRunner().invoke(
+        cli,
+        ["runs", "show", str(run.id)],
+        env={
+            "PROTEGE_DATABASE_URL": app.config.database_url,
+            "PROTEGE_DATA_DIR": str(app.config.data_dir),
+        },
+    )
+    assert shown.exit_code == 0, shown.output
+    assert "<approval.[token]@thescoop.example>" in shown.output
+    assert approval.token not in shown.output
+
+
 def test_an_approver_asking_is_approved_at_once(sundae, post, app, scripted_model):
     scripted_model.script(
         tool_call("issue_refund", order_number="SCP-7", reason="broken"), say("Refunded.")

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse
 
 from protege import admin
+from protege.mail import redact_tokens
 from protege_dashboard.security import csrf_token
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -25,6 +26,8 @@ environment = jinja2.Environment(
     lstrip_blocks=True,
 )
 environment.filters["printable"] = lambda text: admin.printable("" if text is None else str(text))
+# An approval request's Message-ID holds its secret token: pages show it masked.
+environment.filters["redacted"] = lambda text: redact_tokens("" if text is None else str(text))
 
 
 def render(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
