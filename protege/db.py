@@ -44,6 +44,23 @@ class DatabaseError(ProtegeError):
     """The database URL is unusable, the server unreachable, or the schema out of date."""
 
 
+class _PostgresqlDatabase(peewee.PostgresqlDatabase):
+    """peewee's PostgreSQL database, replacing a connection the server ended.
+
+    A restart, a failover, ``pg_terminate_backend`` or ``idle_session_timeout`` ends a
+    connection under a thread that holds it; psycopg2 marks it closed at the first query
+    that fails. The next piece of work of that thread (with no transaction open on it)
+    gets a new connection instead of failing for ever.
+    """
+
+    def cursor(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.is_closed() and self.transaction_depth() == 0:
+            connection = self._state.conn
+            if getattr(connection, "closed", 0):
+                self._state.reset()  # nothing to close: the server did
+        return super().cursor(*args, **kwargs)
+
+
 def open_database(url: str) -> peewee.Database:
     """A peewee database for ``url`` (``sqlite:///path`` or ``postgresql://...``), not yet bound."""
     parts = urlsplit(url)
@@ -70,7 +87,7 @@ def open_database(url: str) -> peewee.Database:
             "port": parts.port,
         }
         settings.update(parse_qsl(parts.query))  # e.g. ?sslmode=require&options=...
-        return peewee.PostgresqlDatabase(unquote(parts.path.lstrip("/")) or "postgres", **settings)
+        return _PostgresqlDatabase(unquote(parts.path.lstrip("/")) or "postgres", **settings)
     raise DatabaseError(
         f"unsupported database URL {_redacted(url)!r}: use sqlite:///PATH or postgresql://..."
     )

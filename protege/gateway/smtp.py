@@ -10,6 +10,7 @@ from typing import Any
 
 from protege.config import Config
 from protege.gateway.inbound import (
+    TRANSIENT_ERRORS,
     Delivered,
     MailRejected,
     StorageUnavailable,
@@ -24,6 +25,7 @@ SMTP_OVERHEAD = 64 * 1024  # headers and encoding around the message itself
 # Said to a sender the agent's access rules refused; the reason stays in the record and the
 # log, so an outsider cannot probe the rules.
 REFUSED_REPLY = "550 5.7.1 this address does not accept your message"
+ATTEMPTS = 3  # tries of one SMTP step's database work before answering 451
 # Said for any failure a later try may get past: plain words, never an exception's name.
 TRY_LATER = "451 4.3.0 the message could not be taken now; try again later"
 
@@ -40,9 +42,22 @@ class GatewayHandler:
         # One resolver for the gateway's life: its DNS cache serves every mail it takes.
         self.resolver = config.mail.authentication.resolver()
 
+    async def _in_thread(self, work: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``work`` in a thread; tried again (a few times) when the database failed in a way
+        a new connection gets past: each thread replaces a connection the server ended at
+        its next try, and the sending server need not wait minutes for its own retry."""
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                return await asyncio.to_thread(work, *args, **kwargs)
+            except (*TRANSIENT_ERRORS, StorageUnavailable) as error:
+                if attempt == ATTEMPTS:
+                    raise
+                logger.warning("database unavailable (%s); trying again", error)
+        raise AssertionError("unreachable")
+
     async def handle_RCPT(self, server, session, envelope, address: str, rcpt_options) -> str:
         try:
-            agent = await asyncio.to_thread(agent_for, address)
+            agent = await self._in_thread(agent_for, address)
         except Exception:
             # A 5xx here would have the sending server bounce the mail for good; whatever
             # failed (the database, most likely) may work on the sender's next try.
@@ -57,7 +72,7 @@ class GatewayHandler:
         raw = envelope.original_content or envelope.content
         peer = session.peer[0] if isinstance(session.peer, tuple) and session.peer else None
         try:
-            delivered = await asyncio.to_thread(
+            delivered = await self._in_thread(
                 ingest,
                 raw,
                 config=self.config,

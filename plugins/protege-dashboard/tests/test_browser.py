@@ -112,7 +112,27 @@ def _wait(browser, condition, timeout: float = 30):
 def _submit(browser, button_id: str) -> None:
     old = browser.find_element(By.TAG_NAME, "html")
     browser.find_element(By.ID, button_id).click()
-    _wait(browser, seen.staleness_of(old))
+    _wait(browser, _replaced(old))
+
+
+def _replaced(element):
+    """Whether ``element``'s page was replaced by the next one. Chromium says so either as a
+    stale element or, asked while it swaps documents, as a node no longer in the document
+    (selenium's staleness_of lets that second answer escape as an error)."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    def check(_browser) -> bool:
+        try:
+            element.is_enabled()
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as error:
+            if "does not belong to the document" in str(error):
+                return True
+            raise
+        return False
+
+    return check
 
 
 def _screenshot(browser, name: str) -> None:
