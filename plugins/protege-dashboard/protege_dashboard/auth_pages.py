@@ -33,7 +33,7 @@ async def login(request: Request) -> Response:
     limiter = request.app.state.login_limiter
     client = request.client.host if request.client else "unknown"
     keys = (f"address:{client}", f"name:{name.casefold()}")
-    if limiter.blocked(*keys):
+    if not limiter.attempt(*keys):  # counted before the hash: see LoginLimiter.attempt
         return render(
             request,
             "login.html",
@@ -45,7 +45,6 @@ async def login(request: Request) -> Response:
     # scrypt takes a while and much memory on purpose: off the event loop.
     operator = await run_in_threadpool(authenticate, name, str(form.get("password", "")))
     if operator is None:
-        limiter.failed(*keys)
         return render(
             request,
             "login.html",
@@ -54,6 +53,7 @@ async def login(request: Request) -> Response:
             next=wanted,
             name=name,
         )
+    limiter.succeeded(*keys)
     request.session.clear()  # a new session (and CSRF token) for the signed-in operator
     request.session.update({"operator": operator.name, "key": session_key(operator)})
     return redirect(wanted)

@@ -84,6 +84,12 @@ def _secret(request: Request, ingress: str) -> str:
 
 
 def _check_basic_auth(request: Request, password: str) -> None:
+    """The request's Basic password is ``password``; refused (401), and limited per client
+    address as dashboard logins are (429), otherwise."""
+    limiter = request.app.state.login_limiter
+    keys = (f"ingress:{request.client.host if request.client else 'unknown'}",)
+    if not limiter.attempt(*keys):
+        raise Refused(429, "too many wrong passwords: try again later")
     header = request.headers.get("authorization", "")
     scheme, _, encoded = header.partition(" ")
     given = ""
@@ -94,6 +100,7 @@ def _check_basic_auth(request: Request, password: str) -> None:
             given = ""
     if not hmac.compare_digest(given.encode(), password.encode()):
         raise Refused(401, "wrong password", {"WWW-Authenticate": 'Basic realm="protege"'})
+    limiter.succeeded(*keys)
 
 
 def _check_type(request: Request, *allowed: str) -> None:

@@ -110,6 +110,23 @@ class LoginLimiter:
         """Whether any of ``keys`` has used up its attempts."""
         return any(len(self._recent(key)) >= self.attempts for key in keys)
 
+    def attempt(self, *keys: str) -> bool:
+        """Count an attempt against each of ``keys`` before it is checked, and whether it
+        may be checked at all (no key has used up its attempts). Counted first, so that a
+        burst of guesses sent at once, each waiting on the slow hash, meets the limit too;
+        ``succeeded`` takes a right one back."""
+        if self.blocked(*keys):
+            return False
+        self.failed(*keys)
+        return True
+
+    def succeeded(self, *keys: str) -> None:
+        """Take back the attempt ``attempt`` counted, for one that turned out right."""
+        for key in keys:
+            recent = self._recent(key)
+            if recent:
+                recent.pop()
+
     def failed(self, *keys: str) -> None:
         """Count a failed attempt against each of ``keys``."""
         for key in keys:

@@ -190,3 +190,35 @@ def test_allowed_hosts_follow_the_address_listened_on():
     assert DashboardSettings(host="0.0.0.0").hosts() == ["*"]
     named = DashboardSettings(host="0.0.0.0", allowed_hosts=("dash.example.com",))
     assert named.hosts() == ["dash.example.com"]
+
+
+def test_a_burst_of_guesses_sent_at_once_meets_the_login_limit(app, client, operator):
+    """Thirty wrong passwords sent together: the limit counts each before its slow hash
+    is checked, so only the first five are even tried (it once checked first and counted
+    after, and a burst got every guess tried)."""
+    import asyncio
+    import re
+
+    import httpx
+
+    page = client.get("/login")
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page.text).group(1)
+    cookies = dict(client.cookies)
+
+    async def burst() -> list[int]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://127.0.0.1", cookies=cookies
+        ) as guesser:
+            form = {"csrf_token": token, "name": "mara", "password": "guess guess guess"}
+            answers = await asyncio.gather(*[guesser.post("/login", data=form) for _ in range(30)])
+        return sorted(answer.status_code for answer in answers)
+
+    codes = asyncio.run(burst())
+    assert codes == [401] * 5 + [429] * 25
+
+
+def test_a_right_password_does_not_use_up_the_limit(client, operator, sign_in):
+    for _ in range(8):
+        assert sign_in(client).status_code == 303
+        client.cookies.clear()

@@ -365,3 +365,17 @@ def test_a_compressed_body_is_refused_not_stored_as_garbage(web):
     )
     assert answer.status_code == 415
     assert stored() == []
+
+
+def test_wrong_ingress_passwords_are_limited_per_address(web):
+    for _ in range(5):
+        assert relay(web, mail(), auth=("relay", "guess")).status_code == 401
+    assert relay(web, mail(), auth=("relay", "guess")).status_code == 429
+    assert relay(web, mail()).status_code == 429  # the right one, too late
+    assert stored() == []
+
+
+def test_right_ingress_passwords_are_not_limited(web):
+    for number in range(8):
+        raw = mail(body=f"Mail {number}.").replace(b"<kid.1@", f"<kid.{number}@".encode())
+        assert relay(web, raw).status_code == 204
