@@ -7,7 +7,7 @@ import selectors
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import peewee
@@ -55,9 +55,9 @@ class _PostgresqlDatabase(peewee.PostgresqlDatabase):
 
     def cursor(self, *args: Any, **kwargs: Any) -> Any:
         if not self.is_closed() and self.transaction_depth() == 0:
-            connection = self._state.conn
-            if getattr(connection, "closed", 0):
-                self._state.reset()  # nothing to close: the server did
+            state: Any = cast(Any, self)._state  # peewee's per-thread connection state
+            if getattr(state.conn, "closed", 0):
+                state.reset()  # nothing to close: the server did
         return super().cursor(*args, **kwargs)
 
 
