@@ -174,7 +174,7 @@ def test_an_ingress_without_its_secret_is_closed(limited, scoop):
     assert stored() == []
 
 
-def by_smtp(limited, raw: bytes) -> None:
+def send_by_smtp(limited, raw: bytes) -> None:
     """Send ``raw`` to Sundae through the SMTP gateway, as a mail server would."""
     gateway = start_gateway(limited.config, "127.0.0.1", free_port())
     try:
@@ -186,10 +186,10 @@ def by_smtp(limited, raw: bytes) -> None:
 
 def test_the_relay_and_smtp_store_the_same_message_alike(web, limited):
     raw = mail(body="Same words, either way in.")
-    by_smtp(limited, raw)
+    send_by_smtp(limited, raw)
     fields = ("sender", "subject", "body_text", "status", "to_addresses", "flags", "thread_key")
-    (by_smtp,) = stored()
-    taken = [getattr(by_smtp, f) for f in fields]
+    (first,) = stored()
+    taken = [getattr(first, f) for f in fields]
     # The same mail again is taken once, whichever way it comes: forget the first copy.
     Run.delete().execute()
     Message.delete().execute()
@@ -200,7 +200,7 @@ def test_the_relay_and_smtp_store_the_same_message_alike(web, limited):
 
 def test_the_same_mail_by_smtp_and_by_the_relay_is_taken_once(web, limited):
     raw = mail(body="Same words, either way in.")
-    by_smtp(limited, raw)
+    send_by_smtp(limited, raw)
     assert relay(web, raw).status_code == 204
     assert len(stored()) == 1
 
