@@ -379,3 +379,12 @@ def test_right_ingress_passwords_are_not_limited(web):
     for number in range(8):
         raw = mail(body=f"Mail {number}.").replace(b"<kid.1@", f"<kid.{number}@".encode())
         assert relay(web, raw).status_code == 204
+
+
+@pytest.mark.parametrize("timestamp", ["nan", "inf", "-1", " 1700000000", "1.5e9", "1e99"])
+def test_a_mailgun_timestamp_that_is_not_whole_seconds_is_refused(web, timestamp):
+    # Signed with the right key, as a leaked key or a confused signer would: "nan" never
+    # aged, so such a request could be replayed for ever.
+    answer = mailgun(web, mailgun_fields(mail().decode(), timestamp=timestamp))
+    assert answer.status_code == 401
+    assert stored() == []
