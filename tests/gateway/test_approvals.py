@@ -339,7 +339,7 @@ def test_no_token_is_kept_where_a_model_or_a_listing_could_read_it(
 
     run = waiting_for_mara(post, app, scripted_model)
     (approval,) = Approval.select()
-    post.send(post.answer(post.request(), "Mara <mara@thescoop.com>", "Hmm, which order?"))
+    post.send(post.answer(post.request(), "Mara <mara@thescoop.com>", "Hmm, pistachio?"))
     assert drain(app) == []
     answer = Message.select().where(Message.direction == "inbound").order_by(-Message.id).get()
     stored = json.dumps(
@@ -348,7 +348,7 @@ def test_no_token_is_kept_where_a_model_or_a_listing_could_read_it(
     assert approval.token not in stored + answer.thread_key
     assert "sundae+approve-[token]@thescoop.example" in answer.to_addresses
     # What search_emails hands a model, and what runs show prints.
-    found = search(sundae, "which order", 10)
+    found = search(sundae, "pistachio", 10)
     assert [m.id for m in found] == [answer.id]
     assert approval.token not in json.dumps([found[0].to_addresses, found[0].cc_addresses])
     shown = CliRunner().invoke(
