@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import selectors
 import threading
 import time
@@ -61,6 +62,15 @@ class _PostgresqlDatabase(peewee.PostgresqlDatabase):
         return super().cursor(*args, **kwargs)
 
 
+def _private_file(path: Path) -> None:
+    """Make the database file, readable by its owner only (it holds everyone's mail and
+    the approvals' tokens), in a folder made for its owner only when it is new."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # SQLite makes its journal files with the database file's permissions.
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
 def open_database(url: str) -> peewee.Database:
     """A peewee database for ``url`` (``sqlite:///path`` or ``postgresql://...``), not yet bound."""
     parts = urlsplit(url)
@@ -71,7 +81,7 @@ def open_database(url: str) -> peewee.Database:
         path = raw[1:] if raw.startswith("/") else raw
         if path in ("", ":memory:"):
             return _SqliteDatabase(":memory:", pragmas=SQLITE_PRAGMAS)
-        Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        _private_file(Path(path).expanduser())
         return _SqliteDatabase(str(Path(path).expanduser()), pragmas=SQLITE_PRAGMAS)
     if scheme in ("postgres", "postgresql"):
         try:

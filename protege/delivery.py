@@ -258,7 +258,7 @@ def _safely(message_id: int, config: Config, now: datetime.datetime) -> Message 
 def write_to_outbox(raw: bytes, message: Message, outbox: Path) -> Path:
     """Put ``raw`` in the outbox under a name fixed by ``message``, once: a mail whose file
     is there already (written before a crash) is not written again."""
-    outbox.mkdir(parents=True, exist_ok=True)
+    outbox.mkdir(mode=0o700, parents=True, exist_ok=True)  # names hold approvals' tokens
     # The name sorts in queueing order: the second, then microseconds within it.
     stamp = message.created_at.strftime("%Y%m%d-%H%M%S-%f")
     name = re.sub(r"[^\w.@-]+", "_", message.message_id.strip("<>"))

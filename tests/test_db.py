@@ -246,3 +246,16 @@ def test_sqlite_transactions_that_read_then_write_wait_for_each_other(tmp_path):
         worker.join()
     assert errors == []
     assert database.execute_sql("SELECT n FROM counter").fetchone() == (200,)
+
+
+def test_a_new_sqlite_database_and_its_folder_are_its_owners_only(tmp_path):
+    import stat
+
+    from protege.db import open_database
+
+    folder = tmp_path / "data"
+    database = open_database(f"sqlite:///{folder / 'protege.db'}")
+    database.execute_sql("CREATE TABLE t (n INTEGER)")
+    database.close()
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE((folder / "protege.db").stat().st_mode) == 0o600

@@ -264,3 +264,19 @@ def test_a_loop_whose_claim_ran_out_while_sending_does_not_record_over_the_next(
     assert len(relay.received) == 1
     still = Message.get_by_id(mail.id)
     assert (still.status, still.delivery_attempts) == ("pending", 0)  # the other loop's now
+
+
+def test_the_outbox_folder_is_its_owners_only(tmp_path):
+    import stat
+
+    from protege.delivery import write_to_outbox
+    from protege.models import Message
+
+    message = Message(
+        message_id=f"<approval.{'ab' * 20}@thescoop.example>",
+        created_at=datetime.datetime(2026, 12, 1, 9, 0),
+    )
+    written = write_to_outbox(b"Subject: x\r\n\r\nx\r\n", message, tmp_path / "outbox")
+    # Its file names are Message-IDs, an approval request's token among them.
+    assert stat.S_IMODE(written.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(written.stat().st_mode) == 0o600
