@@ -23,7 +23,7 @@ def _next(value: object) -> str:
 async def login(request: Request) -> Response:
     """The login form; on POST, checks the password, at most so many tries a window."""
     wanted = _next(request.query_params.get("next", "/"))
-    if request.method == "GET":
+    if request.method in ("GET", "HEAD"):  # Starlette answers HEAD wherever GET is
         if current_operator(request.session) is not None:
             return redirect(wanted)
         return render(request, "login.html", error=None, next=wanted, name="")

@@ -149,7 +149,7 @@ class RequireLogin:
         operator = current_operator(scope["session"])
         if operator is None:
             scope["session"].pop("operator", None)
-            wanted = scope["path"] if scope["method"] == "GET" else "/"
+            wanted = scope["path"] if scope["method"] in ("GET", "HEAD") else "/"
             response = RedirectResponse(f"/login?next={quote(wanted)}", status_code=303)
             await response(scope, receive, send)
             return

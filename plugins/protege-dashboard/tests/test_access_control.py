@@ -222,3 +222,8 @@ def test_a_right_password_does_not_use_up_the_limit(client, operator, sign_in):
     for _ in range(8):
         assert sign_in(client).status_code == 303
         client.cookies.clear()
+
+
+def test_head_requests_are_answered_like_gets(client, operator):
+    assert client.head("/login").status_code == 200  # it was refused as a form without token
+    assert client.head("/agents", follow_redirects=False).status_code == 303
