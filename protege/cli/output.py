@@ -16,8 +16,15 @@ def echo_json(data: Any) -> None:
 
 
 def echo_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    """Print rows under headers, each column as wide as its widest cell."""
-    cells = [[str(h) for h in headers], *[["" if c is None else str(c) for c in r] for r in rows]]
+    """Print rows under headers, each column as wide as its widest cell. Cells come from
+    mail and models too: control characters, line breaks and bidirectional overrides are
+    shown escaped, so that no cell can break its row or reorder what a terminal shows."""
+    from protege.harness.events import printable
+
+    cells = [
+        [str(h) for h in headers],
+        *[["" if c is None else printable(str(c)) for c in r] for r in rows],
+    ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     # One write for the whole table: click.echo flushes each time it is called.
     click.echo(

@@ -90,6 +90,15 @@ def test_runs_show_tells_the_approval_story(run_protege, env, scripted_model):
     assert "   8 waiting for approval (1)" in shown.splitlines()
 
 
+def test_the_approvals_list_shows_text_from_outside_escaped(run_protege, env, scripted_model):
+    jane_asks(run_protege, env, scripted_model)
+    # A sender's local part may hold a right-to-left override (RFC 6532 addresses).
+    Approval.update(requested_by="\u202egnp.exe@acme.com").execute()
+    listed = run_protege("approvals", "list", env=env).stdout
+    assert "\u202e" not in listed
+    assert "\\u202egnp.exe@acme.com" in listed
+
+
 def test_list_and_approve_from_the_command_line(run_protege, env, scripted_model):
     jane_asks(run_protege, env, scripted_model)
     listed = run_protege("approvals", "list", "--json", env=env)
