@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import secrets
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +26,8 @@ from protege.mail import APPROVE_TAG, MESSAGE_ID_PREFIX
 from protege.models import Agent, Run
 from protege.models.approvals import APPROVED, DENIED, Approval, unsettled
 from protege.result import failure
+
+logger = logging.getLogger(__name__)
 
 
 def reply_address(agent_address: str, token: str) -> str:
@@ -129,13 +132,21 @@ class Desk:
                 tool=call["function"]["name"],
                 arguments=call["function"].get("arguments") or "{}",
                 approvers=list(policy.approvers),
-                notified=notify or list(policy.notify),
+                notified=notify,
                 requested_by=asker,
                 self_approval=policy.self_approval,
                 created_at=now,
                 expires_at=now + datetime.timedelta(seconds=policy.timeout),
             )
             agent: Agent = self.run.agent
+            if not notify:
+                # Without self-approval the asker is never asked; with nobody else to mail,
+                # the approval waits for an operator (approvals approve, the dashboard).
+                logger.warning(
+                    "approval %s: nobody but the asker to mail; it waits for an operator",
+                    approval.id,
+                )
+                return approval, True
             self.deliver(
                 agent=agent,
                 run=self.run,

@@ -395,6 +395,20 @@ def test_without_self_approval_someone_else_must_agree(sundae, post, app, script
     assert REFUNDS == [{"order_number": "SCP-7", "reason": "broken"}]
 
 
+def test_without_self_approval_the_asker_is_never_mailed_the_request(
+    sundae, post, app, scripted_model
+):
+    grant = sundae.grant_of(Toolkit.named("Finance"))
+    grant.require_approval(["*@thescoop.com"], ["mara@thescoop.com"], self_approval=False)
+    scripted_model.script(tool_call("issue_refund", order_number="SCP-8"), say("Asked."))
+    post.send(post.mail("Mara <mara@thescoop.com>", "Refund SCP-8."))
+    (run,) = drain(app)
+    assert run.status == "waiting"
+    (approval,) = Approval.select()
+    assert approval.notified == []  # Mara, the only address, asked: nobody is mailed
+    assert [m for m in post.outbox() if str(m["Subject"]).startswith("Approval needed")] == []
+
+
 @pytest.mark.parametrize(
     ("body", "decided"),
     [
