@@ -128,19 +128,8 @@ def ingest(
     except Exception as error:  # something in this mail the database would not take
         logger.exception("inbound mail could not be stored as parsed; keeping it unparsed")
         flag = f"malformed: could not be stored as parsed ({type(error).__name__})"
-        fallback = ParsedMail(
-            sender="",
-            to=[],
-            cc=[],
-            reply_to=[],
-            subject="",
-            body="",
-            message_id=None,
-            in_reply_to=None,
-            references=[],
-            attachments=[],
-            flags=[flag],
-            ignore_reason="the mail could not be read into a message: nobody to answer",
+        fallback = ParsedMail.unread(
+            [flag], "the mail could not be read into a message: nobody to answer"
         )
         try:
             return _store(

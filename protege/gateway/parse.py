@@ -95,6 +95,25 @@ class ParsedMail:
     flags: list[str]
     ignore_reason: str | None
 
+    @classmethod
+    def unread(cls, flags: list[str], ignore_reason: str, body: str = "") -> ParsedMail:
+        """A mail nothing could be read from (no sender, no recipients): stored and flagged
+        with ``flags``, and answered by nobody, for ``ignore_reason``."""
+        return cls(
+            sender="",
+            to=[],
+            cc=[],
+            reply_to=[],
+            subject="",
+            body=body,
+            message_id=None,
+            in_reply_to=None,
+            references=[],
+            attachments=[],
+            flags=flags,
+            ignore_reason=ignore_reason,
+        )
+
 
 def check_header_block(raw: bytes, limits: MailSettings) -> None:
     """Refuse (552) mail whose header block is over the limits, before any parsing.
@@ -447,20 +466,8 @@ def _ignore_reason(
 
 def _unparsed(raw: bytes, flag: str) -> ParsedMail:
     flags = [flag, f"{AMBIGUOUS_SENDER}: the mail does not parse"]
-    return ParsedMail(
-        sender="",
-        to=[],
-        cc=[],
-        reply_to=[],
-        subject="",
-        body=storable(raw.decode("utf-8", errors="replace"), flags),
-        message_id=None,
-        in_reply_to=None,
-        references=[],
-        attachments=[],
-        flags=flags,
-        ignore_reason=f"{AMBIGUOUS_SENDER}: the mail does not parse",
-    )
+    body = storable(raw.decode("utf-8", errors="replace"), flags)
+    return ParsedMail.unread(flags, f"{AMBIGUOUS_SENDER}: the mail does not parse", body)
 
 
 def _defects(message: EmailMessage) -> set[str]:

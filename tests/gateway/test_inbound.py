@@ -254,20 +254,7 @@ def test_a_file_the_parser_cannot_read_still_reaches_the_agent_it_names(config, 
     from protege.gateway import inbound
 
     # What the parser's last resort gives: nothing read, every header unknown.
-    unread = inbound.ParsedMail(
-        sender="",
-        to=[],
-        cc=[],
-        reply_to=[],
-        subject="",
-        body="",
-        message_id=None,
-        in_reply_to=None,
-        references=[],
-        attachments=[],
-        flags=[],
-        ignore_reason="unread",
-    )
+    unread = inbound.ParsedMail.unread([], "unread")
     raw = b"To: Sundae\r\n <sundae@thescoop.example>, x@acme.com\r\nFrom: ?\r\n\r\nbody\r\n"
     assert inbound._header_recipients(raw, unread) == ["sundae@thescoop.example", "x@acme.com"]
 
