@@ -453,29 +453,39 @@ def test_postfix_signing_with_opendkim_in_front_of_protege(
     assert direct.verdict.method == "none"
 
 
+def relay_settings(extra: str = "") -> str:
+    """protege.toml trusting the Postfix in front (loopback) and its authserv-id, pinning
+    no key: only the relay's Authentication-Results can prove a sender."""
+    return (
+        "[mail.authentication]\noffline = true\n"
+        'trusted_relays = ["127.0.0.1"]\n'
+        f'trusted_authserv_ids = ["{AUTHSERV_ID}"]\n' + extra
+    )
+
+
+def start_verifying_opendkim(sbin: Path, daemons: Daemons, folder: Path, key: DkimKey) -> int:
+    """OpenDKIM verifying, its DNS answered from a file holding ``key``'s record."""
+    folder.mkdir()
+    keys = folder / "dns.txt"
+    keys.write_text(f"{key.name} {key.record}\n")
+    return start_opendkim(
+        sbin,
+        daemons,
+        folder / "milter",
+        Mode="v",
+        AuthservID=AUTHSERV_ID,
+        TestDNSData=f"file:{keys}",
+        # Not 127.0.0.1: mail from an internal host would be signed, not verified.
+        InternalHosts="192.0.2.1",
+    )
+
+
 def test_postfix_verifying_with_opendkim_as_the_trusted_relay(
     sbin, daemons, postfix_home, run_protege, env, tmp_path
 ):
     key = DkimKey.generate("thescoop.com", "sel")
-    # protege pins no key: only the relay's Authentication-Results can prove Mara.
-    settings = (
-        "[mail.authentication]\noffline = true\n"
-        'trusted_relays = ["127.0.0.1"]\n'
-        f'trusted_authserv_ids = ["{AUTHSERV_ID}"]\n'
-    )
-    keys = tmp_path / "dns.txt"
-    keys.write_text(f"{key.name} {key.record}\n")
-    with serving(run_protege, env, settings) as (serve, protege_port):
-        milter = start_opendkim(
-            sbin,
-            daemons,
-            tmp_path / "opendkim",
-            Mode="v",
-            AuthservID=AUTHSERV_ID,
-            TestDNSData=f"file:{keys}",
-            # Not 127.0.0.1: mail from an internal host would be signed, not verified.
-            InternalHosts="192.0.2.1",
-        )
+    with serving(run_protege, env, relay_settings()) as (serve, protege_port):
+        milter = start_verifying_opendkim(sbin, daemons, tmp_path / "opendkim", key)
         postfix = start_postfix(
             sbin, daemons, postfix_home, protege_port, f"inet:127.0.0.1:{milter}"
         )
@@ -512,25 +522,10 @@ def test_postfix_with_opendkim_and_opendmarc_as_the_trusted_relay(
     impostor = DkimKey.generate("thescoop.com", "sel")  # the same selector, not published
     policy = "v=DMARC1; p=reject"
     # protege pins the Scoop's DMARC policy but no key: only the relay's results prove Mara.
-    settings = (
-        "[mail.authentication]\noffline = true\n"
-        'trusted_relays = ["127.0.0.1"]\n'
-        f'trusted_authserv_ids = ["{AUTHSERV_ID}"]\n\n'
-        f'[mail.authentication.dns]\n"_dmarc.thescoop.com" = "{policy}"\n'
-    )
-    keys = tmp_path / "dns.txt"
-    keys.write_text(f"{key.name} {key.record}\n")
+    settings = relay_settings(f'\n[mail.authentication.dns]\n"_dmarc.thescoop.com" = "{policy}"\n')
     with serving(run_protege, env, settings) as (serve, protege_port):
         nameserver = start_dns(sbin, daemons, {"_dmarc.thescoop.com": policy})
-        dkim = start_opendkim(
-            sbin,
-            daemons,
-            tmp_path / "opendkim",
-            Mode="v",
-            AuthservID=AUTHSERV_ID,
-            TestDNSData=f"file:{keys}",
-            InternalHosts="192.0.2.1",
-        )
+        dkim = start_verifying_opendkim(sbin, daemons, tmp_path / "opendkim", key)
         dmarc = start_opendmarc(sbin, daemons, tmp_path / "opendmarc", nameserver)
         # OpenDKIM first: OpenDMARC reads the results OpenDKIM recorded.
         milters = f"inet:127.0.0.1:{dkim}, inet:127.0.0.1:{dmarc}"
