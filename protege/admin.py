@@ -125,6 +125,11 @@ class Explanation:
                 }
                 for tool, policy in sorted(self.resolution.approvals.items())
             },
+            "withheld": dict(sorted(self.resolution.withheld.items())),
+            "approval_skipped": [
+                {"tool": b.tool_id, "guarded_by": b.guarded_by, "given_by": b.given_by}
+                for b in self.resolution.bypassed
+            ],
         }
 
     def lines(self) -> list[str]:
@@ -160,6 +165,13 @@ class Explanation:
             lines.append(
                 f"  approval  {tool}: waits for a yes from {', '.join(policy.approvers)}{own}"
             )
+        for bypass in self.resolution.bypassed:
+            lines.append(
+                f"  NO APPROVAL  {bypass.tool_id}: {bypass.guarded_by} asks for approval but "
+                f"does not admit this sender, and {bypass.given_by} gives it without"
+            )
+        for _tool, reason in sorted(self.resolution.withheld.items()):
+            lines.append(f"  withheld  {reason}")
         lines.append(f"tools: {', '.join(self.resolution.tool_ids) or 'none'}")
         return lines
 

@@ -18,6 +18,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from protege.access import ApprovalPolicy
 from protege.db import database
 from protege.models import (
     Agent,
@@ -56,6 +57,16 @@ def snapshot(record: Record | None) -> dict[str, Any] | None:
             "address": record.address,
             "instructions": record.instructions,
             "access_rules": [str(r) for r in sorted(record.access_rules, key=lambda r: r.id)],
+            **(
+                {
+                    "approvals_required": {
+                        tool: _policy_snapshot(policy)
+                        for tool, policy in record.approvals_required().items()
+                    }
+                }
+                if record.approvals_required()
+                else {}
+            ),
         }
     if isinstance(record, AgentToolkit):
         return {
@@ -64,15 +75,8 @@ def snapshot(record: Record | None) -> dict[str, Any] | None:
             "allow_on_scheduled_runs": record.allow_proactive,
             "rules": [str(r) for r in sorted(record.rules, key=lambda r: r.id)],
             **(
-                {
-                    "approval": {
-                        "by": list(record.approval_by),
-                        "to": list(record.approval_to),
-                        "timeout_seconds": record.approval_timeout,
-                        "self_approval": record.self_approval,
-                    }
-                }
-                if record.approval_by
+                {"approval": _policy_snapshot(record.approval)}
+                if record.approval is not None
                 else {}
             ),
         }
@@ -94,6 +98,15 @@ def snapshot(record: Record | None) -> dict[str, Any] | None:
             "cancel_requested": record.cancel_requested_at is not None,
         }
     raise TypeError(f"the audit log does not record {type(record).__name__}")
+
+
+def _policy_snapshot(policy: ApprovalPolicy) -> dict[str, Any]:
+    return {
+        "by": list(policy.approvers),
+        "to": list(policy.notify),
+        "timeout_seconds": policy.timeout,
+        "self_approval": policy.self_approval,
+    }
 
 
 def _subject_name(kind: str, state: dict[str, Any]) -> str:

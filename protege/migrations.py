@@ -480,6 +480,27 @@ def _0011_sender_authentication(db: peewee.Database | peewee.DatabaseProxy) -> N
     )
 
 
+def _0016_approvals_required_per_agent(db: peewee.Database | peewee.DatabaseProxy) -> None:
+    # An operator may make one tool wait for approval on one agent whatever grants it.
+    _run(
+        db,
+        """
+        CREATE TABLE agent_tool_approval (
+            id {pk},
+            agent_id INTEGER NOT NULL REFERENCES agent (id) ON DELETE CASCADE,
+            tool_id VARCHAR(64) NOT NULL,
+            approval_by TEXT NOT NULL DEFAULT '[]',
+            approval_to TEXT NOT NULL DEFAULT '[]',
+            approval_timeout INTEGER NOT NULL DEFAULT 259200,
+            self_approval BOOLEAN NOT NULL DEFAULT TRUE,
+            created_at {ts} NOT NULL
+        );
+        CREATE UNIQUE INDEX agent_tool_approval_agent_id_tool_id
+            ON agent_tool_approval (agent_id, tool_id)
+        """,
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "agents and toolkits", _0001_agents_and_toolkits),
     Migration(2, "messages and runs", _0002_messages_and_runs),
@@ -492,6 +513,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "search by field, newest first", _0009_search_by_field_newest_first),
     Migration(10, "approval by email", _0010_approvals),
     Migration(11, "sender authentication", _0011_sender_authentication),
+    Migration(16, "approvals required per agent", _0016_approvals_required_per_agent),
 )
 
 

@@ -57,7 +57,8 @@ class Tool:
     and ``input_schema`` are what the model sees; ``display_name`` and ``summary`` are for
     operators. ``use(context, **input)`` does the work (``def`` or ``async def``) and returns
     ``self.success(...)`` or ``self.failure(...)``. Set ``abstract = True`` on a shared base
-    class that is not itself a tool.
+    class that is not itself a tool. ``requires_approval = True`` makes every call wait for
+    an approver's yes on every agent, whichever toolkit gives the tool.
     """
 
     abstract: ClassVar[bool] = True
@@ -68,6 +69,7 @@ class Tool:
     input_schema: ClassVar[dict[str, Any]] = EMPTY_INPUT_SCHEMA
     timeout: ClassVar[float] = DEFAULT_TIMEOUT
     trust: ClassVar[Trust] = Trust.TRUSTED
+    requires_approval: ClassVar[bool] = False
 
     _explicit: ClassVar[frozenset[str]] = frozenset()
 
@@ -150,6 +152,8 @@ def _metadata_problems(tool_class: type[Tool]) -> list[str]:
         Trust(tool_class.trust)
     except ValueError:
         problems.append("trust must be 'trusted' or 'untrusted'")
+    if not isinstance(tool_class.requires_approval, bool):
+        problems.append("requires_approval must be True or False")
     return problems
 
 

@@ -17,6 +17,7 @@ from protege.models import (
     Message,
     MessageAttachment,
     Operator,
+    RequiredApproval,
     Responsibility,
     Run,
     Toolkit,
@@ -66,6 +67,7 @@ def test_an_unmigrated_database_is_refused_with_what_to_run(tmp_path):
         "0009 search by field, newest first",
         "0010 approval by email",
         "0011 sender authentication",
+        "0016 approvals required per agent",
     ]
     db.require_current()
     # A database one migration behind is told what to run, and how many are waiting.
@@ -94,6 +96,7 @@ def test_an_unmigrated_database_is_refused_with_what_to_run(tmp_path):
         MessageAttachment,
         Operator,
         AuditEntry,
+        RequiredApproval,
     ],
 )
 def test_models_match_the_migrated_tables(protege_db, model):

@@ -154,6 +154,7 @@ def _use_positional_only(self, context, order_number, /):
         ({"timeout": 0}, "positive"),
         ({"timeout": "soon"}, "number of seconds"),
         ({"trust": "sometimes"}, "trust must be"),
+        ({"requires_approval": "false"}, "requires_approval must be True or False"),
         ({"use": Tool.use}, "does not define use()"),
     ],
 )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from protege.cli.database import open_database, open_installation
@@ -142,3 +144,145 @@ def _summary(approval) -> dict[str, object]:
         else None,
         "reason": approval.reason,
     }
+
+
+@approvals.command("require")
+@click.argument("agent")
+@click.argument("tool")
+@click.option(
+    "--by",
+    "approval_by",
+    multiple=True,
+    required=True,
+    metavar="PATTERN",
+    help="Who approves: a sender matching PATTERN (repeatable; e.g. '*@thescoop.com').",
+)
+@click.option(
+    "--to",
+    "approval_to",
+    multiple=True,
+    metavar="ADDRESS",
+    help="Mail requests to ADDRESS, an approver (repeatable; default: the plain addresses "
+    "among --by).",
+)
+@click.option(
+    "--timeout",
+    "approval_timeout",
+    metavar="DURATION",
+    help="How long a call waits before it is refused: 90m, 72h, 3d (default 72h).",
+)
+@click.option(
+    "--self-approval/--no-self-approval",
+    default=True,
+    help="Whether a call asked for by an approver runs at once (default: it does).",
+)
+def require(
+    agent: str,
+    tool: str,
+    approval_by: tuple[str, ...],
+    approval_to: tuple[str, ...],
+    approval_timeout: str | None,
+    self_approval: bool,
+) -> None:
+    """Make every call to TOOL on AGENT's runs wait for approval, whichever toolkit gives
+    it: no grant can lift this (unlike a grant's own approval)."""
+    from protege.access import DEFAULT_APPROVAL_TIMEOUT, checked_policy
+    from protege.cli.database import audited
+    from protege.cli.grants import describe_approval, parse_duration
+    from protege.errors import did_you_mean
+    from protege.models import Agent
+    from protege.registry import manifest
+
+    open_database()
+    found = Agent.named(agent)
+    tools = manifest()
+    if tool not in tools:
+        raise ProtegeError(f"no tool {tool!r} in the manifest{did_you_mean(tool, tools.ids())}")
+    policy = checked_policy(
+        approval_by,
+        approval_to,
+        parse_duration(approval_timeout) if approval_timeout else DEFAULT_APPROVAL_TIMEOUT,
+        self_approval,
+    )
+    with audited("approval required for a tool", found):
+        found.require_approval(tool, policy)
+    click.echo(describe_approval(tool, found.name, policy).replace("'s tools wait", " waits", 1))
+    if tool not in {entry.id for entry in found.available_tools(tools)}:
+        click.echo(f"(no toolkit attached to {found.name} gives {tool} yet)")
+
+
+@approvals.command("unrequire")
+@click.argument("agent")
+@click.argument("tool")
+def unrequire(agent: str, tool: str) -> None:
+    """Take back `approvals require` for TOOL on AGENT (a grant's approval, and a tool that
+    requires approval itself, still apply)."""
+    from protege.cli.database import audited
+    from protege.models import Agent
+
+    open_database()
+    found = Agent.named(agent)
+    if tool not in found.approvals_required():
+        raise ProtegeError(
+            f"{tool} does not require approval on {found.name} (see `protege approvals required`)"
+        )
+    with audited("approval no longer required for a tool", found):
+        found.drop_required_approval(tool)
+    click.echo(f"{tool} no longer requires approval on {found.name} whatever grants it")
+
+
+@approvals.command("required")
+@click.option("--agent", help="Only this agent.")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def required(agent: str | None, as_json: bool) -> None:
+    """List the tools that wait for approval whatever grants them: those whose class
+    requires it, and those an operator made wait on an agent."""
+    from protege.cli.grants import format_duration
+    from protege.models import Agent
+    from protege.registry import manifest
+
+    open_database()
+    tools = manifest()
+    agents = [Agent.named(agent)] if agent else list(Agent.select().order_by(Agent.name))
+    rows: list[dict[str, Any]] = []
+    for found in agents:
+        by_operator = found.approvals_required()
+        offered = {entry.id for entry in found.available_tools(tools)}
+        for tool_id in sorted(offered | by_operator.keys()):
+            entry = tools.get(tool_id)
+            by_tool = entry is not None and entry.requires_approval
+            if not (by_tool or tool_id in by_operator):
+                continue
+            policy = by_operator.get(tool_id)
+            rows.append(
+                {
+                    "agent": found.name,
+                    "tool": tool_id,
+                    "required_by": "tool and operator"
+                    if by_tool and policy
+                    else ("tool" if by_tool else "operator"),
+                    "approvers": list(policy.approvers) if policy else None,
+                    "timeout_seconds": policy.timeout if policy else None,
+                    "given": tool_id in offered,
+                }
+            )
+    if as_json:
+        echo_json(rows)
+        return
+    if not rows:
+        click.echo("no tool requires approval whatever grants it")
+        return
+    echo_table(
+        ["agent", "tool", "required by", "approvers", "timeout", "given by a toolkit"],
+        [
+            [
+                r["agent"],
+                r["tool"],
+                r["required_by"],
+                ", ".join(r["approvers"]) if r["approvers"] else "(those of its grants)",
+                format_duration(r["timeout_seconds"]) if r["timeout_seconds"] else "",
+                "yes" if r["given"] else "no",
+            ]
+            for r in rows
+        ],
+    )

@@ -42,6 +42,7 @@ def doctor(as_json: bool) -> None:
     problems += [{"kind": "commands", "message": line} for line in command_clashes()]
     database = _database(config.database_url, found)
     problems += database.pop("problems")
+    warnings = database.pop("warnings")
     report = {
         "config": str(config.path) if config.path else None,
         "database": database,
@@ -50,6 +51,7 @@ def doctor(as_json: bool) -> None:
         "tools": len(found),
         "plugins": len(found.plugins),
         "problems": problems,
+        "warnings": warnings,
     }
     if os.environ.get("PROTEGE_DEBUG"):
         print_tracebacks(found)
@@ -63,6 +65,8 @@ def doctor(as_json: bool) -> None:
         click.echo(f"tools: {len(found)} offered, from {len(found.plugins)} plugin(s)")
         for problem in problems:
             click.echo(f"problem: {problem['message']}")
+        for warning in warnings:
+            click.echo(f"warning: {warning['message']}")
         if not problems:
             click.echo("No problems found.")
     if problems:
@@ -95,23 +99,43 @@ def _database(url: str, found: Any) -> dict[str, Any]:
     from protege.toolkits import describe_stale, stale_members
 
     shown = db.redacted(url)
+    nothing: dict[str, Any] = {"problems": [], "warnings": []}
     if not db.exists(url):
-        return {"url": shown, "state": "none yet (run `protege sync`)", "problems": []}
+        return {"url": shown, "state": "none yet (run `protege sync`)", **nothing}
     try:
         db.connect(url)
     except db.DatabaseError as error:
-        return {"url": shown, "state": "unreachable", "problems": [_problem("database", error)]}
+        unreachable = [_problem("database", error)]
+        return {"url": shown, "state": "unreachable", "problems": unreachable, "warnings": []}
     if not applied_versions(db.database):
-        return {"url": shown, "state": "none yet (run `protege sync`)", "problems": []}
+        return {"url": shown, "state": "none yet (run `protege sync`)", **nothing}
     waiting = pending(db.database)
     if waiting:
-        message = f"{len(waiting)} migration(s) pending: run `protege sync`"
-        return {"url": shown, "state": "out of date", "problems": [_problem("database", message)]}
+        message = [_problem("database", f"{len(waiting)} migration(s) pending: run `protege sync`")]
+        return {"url": shown, "state": "out of date", "problems": message, "warnings": []}
     stale = [
         _problem("toolkits", describe_stale(name, ids, found))
         for name, ids in stale_members(found).items()
     ]
-    return {"url": shown, "state": "current", "problems": stale}
+    withheld, bypassed = _approval_findings(found)
+    return {"url": shown, "state": "current", "problems": stale + withheld, "warnings": bypassed}
+
+
+def _approval_findings(found: Any) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """Tools that must wait for approval but have no approver (a problem: they are never
+    offered), and grants whose approval another grant lets a sender skip (a warning: it
+    may be meant, as when staff get at once what customers must have approved)."""
+    from protege.models import Agent
+    from protege.models.resolution import bypassed_approvals, unapprovable
+
+    withheld, bypassed = [], []
+    for agent in Agent.select().order_by(Agent.name):
+        withheld += [_problem("approvals", line) for line in unapprovable(agent, found)]
+        bypassed += [
+            _problem("approvals", bypass.describe(agent.name))
+            for bypass in bypassed_approvals(agent, found)
+        ]
+    return withheld, bypassed
 
 
 SENDER_MODES = {

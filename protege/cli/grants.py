@@ -26,6 +26,18 @@ def attach(agent: str, toolkit: str, allow_proactive: bool) -> None:
         grant = Agent.named(agent).grant(Toolkit.named(toolkit), allow_proactive=allow_proactive)
         change.created(grant)
     click.echo(f"attached {grant.toolkit.name} to {grant.agent.name} (gate: open to every sender)")
+    warn_of_skipped_approvals(grant.agent, grant.toolkit.name)
+
+
+def warn_of_skipped_approvals(agent, toolkit: str) -> None:
+    """Say where ``toolkit``'s grant lets a sender skip an approval another grant asks for
+    (or where another grant skips the approval this one asks for)."""
+    from protege.models.resolution import bypassed_approvals
+    from protege.registry import manifest
+
+    for bypass in bypassed_approvals(agent, manifest()):
+        if toolkit in (bypass.given_by, bypass.guarded_by):
+            click.echo(f"warning: {bypass.describe(agent.name)}", err=True)
 
 
 @grants.command("detach")
@@ -132,6 +144,8 @@ def configure(
         lines.append(describe_approval(found_toolkit.name, found_agent.name, policy))
     for line in lines:
         click.echo(line)
+    if no_approval or approval_options:
+        warn_of_skipped_approvals(found_agent, found_toolkit.name)
 
 
 def describe_approval(toolkit: str, agent: str, policy) -> str:

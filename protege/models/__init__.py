@@ -7,7 +7,7 @@ from protege.models.base import Record
 from protege.models.blobs import Blob, MessageAttachment
 from protege.models.messages import Message, SearchCriteria
 from protege.models.runs import Event, Responsibility, Run
-from protege.models.toolkits import AgentToolkit, AgentToolkitRule, Toolkit
+from protege.models.toolkits import AgentToolkit, AgentToolkitRule, RequiredApproval, Toolkit
 
 __all__ = [
     "Agent",
@@ -23,6 +23,7 @@ __all__ = [
     "MessageAttachment",
     "Operator",
     "Record",
+    "RequiredApproval",
     "Responsibility",
     "Run",
     "SearchCriteria",

@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import peewee
 
-from protege.access import Decision, decide, require_address
+from protege.access import (
+    DEFAULT_APPROVAL_TIMEOUT,
+    ApprovalPolicy,
+    Decision,
+    checked_policy,
+    decide,
+    require_address,
+)
 from protege.db import database
 from protege.errors import ProtegeError, did_you_mean
 from protege.models.base import Record, utcnow
 from protege.models.resolution import Resolution, catalogue, resolve
 from protege.models.rules import RuleRecord
-from protege.models.toolkits import AgentToolkit, Toolkit
+from protege.models.toolkits import AgentToolkit, RequiredApproval, Toolkit
+from protege.tool import TOOL_ID_PATTERN
 
 if TYPE_CHECKING:
     from protege.context import RunContext
@@ -36,6 +45,7 @@ class Agent(Record):
         runs: Any
         responsibilities: Any
         blobs: Any
+        required_approvals: Any
 
     name = peewee.CharField(max_length=200, unique=True)
     address = peewee.CharField(max_length=320, unique=True)
@@ -93,6 +103,51 @@ class Agent(Record):
         if grant is None:
             raise ProtegeError(f"{toolkit.name!r} is not attached to {self.name}")
         return grant
+
+    def require_approval(
+        self,
+        tool_id: str,
+        by: Iterable[str] | ApprovalPolicy,
+        to: Iterable[str] = (),
+        timeout: int = DEFAULT_APPROVAL_TIMEOUT,
+        self_approval: bool = True,
+    ) -> ApprovalPolicy:
+        """Make every call to ``tool_id`` on this agent's runs wait for a yes from a sender
+        matching one of ``by``, whichever toolkit gives the tool (no grant can lift it);
+        terms as ``AgentToolkit.require_approval``. Replaces an earlier requirement."""
+        if not isinstance(tool_id, str) or not TOOL_ID_PATTERN.match(tool_id):
+            raise ProtegeError(f"{tool_id!r} is not a tool id")
+        policy = (
+            by if isinstance(by, ApprovalPolicy) else checked_policy(by, to, timeout, self_approval)
+        )
+        with database.atomic():
+            RequiredApproval.delete().where(
+                (RequiredApproval.agent == self.id) & (RequiredApproval.tool_id == tool_id)
+            ).execute()
+            RequiredApproval.create(
+                agent=self,
+                tool_id=tool_id,
+                approval_by=list(policy.approvers),
+                approval_to=list(policy.notify),
+                approval_timeout=policy.timeout,
+                self_approval=policy.self_approval,
+            )
+        return policy
+
+    def drop_required_approval(self, tool_id: str) -> bool:
+        """Take back ``require_approval`` for ``tool_id``; whether there was one. Grants that
+        ask for approval, and a tool that requires it itself, still wait."""
+        deleted = (
+            RequiredApproval.delete()
+            .where((RequiredApproval.agent == self.id) & (RequiredApproval.tool_id == tool_id))
+            .execute()
+        )
+        return bool(deleted)
+
+    def approvals_required(self) -> dict[str, ApprovalPolicy]:
+        """The tools an operator made wait for approval on this agent, by tool id."""
+        query = RequiredApproval.select().where(RequiredApproval.agent == self.id)
+        return {row.tool_id: row.policy for row in query.order_by(RequiredApproval.tool_id)}
 
     def add_access_rule(self, kind: str, pattern: str) -> AgentAccessRule:
         """Add an allow or deny rule deciding who may reach this agent at all."""

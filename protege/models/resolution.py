@@ -53,12 +53,20 @@ class Resolution:
         grants: tuple[GrantDecision, ...] | None = None,
         explain: Callable[[], Resolution] | None = None,
         approvals: dict[str, ApprovalPolicy] | None = None,
+        withheld: dict[str, str] | None = None,
+        bypassed: tuple[ApprovalBypass, ...] = (),
     ) -> None:
         if grants is None and explain is None:
             raise ValueError("a Resolution needs its grants or the means to explain them")
         self.tools = tools
-        # The resolved tools whose calls wait for approval: every grant giving them asks.
+        # The resolved tools whose calls wait for approval: every grant giving them asks,
+        # and so do a tool's own requirement and the agent's.
         self.approvals: dict[str, ApprovalPolicy] = approvals or {}
+        # Tools a grant gives that must wait for approval but have nobody to approve them:
+        # left out (fail closed), each with why.
+        self.withheld: dict[str, str] = withheld or {}
+        # Tools this sender gets without the approval another grant asks for (explain only).
+        self.bypassed = bypassed
         self._grants = grants
         self._explain = explain
 
@@ -100,13 +108,15 @@ def resolve(
     is worked out only when asked for.
     """
     p = database.param
+    required = _REQUIRED_UNION.format(p=p)
     if scheduled:
-        rows = database.execute_sql(_PROACTIVE_SQL.format(p=p), (agent.id,))
+        rows = database.execute_sql(_PROACTIVE_SQL.format(p=p) + required, (agent.id, agent.id))
     else:
         key = routing_key(sender)
         candidates = None if key is None else candidate_patterns(key)
         if key is None:  # a sender that does not parse: only open gates admit it
-            rows = database.execute_sql(_OPEN_GATES_SQL.format(p=p), (agent.id,))
+            sql = _OPEN_GATES_SQL.format(p=p) + required
+            rows = database.execute_sql(sql, (agent.id, agent.id))
         elif candidates is None:
             rows = _admitted_for_long_key(agent.id, key, authenticated)
         else:
@@ -116,38 +126,144 @@ def resolve(
                 by_pattern=_by_pattern(),
                 kinds="" if authenticated else "AND r.kind = 'deny'",
             )
-            rows = database.execute_sql(sql, (agent.id, *candidates, agent.id))
+            rows = database.execute_sql(sql + required, (agent.id, *candidates, agent.id, agent.id))
     admitted: set[str] = set()
     guards = []
-    for members, *approval in rows:
+    requirements: dict[str, ApprovalPolicy] = {}
+    for source, members, *approval in rows:
+        policy = _policy(*approval)
+        if source == "required":
+            if policy is not None:
+                requirements[members] = policy
+            continue
         admitted |= _members(members)
-        guards.append((_members(members), _policy(*approval)))
+        guards.append((_members(members), policy))
+    approvals, withheld = _approvals(agent, guards, admitted, manifest, requirements)
     return Resolution(
-        tools=[entry for entry in manifest.tools if entry.id in admitted],
+        tools=[entry for entry in manifest.tools if entry.id in admitted - withheld.keys()],
         explain=lambda: explain(
             agent, manifest, sender=sender, authenticated=authenticated, scheduled=scheduled
         ),
-        approvals=_approvals(guards, manifest),
+        approvals=approvals,
+        withheld=withheld,
     )
 
 
-def _approvals(
-    admitting: list[tuple[frozenset[str], ApprovalPolicy | None]], manifest: Manifest
-) -> dict[str, ApprovalPolicy]:
-    """The tools any admitting grant gives only on approval, each with its merged policy.
+@attrs.frozen
+class ApprovalBypass:
+    """A tool that one grant gives only on approval and another gives without: a sender
+    the second admits and the first does not gets it at once."""
 
-    An approval is a restriction, and no other grant undoes it: a tool that one grant
-    guards waits for approval even when another grant (All Tools, say) also gives it."""
+    tool_id: str
+    guarded_by: str  # the toolkit whose grant asks for approval
+    given_by: str  # the toolkit whose grant gives the tool without approval
+
+    def describe(self, agent: str) -> str:
+        """One line for an operator."""
+        return (
+            f"{agent}: {self.tool_id} waits for approval through {self.guarded_by}, but "
+            f"{self.given_by} gives it without approval to every sender its gate admits; "
+            f"to make every call wait: protege approvals require {agent} {self.tool_id} "
+            "--by PATTERN"
+        )
+
+
+def required_approvals(agent_id: int) -> dict[str, ApprovalPolicy]:
+    """The tools an operator made wait for approval on this agent, whatever grants them."""
+    cursor = database.execute_sql(_REQUIRED_SQL.format(p=database.param), (agent_id,))
+    found = {}
+    for tool_id, by, to, timeout, own in cursor.fetchall():
+        policy = _policy(by, to, timeout, own)
+        if policy is not None:
+            found[tool_id] = policy
+    return found
+
+
+def _approvals(
+    agent: Agent,
+    admitting: list[tuple[frozenset[str], ApprovalPolicy | None]],
+    admitted: set[str],
+    manifest: Manifest,
+    required: dict[str, ApprovalPolicy],
+) -> tuple[dict[str, ApprovalPolicy], dict[str, str]]:
+    """The admitted tools whose calls wait for approval, each with its merged policy, and
+    the tools withheld because they must wait but nobody may approve them.
+
+    An approval is a restriction, and no other grant undoes it: a tool that one admitting
+    grant guards waits for approval even when another grant (All Tools, say) also gives
+    it. A tool whose class says ``requires_approval``, or that an operator made wait on
+    this agent, waits whichever grant gives it: its approvers are the operator's for this
+    agent and those of the admitting grants that guard it, else those of any grant of the
+    agent that guards it."""
     guarded: dict[str, list[ApprovalPolicy]] = {}
     for members, policy in admitting:
         if policy is not None:
             for member in members:
                 guarded.setdefault(member, []).append(policy)
-    return {
+    withheld: dict[str, str] = {}
+    anywhere: dict[str, list[ApprovalPolicy]] | None = None
+    for tool_id in sorted(admitted):
+        entry = manifest.get(tool_id)
+        if entry is None or not (entry.requires_approval or tool_id in required):
+            continue
+        policies = [required[tool_id]] if tool_id in required else []
+        policies += guarded.get(tool_id, [])
+        if not policies:
+            if anywhere is None:
+                anywhere = _guarded_by_any_grant(agent.id)
+            policies = anywhere.get(tool_id, [])
+        if policies:
+            guarded[tool_id] = policies
+        else:
+            withheld[tool_id] = (
+                f"{tool_id} requires approval and nobody approves it on {agent.name}: "
+                f"protege approvals require {agent.name} {tool_id} --by PATTERN"
+            )
+    approvals = {
         tool_id: ApprovalPolicy.merged(policies)
         for tool_id, policies in guarded.items()
-        if tool_id in manifest
+        if tool_id in manifest and tool_id not in withheld
     }
+    return approvals, withheld
+
+
+def _guarded_by_any_grant(agent_id: int) -> dict[str, list[ApprovalPolicy]]:
+    guarded: dict[str, list[ApprovalPolicy]] = {}
+    for grant in _grants_with_rule_counts(agent_id):
+        if grant.approval is not None:
+            for member in grant.member_tool_ids:
+                guarded.setdefault(member, []).append(grant.approval)
+    return guarded
+
+
+def unapprovable(agent: Agent, manifest: Manifest) -> list[str]:
+    """Why each tool ``agent``'s grants give is never offered: it must wait for approval
+    and no grant or operator of the agent names an approver (for ``doctor``)."""
+    offered = {entry.id for entry in catalogue(agent, manifest)}
+    _, withheld = _approvals(agent, [], offered, manifest, required_approvals(agent.id))
+    return [f"{agent.name}: {reason}" for _, reason in sorted(withheld.items())]
+
+
+def bypassed_approvals(agent: Agent, manifest: Manifest) -> list[ApprovalBypass]:
+    """Where a grant's approval can be skipped through another grant of ``agent`` that
+    gives the same tool without approval (for ``doctor``, ``grants attach``, the dashboard).
+
+    Tools that must wait whatever grants them (the tool's own ``requires_approval``, or an
+    operator's requirement on this agent) cannot be skipped, so are not listed."""
+    grants = _grants_with_rule_counts(agent.id)
+    required = required_approvals(agent.id)
+    found = []
+    for guard in grants:
+        if guard.approval is None:
+            continue
+        for tool_id in guard.member_tool_ids:
+            entry = manifest.get(tool_id)
+            if entry is None or entry.requires_approval or tool_id in required:
+                continue
+            for other in grants:
+                if other.approval is None and tool_id in other.member_tool_ids:
+                    found.append(ApprovalBypass(tool_id, guard.toolkit_name, other.toolkit_name))
+    return sorted(set(found), key=lambda b: (b.tool_id, b.guarded_by, b.given_by))
 
 
 def _policy(by: str, to: str, timeout: int, own: object) -> ApprovalPolicy | None:
@@ -159,7 +275,7 @@ def _policy(by: str, to: str, timeout: int, own: object) -> ApprovalPolicy | Non
     return ApprovalPolicy(tuple(approvers), tuple(json.loads(to or "[]")), int(timeout), bool(own))
 
 
-def _admitted_for_long_key(agent_id: int, key: str, authenticated: bool) -> list[tuple[str]]:
+def _admitted_for_long_key(agent_id: int, key: str, authenticated: bool) -> list[tuple]:
     grants = database.execute_sql(_GATES_SQL.format(p=database.param), (agent_id,)).fetchall()
     denied: set[int] = set()
     allowed: set[int] = set()
@@ -169,11 +285,17 @@ def _admitted_for_long_key(agent_id: int, key: str, authenticated: bool) -> list
                 denied.add(grant_id)
             elif authenticated:
                 allowed.add(grant_id)
+    required = [
+        ("required", tool_id, *approval)
+        for tool_id, *approval in database.execute_sql(
+            _REQUIRED_SQL.format(p=database.param), (agent_id,)
+        ).fetchall()
+    ]
     return [
-        (members, *approval)
+        ("grant", members, *approval)
         for grant_id, members, has_rules, allow_list, *approval in grants
         if grant_id not in denied and (grant_id in allowed or not has_rules or not allow_list)
-    ]
+    ] + required
 
 
 def explain(
@@ -224,10 +346,35 @@ def explain(
         if decision.admitted:
             admitted_ids.update(members)
             admitting.append((frozenset(members), grant.approval))
-    tools = [entry for entry in manifest.tools if entry.id in admitted_ids]
-    return Resolution(
-        tools=tools, grants=tuple(decisions), approvals=_approvals(admitting, manifest)
+    approvals, withheld = _approvals(
+        agent, admitting, admitted_ids, manifest, required_approvals(agent.id)
     )
+    tools = [entry for entry in manifest.tools if entry.id in admitted_ids - withheld.keys()]
+    bypassed = tuple(
+        ApprovalBypass(tool.id, grant.toolkit_name, giver)
+        for tool in tools
+        if tool.id not in approvals
+        for grant in grants
+        if grant.approval is not None and tool.id in grant.member_tool_ids
+        for giver in _givers_without_approval(tool.id, grants, decisions)
+    )
+    return Resolution(
+        tools=tools,
+        grants=tuple(decisions),
+        approvals=approvals,
+        withheld=withheld,
+        bypassed=bypassed,
+    )
+
+
+def _givers_without_approval(
+    tool_id: str, grants: list[_Grant], decisions: list[GrantDecision]
+) -> list[str]:
+    return [
+        grant.toolkit_name
+        for grant, decision in zip(grants, decisions, strict=True)
+        if decision.admitted and grant.approval is None and tool_id in grant.member_tool_ids
+    ]
 
 
 # The queries below run once per run (and per catalogue view), so they are plain SQL:
@@ -239,7 +386,8 @@ def explain(
 # looked up by pattern first (CROSS JOIN and INDEXED BY keep SQLite from scanning every
 # rule of every grant instead).
 _ADMITTED_SQL = """
-SELECT t.member_tool_ids, g.approval_by, g.approval_to, g.approval_timeout, g.self_approval
+SELECT 'grant', t.member_tool_ids,
+       g.approval_by, g.approval_to, g.approval_timeout, g.self_approval
 FROM agent_toolkit g
 JOIN toolkit t ON t.id = g.toolkit_id
 LEFT JOIN (
@@ -256,14 +404,16 @@ WHERE g.agent_id = {p} AND CASE
 END
 """
 _OPEN_GATES_SQL = """
-SELECT t.member_tool_ids, g.approval_by, g.approval_to, g.approval_timeout, g.self_approval
+SELECT 'grant', t.member_tool_ids,
+       g.approval_by, g.approval_to, g.approval_timeout, g.self_approval
 FROM agent_toolkit g
 JOIN toolkit t ON t.id = g.toolkit_id
 WHERE g.agent_id = {p}
   AND NOT EXISTS (SELECT 1 FROM agent_toolkit_rule r WHERE r.grant_id = g.id)
 """
 _PROACTIVE_SQL = """
-SELECT t.member_tool_ids, g.approval_by, g.approval_to, g.approval_timeout, g.self_approval
+SELECT 'grant', t.member_tool_ids,
+       g.approval_by, g.approval_to, g.approval_timeout, g.self_approval
 FROM agent_toolkit g
 JOIN toolkit t ON t.id = g.toolkit_id
 WHERE g.agent_id = {p} AND g.allow_proactive
@@ -288,6 +438,18 @@ FROM agent_toolkit g
 JOIN toolkit t ON t.id = g.toolkit_id
 WHERE g.agent_id = {p}
 ORDER BY t.name
+"""
+# Appended to a run's grant query, so a run still reads its tools in one statement.
+_REQUIRED_UNION = """
+UNION ALL
+SELECT 'required', tool_id, approval_by, approval_to, approval_timeout, self_approval
+FROM agent_tool_approval
+WHERE agent_id = {p}
+"""
+_REQUIRED_SQL = """
+SELECT tool_id, approval_by, approval_to, approval_timeout, self_approval
+FROM agent_tool_approval
+WHERE agent_id = {p}
 """
 _MEMBERS_SQL = """
 SELECT t.member_tool_ids

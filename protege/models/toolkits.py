@@ -182,6 +182,36 @@ class AgentToolkit(Record):
         return policy
 
 
+class RequiredApproval(Record):
+    """An operator's rule that one tool waits for approval on one agent's runs, whichever
+    toolkit gives it: a restriction no grant can lift."""
+
+    if TYPE_CHECKING:
+        agent_id: Any
+
+    agent = peewee.DeferredForeignKey("Agent", backref="required_approvals", on_delete="CASCADE")
+    tool_id = peewee.CharField(max_length=64)
+    approval_by = JSONListField(default=list)
+    approval_to = JSONListField(default=list)
+    approval_timeout = peewee.IntegerField(default=DEFAULT_APPROVAL_TIMEOUT)
+    self_approval = peewee.BooleanField(default=True)
+    created_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "agent_tool_approval"
+        indexes = ((("agent", "tool_id"), True),)
+
+    @property
+    def policy(self) -> ApprovalPolicy:
+        """Who approves the tool's calls, where requests go, how long they wait."""
+        return ApprovalPolicy(
+            tuple(self.approval_by),
+            tuple(self.approval_to),
+            self.approval_timeout,
+            self.self_approval,
+        )
+
+
 class AgentToolkitRule(RuleRecord):
     """One allow/deny pattern on a grant's sender gate."""
 

@@ -58,6 +58,11 @@ class ToolEntry:
         return self.tool_class.description
 
     @property
+    def requires_approval(self) -> bool:
+        """Whether the tool's author made every call wait for approval."""
+        return self.tool_class.requires_approval is True
+
+    @property
     def class_path(self) -> str:
         """``module:QualName`` of the tool class."""
         return f"{self.tool_class.__module__}:{self.tool_class.__qualname__}"

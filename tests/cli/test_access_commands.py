@@ -312,6 +312,7 @@ def test_commands_on_an_unmigrated_database_say_what_to_run(run_protege, tmp_pat
         "applied 0009 search by field, newest first\n"
         "applied 0010 approval by email\n"
         "applied 0011 sender authentication\n"
+        "applied 0016 approvals required per agent\n"
     )
     assert run_protege("agents", "list", env={"PROTEGE_DATABASE_URL": url}).returncode == 0
 
@@ -438,3 +439,75 @@ def test_explain_unauthenticated_takes_allow_rules_away(scoop):
     ).stdout
     assert "process_refund" not in out.splitlines()[-1]
     assert "as mail that does NOT prove its sender" in out
+
+
+def test_a_grant_that_skips_another_grants_approval_is_reported_everywhere(scoop):
+    scoop(
+        "grants", "configure", "Sundae", "Finance",
+        "--approval-by", "*@thescoop.com", "--approval-to", "mara@thescoop.com",
+    )  # fmt: skip
+    attached = scoop("grants", "attach", "Sundae", "All Tools")
+    skipped = (
+        "Sundae: process_refund waits for approval through Finance, but All Tools gives it "
+        "without approval to every sender its gate admits"
+    )
+    assert f"warning: {skipped}" in attached.output
+    explained = scoop("access", "explain", "Sundae", "--sender", "jane@acme.com").stdout
+    assert (
+        "  NO APPROVAL  process_refund: Finance asks for approval but does not admit this "
+        "sender, and All Tools gives it without"
+    ) in explained.splitlines()
+    as_json = json.loads(
+        scoop("access", "explain", "Sundae", "--sender", "jane@acme.com", "--json").stdout
+    )
+    assert as_json["approval_skipped"] == [
+        {"tool": "process_refund", "guarded_by": "Finance", "given_by": "All Tools"}
+    ]
+    assert f"warning: {skipped}" in scoop("doctor", ok=False).output
+    # Staff, whom Finance admits, still wait: the skip is only for senders Finance refuses.
+    staff = scoop("access", "explain", "Sundae", "--sender", "bob@thescoop.com").stdout
+    assert "NO APPROVAL" not in staff
+    assert "  approval  process_refund: waits for a yes from *@thescoop.com" in staff
+
+
+def test_an_operator_makes_a_tool_wait_on_an_agent_whatever_grants_it(scoop):
+    scoop("grants", "attach", "Sundae", "All Tools")
+    made = scoop(
+        "approvals", "require", "Sundae", "process_refund",
+        "--by", "*@thescoop.com", "--to", "mara@thescoop.com", "--timeout", "2h",
+    )  # fmt: skip
+    assert made.stdout.startswith("process_refund waits for approval by *@thescoop.com")
+    explained = scoop("access", "explain", "Sundae", "--sender", "jane@acme.com").stdout
+    assert "  approval  process_refund: waits for a yes from *@thescoop.com" in explained
+    assert "NO APPROVAL" not in explained
+    listed = json.loads(scoop("approvals", "required", "--json").stdout)
+    assert listed == [
+        {
+            "agent": "Sundae",
+            "tool": "process_refund",
+            "required_by": "operator",
+            "approvers": ["*@thescoop.com"],
+            "timeout_seconds": 7200,
+            "given": True,
+        }
+    ]
+    audit = scoop("audit", "--json").stdout
+    assert "approval required for a tool" in audit
+    assert "approvals_required" in audit
+    assert "process_refund no longer requires approval on Sundae" in (
+        scoop("approvals", "unrequire", "Sundae", "process_refund").stdout
+    )
+    again = scoop("approvals", "unrequire", "Sundae", "process_refund", ok=False)
+    assert again.returncode == 1
+    assert "process_refund does not require approval on Sundae" in again.output
+    assert "waits for a yes" not in (
+        scoop("access", "explain", "Sundae", "--sender", "jane@acme.com").stdout
+    )
+
+
+def test_requiring_approval_of_a_tool_that_does_not_exist_says_what_is_close(scoop):
+    typo = scoop("approvals", "require", "Sundae", "proces_refund", "--by", "a@b.com", ok=False)
+    assert typo.returncode == 1
+    assert "no tool 'proces_refund' in the manifest" in typo.output
+    assert "process_refund" in typo.output
+    assert "Traceback" not in typo.output

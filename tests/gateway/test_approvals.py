@@ -44,6 +44,20 @@ class IssueRefundTool(Tool):
         return self.success(refunded=order_number)
 
 
+class WireTransferTool(Tool):
+    description = "Sends money to a bank account."
+    requires_approval = True  # the tool's author: every call waits, whatever grants it
+    input_schema = {
+        "type": "object",
+        "required": ["amount"],
+        "properties": {"amount": {"type": "string"}},
+    }
+
+    def use(self, context, amount):
+        REFUNDS.append({"wired": amount})
+        return self.success(wired=amount)
+
+
 class LookupOrderTool(Tool):
     description = "Looks up an order."
     input_schema = {
@@ -63,7 +77,10 @@ def app(tmp_path, protege_db, scripted_model):
     pinned = AuthenticationSettings(offline=True, dns={SCOOP_KEY.name: SCOOP_KEY.record})
     config = attrs.evolve(config, mail=attrs.evolve(config.mail, authentication=pinned))
     tools = sorted(
-        (ToolEntry(t, Origin.HOST, "tests") for t in (IssueRefundTool, LookupOrderTool)),
+        (
+            ToolEntry(t, Origin.HOST, "tests")
+            for t in (IssueRefundTool, LookupOrderTool, WireTransferTool)
+        ),
         key=lambda e: e.id,
     )
     return open_installation(config, manifest=Manifest(tools=tuple(tools)), connect=False)
@@ -455,3 +472,50 @@ def test_the_request_shows_what_the_sender_wrote_only_as_quoted_data(
     fences = [line for line in lines if line.startswith("----- arguments ")]
     assert len(fences) == 2
     assert fences[0] == fences[1] != "----- arguments 0000 -----"
+
+
+def test_an_operators_requirement_holds_when_another_toolkit_gives_the_tool_freely(
+    sundae, post, app, scripted_model
+):
+    # Finance's own approval is dropped; the operator makes issue_refund wait on Sundae
+    # instead, and an open toolkit (All Tools, say) also gives it: it still waits.
+    Agent.named("Sundae").grant_of(Toolkit.named("Finance")).require_approval(None)
+    sundae.require_approval("issue_refund", ["*@thescoop.com"], ["mara@thescoop.com"])
+    sundae.grant(Toolkit.create(name="Everything", member_tool_ids=["issue_refund"]))
+    waiting_for_mara(post, app, scripted_model)
+    assert REFUNDS == []
+    assert str(post.request()["To"]) == "mara@thescoop.com"
+
+
+def test_a_tool_that_requires_approval_waits_through_a_grant_that_asks_for_none(
+    sundae, post, app, scripted_model
+):
+    # The grant that gives wire_transfer to everyone asks for no approval; Finance names
+    # the approvers, so the call waits for Mara even though Finance does not admit Jane.
+    finance = Agent.named("Sundae").grant_of(Toolkit.named("Finance"))
+    finance.add_rule("allow", "*@thescoop.com")
+    Toolkit.named("Finance").add_tools(["wire_transfer"])
+    sundae.grant(Toolkit.create(name="Payments", member_tool_ids=["wire_transfer"]))
+    scripted_model.script(tool_call("wire_transfer", amount="100"), say("Asked."))
+    post.send(post.mail("Jane <jane@acme.com>", "Wire me 100."))
+    (run,) = drain(app)
+    assert run.status == "waiting"
+    assert REFUNDS == []
+    (approval,) = Approval.select()
+    assert approval.tool == "wire_transfer"
+    assert str(post.request()["To"]) == "mara@thescoop.com"
+
+
+def test_a_tool_that_requires_approval_with_nobody_to_approve_is_never_offered(
+    sundae, post, app, scripted_model
+):
+    sundae.grant(Toolkit.create(name="Payments", member_tool_ids=["wire_transfer"]))
+    scripted_model.script(tool_call("wire_transfer", amount="100"), say("Could not."))
+    post.send(post.mail("Jane <jane@acme.com>", "Wire me 100."))
+    (run,) = drain(app)
+    assert run.status == "done"
+    assert REFUNDS == []
+    assert Approval.select().count() == 0
+    assert "wire_transfer" not in scripted_model.offered_tools(0)
+    refused = [e for e in Run.get_by_id(run.id).timeline() if e.kind == "tool_result"]
+    assert "wire_transfer" in json.dumps(refused[0].payload)

@@ -91,8 +91,8 @@ def test_a_run_reads_no_decisions_until_asked(protege_db, scoop_manifest):
         for_the_run = len(queries)
         (support,) = resolution.grants
         (again,) = resolution.grants
-    assert for_the_run == 1  # the grants; no gate has rules, so no rule query
-    assert len(queries) == 2  # the explanation, read once when first asked for
+    assert for_the_run == 1  # the grants and required approvals; no gate has rules
+    assert len(queries) == 3  # the explanation (grants, requirements), read once when asked
     assert (support.toolkit, support.admitted, support.reason) == (
         "Support",
         True,
@@ -115,3 +115,74 @@ def test_an_approval_is_not_undone_by_another_grant_of_the_same_tool(
     assert found.tool_ids == ["process_refund"]
     assert list(found.approvals) == ["process_refund"]
     assert found.approvals["process_refund"].approvers == ("*@thescoop.com",)
+
+
+def _manifest_with_a_tool_that_requires_approval(scoop_manifest):
+    from protege.registry import Manifest, Origin, ToolEntry
+    from protege.tool import Tool
+
+    class WireTransferTool(Tool):
+        description = "Sends money."
+        requires_approval = True
+
+        def use(self, context):
+            return self.success()
+
+    wire = ToolEntry(WireTransferTool, Origin.HOST, "scoop")
+    return Manifest(tools=tuple(sorted((*scoop_manifest.tools, wire), key=lambda e: e.id)))
+
+
+@pytest.mark.parametrize("explained", [False, True])
+def test_a_tool_that_requires_approval_is_withheld_when_nobody_may_approve_it(
+    protege_db, scoop_manifest, explained
+):
+    from protege.models.resolution import unapprovable
+
+    manifest = _manifest_with_a_tool_that_requires_approval(scoop_manifest)
+    agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    agent.grant(Toolkit.create(name="Payments", member_tool_ids=["wire_transfer", "lookup_order"]))
+    how = resolve if not explained else explain
+    found = how(agent, manifest, sender="jane@acme.com", authenticated=True)
+    assert found.tool_ids == ["lookup_order"]
+    assert "nobody approves it on Sundae" in found.withheld["wire_transfer"]
+    assert unapprovable(agent, manifest) == [f"Sundae: {found.withheld['wire_transfer']}"]
+    # Once the operator names approvers for it on Sundae, it is offered, and waits.
+    agent.require_approval("wire_transfer", ["*@thescoop.com"], ["mara@thescoop.com"])
+    found = how(agent, manifest, sender="jane@acme.com", authenticated=True)
+    assert found.tool_ids == ["lookup_order", "wire_transfer"]
+    assert found.approvals["wire_transfer"].approvers == ("*@thescoop.com",)
+    assert unapprovable(agent, manifest) == []
+
+
+def test_scheduled_runs_wait_for_a_required_approval_too(protege_db, scoop_manifest):
+    agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    agent.grant(
+        Toolkit.create(name="All", member_tool_ids=["process_refund"]), allow_proactive=True
+    )
+    agent.require_approval("process_refund", ["mara@thescoop.com"])
+    found = resolve(agent, scoop_manifest, scheduled=True)
+    assert found.tool_ids == ["process_refund"]
+    assert found.approvals["process_refund"].notify == ("mara@thescoop.com",)
+
+
+def test_a_required_approval_holds_for_a_sender_too_long_for_the_index(protege_db, scoop_manifest):
+    agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    agent.grant(Toolkit.create(name="All", member_tool_ids=["process_refund"]))
+    agent.require_approval("process_refund", ["mara@thescoop.com"])
+    sender = "j" * 60 + "@" + "a" * 60 + ".example.com"
+    found = resolve(agent, scoop_manifest, sender=sender, authenticated=True)
+    assert list(found.approvals) == ["process_refund"]
+
+
+def test_a_required_approval_is_not_listed_as_skippable(protege_db, scoop_manifest):
+    from protege.models.resolution import ApprovalBypass, bypassed_approvals
+
+    agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    finance = agent.grant(Toolkit.create(name="Finance", member_tool_ids=["process_refund"]))
+    finance.require_approval(["*@thescoop.com"], ["mara@thescoop.com"])
+    agent.grant(Toolkit.create(name="Everything", member_tool_ids=["process_refund"]))
+    assert bypassed_approvals(agent, scoop_manifest) == [
+        ApprovalBypass("process_refund", "Finance", "Everything")
+    ]
+    agent.require_approval("process_refund", ["*@thescoop.com"], ["mara@thescoop.com"])
+    assert bypassed_approvals(agent, scoop_manifest) == []
