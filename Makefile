@@ -1,6 +1,15 @@
 # Two commands: `make demo` sets up and shows protege at work; `make test` runs every test.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# `make test PYTHON=python3.13` builds and tests in a virtualenv of its own (.venv-python3.13).
+ifeq ($(origin PYTHON),command line)
+VENV := .venv-$(notdir $(PYTHON))
+else
 VENV := .venv
+endif
+# A pyenv shim answers only for the versions pyenv is set to; then take the interpreter
+# from pyenv's versions directly.
+PYTHON_EXE = $(shell $(PYTHON) -c 'import sys; print(sys.executable)' 2>/dev/null \
+	|| ls -d $$(pyenv root 2>/dev/null)/versions/*/bin/$(notdir $(PYTHON)) 2>/dev/null | tail -1)
 BIN := $(VENV)/bin
 DISTRIBUTIONS := . plugins/protege-mail plugins/protege-files plugins/protege-web \
 	plugins/protege-dashboard examples/protege-weather examples/the_scoop
@@ -9,7 +18,7 @@ STAMP := $(VENV)/.installed
 .PHONY: install demo test test-sqlite test-postgres lint format bench clean
 
 $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml examples/*/pyproject.toml)
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(BIN)/python || $(PYTHON_EXE) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check \
 		-e '.[test,docs]' $(addprefix -e ,$(filter-out .,$(DISTRIBUTIONS))) \
 		-e 'plugins/protege-dashboard[test]'
@@ -57,4 +66,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/serve.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .pg-test
+	rm -rf .venv .venv-* .pytest_cache .ruff_cache .pg-test

@@ -98,6 +98,25 @@ _PLAIN_KEYWORDS = {
 }
 
 
+MAX_ARGUMENT_DEPTH = 64  # levels of objects and arrays a tool call's arguments may nest
+
+
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether JSON data nests objects and arrays more than ``limit`` levels deep. Checked
+    by protege itself: whether ``json`` raises ``RecursionError`` first differs between
+    Python versions."""
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if not isinstance(item, dict | list):
+            continue
+        if level > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, level + 1) for child in children)
+    return False
+
+
 def is_plainly_valid(schema: Any) -> bool:
     """True if ``schema`` uses only plain keywords with ordinary values, and so is certainly
     a valid Draft 2020-12 schema; False means "not sure", not "invalid"."""

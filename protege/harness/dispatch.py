@@ -36,11 +36,11 @@ from protege.harness.fence import Fence
 from protege.plugins import error_line
 from protege.registry import ToolEntry
 from protege.result import Part, Result, Trust, failure
+from protege.schema import MAX_ARGUMENT_DEPTH, nested_deeper_than
 from protege.tool import Tool
 
 MAX_SCHEMA_ERRORS = 10
 # Deeper arguments are refused: no tool needs them, and validating them recurses.
-MAX_ARGUMENT_DEPTH = 64
 
 # A token unique to each dispatch of a call (a model may reuse call ids), for LiveCalls.
 _call_token: contextvars.ContextVar[object | None] = contextvars.ContextVar(
@@ -346,7 +346,7 @@ def _arguments(entry: ToolEntry, raw_arguments: str) -> dict[str, Any] | Result:
         return failure(f"the arguments cannot be read: {error}")
     if not isinstance(arguments, dict):
         return failure("the arguments must be a JSON object")
-    if _depth_exceeds(arguments, MAX_ARGUMENT_DEPTH):
+    if nested_deeper_than(arguments, MAX_ARGUMENT_DEPTH):
         return failure(too_deep)
     problems = schema_problems(entry.tool_class, arguments)
     if problems:
@@ -523,20 +523,6 @@ def _slots(count: int) -> asyncio.Semaphore:
     if found is None:
         found = _SLOTS[loop] = asyncio.Semaphore(count)
     return found
-
-
-def _depth_exceeds(value: Any, limit: int) -> bool:
-    """Whether JSON data nests objects and arrays more than ``limit`` levels deep."""
-    stack = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if not isinstance(item, dict | list):
-            continue
-        if level > limit:
-            return True
-        children = item.values() if isinstance(item, dict) else item
-        stack.extend((child, level + 1) for child in children)
-    return False
 
 
 def schema_problems(tool_class: type[Tool], arguments: dict[str, Any]) -> list[str]:

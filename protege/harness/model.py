@@ -14,6 +14,7 @@ import attrs
 
 from protege.config import ModelSettings
 from protege.errors import ProtegeError
+from protege.schema import MAX_ARGUMENT_DEPTH, nested_deeper_than
 
 PLACEHOLDER_KEY = "not-set"  # the client insists on a key; local endpoints ignore it
 
@@ -182,10 +183,14 @@ def _call(call: Any) -> dict[str, Any]:
     if arguments is None:
         arguments = "{}"
     elif not isinstance(arguments, str):  # some endpoints send the object itself
+        if nested_deeper_than(arguments, MAX_ARGUMENT_DEPTH):
+            raise ModelError("the model endpoint's answer has arguments nested too deep")
         try:
             arguments = json.dumps(arguments)
         except (ValueError, RecursionError):
-            raise ModelError("the model endpoint's answer has arguments nested too deep") from None
+            raise ModelError(
+                "the model endpoint's answer has arguments json cannot write"
+            ) from None
     usable = isinstance(call_id, str) and 0 < len(call_id) <= _MAX_CALL_ID
     return {
         "id": _text(call_id) if usable else _new_call_id(),

@@ -86,8 +86,9 @@ def test_a_long_filename_is_cut_to_the_limit_keeping_the_extension(create, confi
 @pytest.mark.parametrize(
     ("format", "content", "reason"),
     [
-        ("json", '{"a": 1,}', "this is not valid json: Expecting property name"),
-        ("json", "", "this is not valid json: Expecting value"),
+        # What follows the colon is the json module's own words, which differ by version.
+        ("json", '{"a": 1,}', "this is not valid json: "),
+        ("json", "", "this is not valid json: "),
         ("csv", 'a,b\n"open quote,c\n', "this is not valid csv: unexpected end of data"),
         ("csv", "a,b\n1,2,3\n", "this is not valid csv: its rows have different numbers"),
         ("csv", "  \n", "this is not valid csv: it is empty"),
