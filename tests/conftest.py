@@ -6,6 +6,7 @@ import contextlib
 import importlib
 import logging
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ import pytest
 
 from protege.config import Config
 from protege.plugins import PluginHost, PluginSource, Selection, discover, normalize
+from tests.cli import serving
 
 
 class Site:
@@ -86,6 +88,14 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         sys.modules.pop(module, None)
 
 
+@pytest.fixture(autouse=True)
+def no_process_left_behind() -> Iterator[None]:
+    """Whatever a test started with ``tests.cli.serving.start`` ends with it, passed or
+    failed (its whole process group, so `serve --processes` leaves no worker behind)."""
+    yield
+    serving.end_all()
+
+
 @pytest.fixture
 def run_protege(tmp_path: Path):
     """Run the real ``protege`` command in a subprocess, from an empty project folder."""
@@ -97,17 +107,65 @@ def run_protege(tmp_path: Path):
         if pythonpath is not None:
             environ["PYTHONPATH"] = str(pythonpath)
         environ.update(env or {})
-        return subprocess.run(
+        # A group of its own, killed whole if the command outlives its wait: a command
+        # that hangs under load must not leave itself or its children running.
+        with subprocess.Popen(
             [sys.executable, "-m", "protege", *args],
             cwd=project,
             env=environ,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=60,
-        )
+            start_new_session=True,
+        ) as process:
+            try:
+                out, err = process.communicate(timeout=serving.patience(60))
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.communicate()
+                raise
+        return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
     run.project = project
     return run
+
+
+@pytest.fixture
+def protege_in_process(tmp_path: Path, monkeypatch):
+    """``run_protege``'s twin that runs the command in this process with click's test
+    runner (no interpreter to start: several times faster, and nothing to leave running).
+    For commands that need no process of their own: not ``serve``, not plugins found by
+    entry point from a ``pythonpath``."""
+    from click.testing import CliRunner
+
+    from protege import registry
+    from protege.cli import cli
+
+    project = tmp_path / "project"
+    project.mkdir()
+    runner = CliRunner()
+    before = set(sys.modules)
+
+    def run(*args: str, env: dict[str, str] | None = None):
+        with monkeypatch.context() as scoped:
+            scoped.chdir(project)
+            scoped.syspath_prepend(str(project))
+            for name in [n for n in os.environ if n.startswith("PROTEGE_")]:
+                scoped.delenv(name)
+            registry.refresh()
+            result = runner.invoke(cli, list(args), env=env or {})
+        for name in set(sys.modules) - before:  # the project's tool modules, fresh each time
+            module = sys.modules.get(name)
+            if str(project) in str(getattr(module, "__file__", "") or ""):
+                del sys.modules[name]
+        registry.refresh()
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            raise result.exception
+        return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+
+    run.project = project
+    yield run
+    registry.refresh()
 
 
 class HostProject:

@@ -51,6 +51,12 @@ offline = true
 
 
 @pytest.fixture
+def run_protege(protege_in_process):
+    """Commands run in-process (click's test runner); `serve` still runs as a process."""
+    return protege_in_process
+
+
+@pytest.fixture
 def env(protege_db, scripted_model, run_protege, tmp_path):
     (run_protege.project / "protege.toml").write_text(SETTINGS)
     (run_protege.project / "shop_tools.py").write_text(SHOP_TOOLS)

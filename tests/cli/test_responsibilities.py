@@ -18,6 +18,12 @@ UTC = datetime.UTC
 
 
 @pytest.fixture
+def run_protege(protege_in_process):
+    """Commands run in-process (click's test runner); `serve` still runs as a process."""
+    return protege_in_process
+
+
+@pytest.fixture
 def env(protege_db, scripted_model):
     scout = Agent.create(name="Scout", address="scout@thescoop.example")
     scout.grant(

@@ -1,4 +1,5 @@
-"""`protege runs`, against the scripted model, in a real subprocess."""
+"""`protege runs`, against the scripted model, run in-process as an operator would type it
+(click's test runner: the command's own code, without an interpreter per call)."""
 
 import json
 import re
@@ -7,6 +8,11 @@ import pytest
 
 from protege.models import Agent
 from protege.testing import say, tool_call
+
+
+@pytest.fixture
+def run_protege(protege_in_process):
+    return protege_in_process
 
 
 @pytest.fixture

@@ -1,13 +1,21 @@
-"""`protege status`: what waits on the workers, per agent, in a real subprocess."""
+"""`protege status`: what waits on the workers, per agent (in-process: click's runner)."""
 
 import datetime
 import json
+
+import pytest
 
 from protege.gateway.outbound import deliver
 from protege.mail import record_inbound
 from protege.models import Agent, Run
 from protege.models.base import utcnow
 from protege.queue import queue_reply
+
+
+@pytest.fixture
+def run_protege(protege_in_process):
+    """The commands run in-process (click's test runner): none here needs a process."""
+    return protege_in_process
 
 
 def test_status_counts_queued_running_stuck_failed_runs_and_pending_mail(

@@ -2,7 +2,16 @@
 
 import sqlite3
 
+import pytest
+
 from protege.models import Toolkit
+
+
+@pytest.fixture
+def run_protege(protege_in_process):
+    """The commands run in-process (click's test runner): none here needs a process."""
+    return protege_in_process
+
 
 PING_TOOL = (
     "from protege import Tool\n\n"
