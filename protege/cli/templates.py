@@ -47,6 +47,11 @@ api_key_env = "OPENAI_API_KEY"
 # smtp_username = "sundae"
 # The variable holding the SMTP password.
 # smtp_password_env = "PROTEGE_SMTP_PASSWORD"
+# Seconds the relay may take to answer each step.
+# smtp_timeout = 30
+# The name protege greets the relay with (default: this machine's name, if it has a
+# real one, else the address of the connection, such as [192.0.2.7]).
+# ehlo_name = "mail.example.com"
 # Where `protege serve` listens for inbound mail.
 # listen_host = "127.0.0.1"
 # listen_port = 2525
