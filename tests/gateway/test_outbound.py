@@ -364,6 +364,7 @@ def test_a_recipient_still_busy_after_every_attempt_is_reported(sundae, config, 
     assert outcome["refused"] == [
         {"address": "bob@acme.com", "code": 450, "reason": "4.2.0 mailbox busy"}
     ]
+    assert outcome["error"] == "gave up after 2 attempts: SMTP 450: 4.2.0 mailbox busy"
 
 
 def test_when_every_recipient_is_refused_the_mail_failed(sundae, config, smtp_server):
