@@ -48,6 +48,7 @@ COMMANDS = {
     "status": ("protege.cli.status", "status", "Runs and mail waiting on workers, per agent."),
     "sync": ("protege.cli.sync", "sync", "Migrate and rebuild the system toolkits (each deploy)."),
     "toolkits": ("protege.cli.toolkits", "toolkits", "Create and edit toolkits of tools."),
+    "tool": ("protege.cli.scaffold", "tool", "Start a new tool in this host app."),
     "tools": ("protege.cli.tools", "tools", "List the tools in the manifest and where from."),
     "uninstall": (
         "protege.cli.install",

@@ -227,3 +227,39 @@ build/
 dist/
 .protege/
 """
+
+TOOL_CLASS = """\
+class {class_name}(Tool):
+    # What the model reads to decide when to call the tool: say what it does and when.
+    description = "Repeats the text it is given. Use it when asked to echo something."
+    summary = "Repeat a text."  # what operators read in `protege tools`
+    input_schema = {{
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["text"],
+        "properties": {{"text": {{"type": "string", "minLength": 1}}}},
+    }}
+
+    def use(self, context, text):
+        return self.success(text=text)
+"""
+
+TOOL_TESTS = '''\
+"""The {tool_id} tool, through dispatch as a run calls it, with protege's pytest plugin."""
+
+from protege.testing import make_context, run_tool
+
+
+def test_{tool_id}_gives_back_the_text(protege_app):
+    context = make_context(config=protege_app.config)
+    result = run_tool("{tool_id}", context=context, manifest=protege_app.manifest, text="hi")
+    assert result.ok
+    assert result.data == {{"text": "hi"}}
+
+
+def test_{tool_id}_without_a_text_is_a_failure_the_model_sees(protege_app):
+    context = make_context(config=protege_app.config)
+    result = run_tool("{tool_id}", context=context, manifest=protege_app.manifest)
+    assert not result.ok
+    assert "text" in result.reason
+'''
