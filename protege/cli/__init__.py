@@ -29,6 +29,7 @@ COMMANDS = {
     "init": ("protege.cli.scaffold", "init", "Write a commented protege.toml for a host app."),
     "install": ("protege.cli.install", "install", "Install plugins into protege's environment."),
     "migrate": ("protege.cli.sync", "migrate", "Apply pending database migrations."),
+    "model": ("protege.cli.model", "model", "Serve the echo model, to try protege without a key."),
     "plugin": ("protege.cli.scaffold", "plugin", "Start a new plugin distribution."),
     "plugins": ("protege.cli.plugins", "plugins", "List installed plugins and their status."),
     "receive": ("protege.cli.mail", "receive", "Take one email from a file or standard input."),
