@@ -33,7 +33,7 @@ TRY_LATER = "451 4.3.0 the message could not be taken now; try again later"
 
 
 @attrs.frozen
-class Refusal:
+class RefusedMail:
     """Mail the gateway refused before storing anything: who sent it, to whom, and the
     SMTP answer they got (an unknown recipient, a message over a limit)."""
 
@@ -53,7 +53,7 @@ class GatewayHandler:
         self,
         config: Config,
         on_mail: Callable[[list[Delivered]], None] | None = None,
-        on_refusal: Callable[[Refusal], None] | None = None,
+        on_refusal: Callable[[RefusedMail], None] | None = None,
     ) -> None:
         self.config = config
         self.on_mail = on_mail
@@ -94,7 +94,7 @@ class GatewayHandler:
         if self.on_refusal is None:
             return
         try:
-            self.on_refusal(Refusal(sender or None, tuple(recipients), reply))
+            self.on_refusal(RefusedMail(sender or None, tuple(recipients), reply))
         except Exception:
             logger.exception("on_refusal failed")
 
@@ -139,7 +139,7 @@ def start_gateway(
     host: str | None = None,
     port: int | None = None,
     on_mail: Callable[[list[Delivered]], None] | None = None,
-    on_refusal: Callable[[Refusal], None] | None = None,
+    on_refusal: Callable[[RefusedMail], None] | None = None,
 ) -> Any:
     """Start the SMTP gateway in a thread of its own; returns the running controller.
     ``on_mail`` hears of each mail stored (what became of it for each agent), and

@@ -123,6 +123,16 @@ def test_serve_prints_a_line_for_each_mail_it_refuses_with_nothing_stored(run_pr
                 "mail from jane@acme.com: refused "
                 "(552 Error: message size exceeds fixed maximum message size)"
             )
+            # Far over without a SIZE: refused once its data is in.
+            client.ehlo()
+            del client.esmtp_features["size"]
+            with pytest.raises(smtplib.SMTPDataError) as refused:
+                client.sendmail("jane@acme.com", ["sundae@thescoop.example"], EML * 2000)
+            assert refused.value.smtp_code == 552
+            assert read_line(process) == (
+                "mail from jane@acme.com for sundae@thescoop.example: refused "
+                "(552 Error: Too much mail data)"
+            )
     finally:
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=30)
