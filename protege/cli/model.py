@@ -20,7 +20,9 @@ def model() -> None:
 def echo(host: str, port: int) -> None:
     """Serve the echo model (an OpenAI-compatible Chat Completions endpoint, no key needed)
     until interrupted: it replies to each email by quoting it, after calling any offered
-    tool the email names with a JSON object (`lookup_order {"order_number": "SCP-1042"}`)."""
+    tool the email names with a JSON object (`lookup_order {"order_number": "SCP-1042"}`).
+    It does what an email says with the tools it is offered: for trying protege on your own
+    mail, never for mail from outside."""
     from protege.cli.stopping import Stopper
     from protege.testing.echo import EchoModel
 

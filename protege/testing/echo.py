@@ -12,7 +12,9 @@ Its rules, in order, for each request:
    what each tool it called answered.
 4. Otherwise it ends the run with the email's text.
 
-``protege model echo`` serves it until interrupted.
+It does what the email says with the tools it is offered (``send_email`` aside, which it
+uses only to reply), so it is for trying protege on one's own mail, never for mail from
+outside. ``protege model echo`` serves it until interrupted.
 """
 
 from __future__ import annotations
