@@ -149,6 +149,38 @@ def _check_port(instance: object, attribute: attrs.Attribute, value: int) -> Non
 
 AUTHENTICATION_MODES = ("enforce", "report", "off")
 
+_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def is_host_name(text: str) -> bool:
+    """Whether ``text`` is a fully qualified host name an SMTP server takes in EHLO: ASCII
+    letters, digits and hyphens, in two labels or more, 253 characters at most."""
+    labels = text.split(".")
+    return len(text) <= 253 and len(labels) >= 2 and all(_HOST_LABEL.match(x) for x in labels)
+
+
+def is_address_literal(text: str) -> bool:
+    """Whether ``text`` is an SMTP address literal: ``[192.0.2.7]`` or ``[IPv6:2001:db8::7]``."""
+    if not (text.startswith("[") and text.endswith("]")):
+        return False
+    inside = text[1:-1]
+    try:
+        if inside[:5].lower() == "ipv6:":
+            ipaddress.IPv6Address(inside[5:])
+        else:
+            ipaddress.IPv4Address(inside)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_ehlo_name(instance: object, attribute: attrs.Attribute, value: str | None) -> None:
+    if value is not None and not (is_host_name(value) or is_address_literal(value)):
+        raise ValueError(
+            f"ehlo_name: {value!r} is neither a host name (such as mail.example.com) nor an "
+            "address literal (such as [192.0.2.7])"
+        )
+
 
 def _check_relays(instance: object, attribute: attrs.Attribute, value: tuple[str, ...]) -> None:
     for item in value:
@@ -220,6 +252,11 @@ class MailSettings:
     ``max_header_bytes`` (Postfix's default) or names more than ``max_header_addresses``
     addresses is refused before it is parsed. One mail goes to at most
     ``max_recipients`` people (To, Cc and Bcc together).
+
+    ``smtp_timeout`` is how many seconds the relay may take to answer one step (connecting,
+    each command, the data). ``ehlo_name`` is the name protege greets the relay with; by
+    default this machine's fully qualified name when it has one, else the address literal
+    of the connection (``[192.0.2.7]``).
     """
 
     __repr__ = fields_repr
@@ -236,7 +273,8 @@ class MailSettings:
     smtp_password_env: str = "PROTEGE_SMTP_PASSWORD"
     # Read from the environment (smtp_password_env) when the configuration is loaded.
     smtp_password: str | None = attrs.field(default=None, repr=False)
-    smtp_timeout: float = 30.0
+    smtp_timeout: float = attrs.field(default=30.0, validator=attrs.validators.gt(0))
+    ehlo_name: str | None = attrs.field(default=None, validator=_check_ehlo_name)
     smtp_retries: int = attrs.field(default=3, validator=attrs.validators.ge(0))
     max_message_bytes: int = 25 * MIB
     max_attachments: int = 10

@@ -161,7 +161,9 @@ def _record(
     message.refused_recipients = refused
     message.delivery_attempts = attempts
     message.next_attempt_at = next_attempt
-    message.delivery_error = error if status == FAILED else None
+    if error is None and waiting:  # why they still wait, for `runs show` until the next try
+        error = "deferred: " + "; ".join(f"{r.address} ({relay.reason(r)})" for r in waiting)
+    message.delivery_error = error  # kept on sent mail too: "gave up" on some recipients
     message.delivery_lease_expires_at = None
     _save_if_held(message, held)
 
@@ -222,6 +224,7 @@ def _could_not_hand_off(
         message.pending_recipients = []
     else:
         message.next_attempt_at = now + _backoff(config, message.delivery_attempts)
+        message.delivery_error = f"deferred: {error}"
     _save_if_held(message, held)
 
 

@@ -184,6 +184,10 @@ def test_model_and_run_sections(tmp_path):
         ("[files]\nmax_text_chars = 10\n", "max_text_chars"),
         ("[files]\nmax_filename_chars = 5000\n", "max_filename_chars"),
         ("[files]\nmax_pictures = 3\n", "unknown key max_pictures"),
+        ('[mail]\nehlo_name = "localhost"\n', "ehlo_name: 'localhost' is neither a host name"),
+        ('[mail]\nehlo_name = "mail example.com"\n', "ehlo_name"),
+        ('[mail]\nehlo_name = "[300.1.2.3]"\n', "ehlo_name"),
+        ("[mail]\nsmtp_timeout = 0\n", "smtp_timeout"),
     ],
 )
 def test_bad_sections_are_clear_errors(tmp_path, content, message):
@@ -384,3 +388,10 @@ def test_worker_niceness_is_a_nice_step_from_0_to_19(tmp_path, value):
         load_config(tmp_path, environ={})
     (tmp_path / "protege.toml").write_text("[serve]\nworker_niceness = 0\n")
     assert load_config(tmp_path, environ={}).serve.worker_niceness == 0
+
+
+@pytest.mark.parametrize("name", [None, "mail.thescoop.com", "[192.0.2.7]", "[IPv6:2001:db8::7]"])
+def test_the_ehlo_name_is_a_host_name_or_an_address_literal(tmp_path, name):
+    content = "" if name is None else f'[mail]\nehlo_name = "{name}"\n'
+    (tmp_path / "protege.toml").write_text(content)
+    assert load_config(tmp_path, environ={}).mail.ehlo_name == name

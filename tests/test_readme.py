@@ -96,3 +96,36 @@ def test_the_install_line_brings_the_built_in_tools():
     for name in builtins:  # each is a distribution of this repository, of that name
         plugin = tomllib.loads((README.parent / "plugins" / name / "pyproject.toml").read_text())
         assert plugin["project"]["name"] == name
+
+
+BUILT_IN_TOOLS = re.compile(r"`(protege-\w+)`\s+carries\s+`(\w+)`\s+and\s+`(\w+)`")
+
+
+def _built_in_tools_said(text: str) -> dict[str, list[str]]:
+    return {name: sorted(tools) for name, *tools in BUILT_IN_TOOLS.findall(text)}
+
+
+def test_the_built_in_tools_named_in_the_readme_and_docs_are_those_the_manifest_has(tmp_path):
+    from protege.plugins import PluginHost, Selection, discover
+
+    builtins = [
+        s for s in discover() if s.distribution in ("protege-mail", "protege-files", "protege-web")
+    ]
+    manifest = build_manifest(Config.defaults(tmp_path), PluginHost(tuple(builtins), Selection()))
+    offered: dict[str, list[str]] = {}
+    for entry in manifest.tools:
+        assert entry.origin == Origin.BUILTIN
+        offered.setdefault(entry.source, []).append(entry.id)
+    offered = {name: sorted(tools) for name, tools in offered.items()}
+    assert sorted(offered) == ["protege-files", "protege-mail", "protege-web"]
+    assert _built_in_tools_said(README.read_text()) == offered
+    assert _built_in_tools_said((README.parent / "docs" / "index.md").read_text()) == offered
+
+
+def test_the_readme_names_every_run_status_the_dashboard_filters_by():
+    from protege.migrations import RUN_STATUSES
+
+    match = re.search(r"\*\*Runs\*\*: filtered by agent, status \(([^)]*)\)", README.read_text())
+    assert match
+    said = re.findall(r"`(\w+)`", match.group(1))
+    assert sorted(said) == sorted(RUN_STATUSES)

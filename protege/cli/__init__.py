@@ -29,6 +29,7 @@ COMMANDS = {
     "init": ("protege.cli.scaffold", "init", "Write a commented protege.toml for a host app."),
     "install": ("protege.cli.install", "install", "Install plugins into protege's environment."),
     "migrate": ("protege.cli.sync", "migrate", "Apply pending database migrations."),
+    "model": ("protege.cli.model", "model", "Serve the echo model, to try protege without a key."),
     "plugin": ("protege.cli.scaffold", "plugin", "Start a new plugin distribution."),
     "plugins": ("protege.cli.plugins", "plugins", "List installed plugins and their status."),
     "receive": ("protege.cli.mail", "receive", "Take one email from a file or standard input."),
@@ -48,6 +49,7 @@ COMMANDS = {
     "status": ("protege.cli.status", "status", "Runs and mail waiting on workers, per agent."),
     "sync": ("protege.cli.sync", "sync", "Migrate and rebuild the system toolkits (each deploy)."),
     "toolkits": ("protege.cli.toolkits", "toolkits", "Create and edit toolkits of tools."),
+    "tool": ("protege.cli.scaffold", "tool", "Start a new tool in this host app."),
     "tools": ("protege.cli.tools", "tools", "List the tools in the manifest and where from."),
     "uninstall": (
         "protege.cli.install",

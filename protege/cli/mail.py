@@ -67,7 +67,9 @@ def serve(
     gateway = None
     if not no_gateway:
         try:
-            gateway = start_gateway(config, host, port, on_mail=_mail_line(pool))
+            gateway = start_gateway(
+                config, host, port, on_mail=_mail_line(pool), on_refusal=_refusal_line
+            )
         except OSError as error:
             where = f"{host or config.mail.listen_host}:{port or config.mail.listen_port}"
             raise ProtegeError(
@@ -218,6 +220,14 @@ def _mail_line(pool):
             pool.wake()
 
     return said
+
+
+def _refusal_line(refusal) -> None:
+    from protege.harness.events import printable  # the addresses came from outside
+
+    sender = refusal.sender or "an unnamed sender"
+    to = f" for {', '.join(refusal.recipients)}" if refusal.recipients else ""
+    _say(printable(f"mail from {sender}{to}: refused ({refusal.reply})"))
 
 
 def _report(run) -> None:

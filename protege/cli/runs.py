@@ -242,17 +242,36 @@ def _show(run, as_json: bool) -> None:
     for event in timeline:
         click.echo(f"{event.seq:4d} {events.render(event.kind, event.payload)}")
     for mail in sent:  # where each mail is now: the delivery loop sends it after the event
-        refused = "".join(
-            f"; refused {r.get('address')} ({r.get('code')} {r.get('reason')})"
-            for r in mail["refused"]
-        )
-        error = f"; {mail['error']}" if mail["error"] else ""
-        line = f"mail {mail['message_id']}: {mail['status']}{refused}{error}"
-        click.echo(events.printable(line))
+        click.echo(events.printable(_mail_line(mail)))
+
+
+def _mail_line(mail: dict[str, Any]) -> str:
+    """Where one mail stands, in one line: for pending mail, how often it was tried, who
+    still waits and why, and when the next try is; then who was refused, and any error."""
+    import datetime
+
+    line = f"mail {mail['message_id']}: {mail['status']}"
+    tries = mail["attempts"]
+    if mail["status"] == "pending":
+        if tries:
+            plural = "s" if tries != 1 else ""
+            line += f", tried {tries} time{plural}, still for {', '.join(mail['waiting'])}"
+        else:
+            line += ", not tried yet (the delivery loop of `protege serve` sends it)"
+        if mail["next_attempt_at"] is not None:
+            when = datetime.datetime.fromisoformat(mail["next_attempt_at"]).astimezone()
+            line += f", next try {when.isoformat(sep=' ', timespec='seconds')}"
+    elif tries > 1:
+        line += f" after {tries} tries"
+    line += "".join(
+        f"; refused {r.get('address')} ({r.get('code')} {r.get('reason')})" for r in mail["refused"]
+    )
+    return line + (f"; {mail['error']}" if mail["error"] else "")
 
 
 def _mail_of(run) -> list[dict[str, Any]]:
     """The mail ``run`` queued, with what became of it so far."""
+    from protege.cli.timing import iso
     from protege.mail import redact_tokens
     from protege.models import Message
 
@@ -261,9 +280,13 @@ def _mail_of(run) -> list[dict[str, Any]]:
             "message_id": redact_tokens(message.message_id),
             "status": message.status,
             "to": message.to_addresses,
+            "waiting": list(message.pending_recipients) if message.status == "pending" else [],
             "refused": [r for r in message.refused_recipients if isinstance(r, dict)],
             "error": message.delivery_error,
             "attempts": message.delivery_attempts,
+            "next_attempt_at": iso(message.next_attempt_at)
+            if message.status == "pending"
+            else None,
         }
         for message in Message.select()
         .where((Message.run == run.id) & (Message.direction == "outbound"))

@@ -47,6 +47,11 @@ api_key_env = "OPENAI_API_KEY"
 # smtp_username = "sundae"
 # The variable holding the SMTP password.
 # smtp_password_env = "PROTEGE_SMTP_PASSWORD"
+# Seconds the relay may take to answer each step.
+# smtp_timeout = 30
+# The name protege greets the relay with (default: this machine's name, if it has a
+# real one, else the address of the connection, such as [192.0.2.7]).
+# ehlo_name = "mail.example.com"
 # Where `protege serve` listens for inbound mail.
 # listen_host = "127.0.0.1"
 # listen_port = 2525
@@ -222,3 +227,39 @@ build/
 dist/
 .protege/
 """
+
+TOOL_CLASS = """\
+class {class_name}(Tool):
+    # What the model reads to decide when to call the tool: say what it does and when.
+    description = "Repeats the text it is given. Use it when asked to echo something."
+    summary = "Repeat a text."  # what operators read in `protege tools`
+    input_schema = {{
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["text"],
+        "properties": {{"text": {{"type": "string", "minLength": 1}}}},
+    }}
+
+    def use(self, context, text):
+        return self.success(text=text)
+"""
+
+TOOL_TESTS = '''\
+"""The {tool_id} tool, through dispatch as a run calls it, with protege's pytest plugin."""
+
+from protege.testing import make_context, run_tool
+
+
+def test_{tool_id}_gives_back_the_text(protege_app):
+    context = make_context(config=protege_app.config)
+    result = run_tool("{tool_id}", context=context, manifest=protege_app.manifest, text="hi")
+    assert result.ok
+    assert result.data == {{"text": "hi"}}
+
+
+def test_{tool_id}_without_a_text_is_a_failure_the_model_sees(protege_app):
+    context = make_context(config=protege_app.config)
+    result = run_tool("{tool_id}", context=context, manifest=protege_app.manifest)
+    assert not result.ok
+    assert "text" in result.reason
+'''

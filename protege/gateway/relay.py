@@ -8,14 +8,21 @@ certificate that does not verify, DATA refused for good) ends it for everyone st
 
 from __future__ import annotations
 
+import email.generator
+import email.parser
+import email.policy
+import functools
+import io
+import ipaddress
 import logging
 import smtplib
+import socket
 import ssl
 from pathlib import Path
 
 import attrs
 
-from protege.config import MailSettings
+from protege.config import MailSettings, is_host_name
 
 logger = logging.getLogger(__name__)
 
@@ -101,8 +108,15 @@ def _attempt(
     international: bool,
 ) -> dict[str, Refusal]:
     """One connection; returns the recipients refused while others were accepted."""
-    smtp = smtplib.SMTP(settings.smtp_host, settings.smtp_port, timeout=settings.smtp_timeout)
+    # Named once connected (EHLO comes later): the default name may be the connection's
+    # own address.
+    smtp = smtplib.SMTP(
+        settings.smtp_host, settings.smtp_port, local_hostname="[]", timeout=settings.smtp_timeout
+    )
     try:
+        if smtp.sock is None:
+            raise smtplib.SMTPServerDisconnected("the relay closed the connection")
+        smtp.local_hostname = ehlo_name(settings, smtp.sock.getsockname()[0])
         if settings.smtp_starttls:
             try:
                 smtp.starttls(context=_tls_context(settings, root))
@@ -120,6 +134,12 @@ def _attempt(
                     f"SMTP refused the login of {settings.smtp_username}: {_text(error.smtp_error)}"
                 ) from None
         options = ["SMTPUTF8"] if international else []
+        smtp.ehlo_or_helo_if_needed()
+        if not raw.isascii():
+            if smtp.has_extn("8bitmime"):
+                options.append("BODY=8BITMIME")
+            else:
+                raw = seven_bit(raw)
         answered = smtp.sendmail(sender, recipients, raw, mail_options=options)
     except BaseException:
         smtp.close()
@@ -131,6 +151,46 @@ def _attempt(
     except (smtplib.SMTPException, OSError):
         smtp.close()
     return {a: _refusal(a, code, text) for a, (code, text) in answered.items()}
+
+
+def ehlo_name(settings: MailSettings, local_address: str) -> str:
+    """The name to greet the relay with: ``[mail] ehlo_name``, else this machine's fully
+    qualified name when it is a real one, else the address literal of ``local_address``
+    (the connection's own end), as RFC 5321 asks of a client without a name."""
+    if settings.ehlo_name:
+        return settings.ehlo_name
+    name = _machine_name()
+    if name is not None:
+        return name
+    address = ipaddress.ip_address(local_address.partition("%")[0])
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is None:
+            return f"[IPv6:{address.compressed}]"
+        address = address.ipv4_mapped
+    return f"[{address}]"
+
+
+@functools.cache
+def _machine_name() -> str | None:
+    """This machine's fully qualified name, or None when it has no real one (no dot, or a
+    name such as localhost.localdomain that stands for no machine). Asked once: it may
+    take a DNS lookup."""
+    name = socket.getfqdn().rstrip(".").lower()
+    first, _, rest = name.partition(".")
+    if not is_host_name(name) or first == "localhost" or rest in ("localdomain", "local"):
+        return None
+    return name
+
+
+def seven_bit(raw: bytes) -> bytes:
+    """``raw`` with each part sent as 8bit re-encoded in a 7-bit transfer encoding (the
+    email package's choice for its charset, base64 for UTF-8), for a relay that does not
+    offer 8BITMIME. The text read from each part is the same."""
+    message = email.parser.BytesParser(policy=email.policy.SMTP).parsebytes(raw)
+    out = io.BytesIO()
+    generator = email.generator.BytesGenerator(out, policy=email.policy.SMTP.clone(cte_type="7bit"))
+    generator.flatten(message)
+    return out.getvalue()
 
 
 def _tls_context(settings: MailSettings, root: Path) -> ssl.SSLContext:

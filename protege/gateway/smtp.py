@@ -8,6 +8,8 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+import attrs
+
 from protege.config import Config
 from protege.gateway.inbound import (
     TRANSIENT_ERRORS,
@@ -30,15 +32,32 @@ ATTEMPTS = 3  # tries of one SMTP step's database work before answering 451
 TRY_LATER = "451 4.3.0 the message could not be taken now; try again later"
 
 
+@attrs.frozen
+class RefusedMail:
+    """Mail the gateway refused before storing anything: who sent it, to whom, and the
+    SMTP answer they got (an unknown recipient, a message over a limit)."""
+
+    sender: str | None
+    recipients: tuple[str, ...]
+    reply: str
+
+
 class GatewayHandler:
     """aiosmtpd handler: 550 for unknown recipients and refused senders, 552 over limits,
-    451 only when storage failed in a way a later attempt can get past."""
+    451 only when storage failed in a way a later attempt can get past.
+
+    ``on_mail`` hears of each mail stored; ``on_refusal`` of each mail (or recipient)
+    refused with nothing stored."""
 
     def __init__(
-        self, config: Config, on_mail: Callable[[list[Delivered]], None] | None = None
+        self,
+        config: Config,
+        on_mail: Callable[[list[Delivered]], None] | None = None,
+        on_refusal: Callable[[RefusedMail], None] | None = None,
     ) -> None:
         self.config = config
         self.on_mail = on_mail
+        self.on_refusal = on_refusal
         # One resolver for the gateway's life: its DNS cache serves every mail it takes.
         self.resolver = config.mail.authentication.resolver()
 
@@ -64,9 +83,20 @@ class GatewayHandler:
             logger.exception("could not look up the recipient %r", address)
             return TRY_LATER
         if agent is None:
-            return f"550 5.1.1 <{address}>: no agent has this address"
+            reply = f"550 5.1.1 <{address}>: no agent has this address"
+            self.refused(envelope.mail_from, [address], reply)
+            return reply
         envelope.rcpt_tos.append(address)
         return "250 OK"
+
+    def refused(self, sender: str | None, recipients: list[str], reply: str) -> None:
+        """Tell ``on_refusal`` of mail refused with nothing stored; never fails the session."""
+        if self.on_refusal is None:
+            return
+        try:
+            self.on_refusal(RefusedMail(sender or None, tuple(recipients), reply))
+        except Exception:
+            logger.exception("on_refusal failed")
 
     async def handle_DATA(self, server, session, envelope) -> str:
         raw = envelope.original_content or envelope.content
@@ -83,7 +113,9 @@ class GatewayHandler:
                 resolver=self.resolver,
             )
         except MailRejected as rejection:
-            return f"{rejection.code} 5.3.4 {rejection}"
+            reply = f"{rejection.code} 5.3.4 {rejection}"
+            self.refused(envelope.mail_from, list(envelope.rcpt_tos), reply)
+            return reply
         except StorageUnavailable as error:
             logger.error("could not store inbound mail for now: %s", error)
             return TRY_LATER
@@ -107,9 +139,12 @@ def start_gateway(
     host: str | None = None,
     port: int | None = None,
     on_mail: Callable[[list[Delivered]], None] | None = None,
+    on_refusal: Callable[[RefusedMail], None] | None = None,
 ) -> Any:
     """Start the SMTP gateway in a thread of its own; returns the running controller.
-    ``on_mail`` hears of each mail stored (what became of it for each agent).
+    ``on_mail`` hears of each mail stored (what became of it for each agent), and
+    ``on_refusal`` of each mail refused with nothing stored (a recipient no agent has, a
+    message over the size limit).
 
     SMTPUTF8 is on, so internationalised addresses arrive as they are; lines may be as
     long as the message may be, as Postfix accepts them.
@@ -123,6 +158,22 @@ def start_gateway(
     class GatewaySMTP(SMTP):
         # aiosmtpd answers "500 Line too long" past 1,000 bytes; real servers accept them.
         line_length_limit = data_size_limit
+        _mail_from: str | None = None
+
+        async def smtp_MAIL(self, arg: str | None) -> None:
+            # Kept for the refusal line: a SIZE over the limit is refused before aiosmtpd
+            # records the sender in the envelope.
+            self._mail_from = arg
+            await super().smtp_MAIL(arg)
+
+        async def push(self, status: Any) -> None:
+            # aiosmtpd refuses a declared SIZE, or data past the limit, itself (its own
+            # words, "552 Error: ..."), without calling the handler: heard here.
+            refusal = isinstance(status, str) and status.startswith("552 Error:")
+            if refusal and self.envelope is not None:
+                sender = self.envelope.mail_from or _address_of(self._mail_from)
+                handler.refused(sender, list(self.envelope.rcpt_tos), status)
+            await super().push(status)
 
     class GatewayController(Controller):
         def factory(self) -> SMTP:
@@ -133,8 +184,9 @@ def start_gateway(
     # Before the controller exists: it makes an event loop that a failure here would leave
     # to be closed at exit, where asyncio complains about it on stderr.
     _bind_or_fail(hostname, port)
+    handler = GatewayHandler(config, on_mail, on_refusal)
     controller = GatewayController(
-        GatewayHandler(config, on_mail),
+        handler,
         hostname=hostname,
         port=port,
         data_size_limit=data_size_limit,
@@ -143,6 +195,14 @@ def start_gateway(
     )
     controller.start()
     return controller
+
+
+def _address_of(mail_from: str | None) -> str | None:
+    """The address of a ``MAIL FROM:<address> PARAMS`` argument, for a line in the log."""
+    if not mail_from:
+        return None
+    inside = mail_from.partition("<")[2].partition(">")[0]
+    return inside or None
 
 
 def _bind_or_fail(host: str, port: int) -> None:

@@ -75,14 +75,14 @@ class ScriptedModel:
     """The server. ``requests`` holds every request body it received, parsed, and
     ``authorizations`` the Authorization header of each."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.steps: list[Step] = []
         self.threads: dict[str, list[Step]] = {}
         self.requests: list[dict[str, Any]] = []
         self.authorizations: list[str | None] = []
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = ThreadingHTTPServer((host, port), self._handler())
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
         )
@@ -135,6 +135,10 @@ class ScriptedModel:
             if not steps:
                 return 400, _error(f"scripted model: no step left for request {len(self.requests)}")
             step = steps.pop(0)
+        return self._completion(step, body)
+
+    def _completion(self, step: Step, body: dict[str, Any]) -> tuple[int, dict[str, Any] | bytes]:
+        """The HTTP status and body that answer ``body`` with ``step``."""
         if step.status != 200:
             return step.status, _error(step.error or "error")
         if step.raw is not None:

@@ -94,6 +94,52 @@ def test_serve_takes_mail_by_smtp_and_runs_it(run_protege, env, scripted_model):
     assert b"protege: stopped" in out
 
 
+def test_serve_prints_a_line_for_each_mail_it_refuses_with_nothing_stored(run_protege, env):
+    (run_protege.project / "protege.toml").write_text("[mail]\nmax_message_bytes = 1024\n")
+    port = free_port()
+    process = start(run_protege, env, "serve", "--port", str(port), "--no-scheduler")
+    try:
+        assert read_line(process).startswith("protege: listening for mail")
+        with smtplib.SMTP("127.0.0.1", port, timeout=10) as client:
+            with pytest.raises(smtplib.SMTPRecipientsRefused):
+                client.sendmail("jane@acme.com", ["nobody@thescoop.example"], EML)
+            assert read_line(process) == (
+                "mail from jane@acme.com for nobody@thescoop.example: refused "
+                "(550 5.1.1 <nobody@thescoop.example>: no agent has this address)"
+            )
+            over = EML + b"x" * 2000 + b"\r\n"  # over [mail] max_message_bytes
+            with pytest.raises(smtplib.SMTPDataError) as refused:
+                client.sendmail("jane@acme.com", ["sundae@thescoop.example"], over)
+            assert refused.value.smtp_code == 552
+            line = read_line(process)
+            assert line.startswith(
+                "mail from jane@acme.com for sundae@thescoop.example: refused (552 5.3.4 "
+            ), line
+            # Far over: refused by its declared SIZE, before any recipient.
+            with pytest.raises(smtplib.SMTPSenderRefused) as refused:
+                client.sendmail("jane@acme.com", ["sundae@thescoop.example"], EML * 2000)
+            assert refused.value.smtp_code == 552
+            assert read_line(process) == (
+                "mail from jane@acme.com: refused "
+                "(552 Error: message size exceeds fixed maximum message size)"
+            )
+            # Far over without a SIZE: refused once its data is in.
+            client.ehlo()
+            del client.esmtp_features["size"]
+            with pytest.raises(smtplib.SMTPDataError) as refused:
+                client.sendmail("jane@acme.com", ["sundae@thescoop.example"], EML * 2000)
+            assert refused.value.smtp_code == 552
+            assert read_line(process) == (
+                "mail from jane@acme.com for sundae@thescoop.example: refused "
+                "(552 Error: Too much mail data)"
+            )
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert Message.select().count() == 0
+
+
 def test_serve_on_a_busy_port_is_a_clear_error(run_protege, env):
     import socket
 

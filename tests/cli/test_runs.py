@@ -414,3 +414,36 @@ def test_a_cancel_is_in_the_audit_log_and_a_refused_one_is_not(run_protege, env)
     assert (entry.before["status"], entry.after["status"]) == ("queued", "cancelled")
     assert run_protege("runs", "cancel", str(run.id), env=env).returncode == 1
     assert AuditEntry.select().count() == 1
+
+
+def test_show_says_why_mail_waits_how_often_it_was_tried_and_when_it_is_tried_next(
+    run_protege, env, scripted_model, tmp_path
+):
+    from protege.models import Toolkit
+
+    Agent.named("Sundae").grant(Toolkit.create(name="Mail", member_tool_ids=["send_email"]))
+    # A relay nothing listens on: the recipient is deferred, to be tried again in a minute.
+    (run_protege.project / "protege.toml").write_text(
+        '[mail]\ntransport = "smtp"\nsmtp_host = "127.0.0.1"\nsmtp_port = 9\n'
+        "smtp_starttls = false\nsmtp_retries = 3\nsmtp_backoff_seconds = 60\n"
+    )
+    scripted_model.script(tool_call("send_email", mode="reply", body="Hello"), say("Sent."))
+    started = run_protege(
+        "runs", "start", "Sundae", "--sender", "jane@acme.com", "--message", "Hi",
+        "--transport", "configured", env=env,
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+
+    shown = run_protege("runs", "show", "1", env=env)
+    assert shown.returncode == 0, shown.stderr
+    line = shown.stdout.splitlines()[-1]
+    assert re.fullmatch(
+        r"mail <[^>]+>: pending, tried 1 time, still for jane@acme\.com, "
+        r"next try \d{4}-\d\d-\d\d \d\d:\d\d:\d\d[+-]\d\d:\d\d; "
+        r"deferred: jane@acme\.com \(ConnectionRefusedError: .+\)",
+        line,
+    ), line
+    (mail,) = json.loads(run_protege("runs", "show", "1", "--json", env=env).stdout)["mail"]
+    assert (mail["status"], mail["attempts"], mail["waiting"]) == ("pending", 1, ["jane@acme.com"])
+    assert mail["next_attempt_at"].endswith("+00:00")
+    assert mail["error"].startswith("deferred: jane@acme.com (ConnectionRefusedError")

@@ -12,6 +12,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pytest
+
 from protege.config import Config, load_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,6 +50,80 @@ def test_plugin_new_refuses_a_name_pip_could_not_install(run_protege):
     result = run_protege("plugin", "new", "dice!")
     assert result.returncode == 1
     assert "'dice!' is not a distribution name" in result.stderr
+
+
+def _pytest_in(project: Path, *paths: str) -> subprocess.CompletedProcess[str]:
+    """The project's own tests, run as its developer runs them, from its folder."""
+    environ = {
+        k: v for k, v in os.environ.items() if not k.startswith(("PROTEGE_", "PYTHON", "PYTEST"))
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths],
+        cwd=project,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_tool_new_writes_a_tool_into_the_tool_module_with_a_test_that_passes(run_protege):
+    assert run_protege("init", "--tool-module", "shop.tools").returncode == 0
+    made = run_protege("tool", "new", "greet")
+    assert made.returncode == 0, made.stderr
+    project = run_protege.project
+    assert (project / "shop" / "__init__.py").exists()
+    assert "class GreetTool(Tool):" in (project / "shop" / "tools.py").read_text()
+    # A second tool joins the first in the module the app already has.
+    (project / "shop" / "tools.py").write_text(
+        '"""The shop\'s tools."""\n\nimport json\n\n'
+        + (project / "shop" / "tools.py").read_text().replace("from protege import Tool\n", "")
+    )
+    assert run_protege("tool", "new", "lookup_order").returncode == 0
+    text = (project / "shop" / "tools.py").read_text()
+    assert text.startswith('"""The shop\'s tools."""\n\nimport json\nfrom protege import Tool\n')
+    assert text.count("from protege import Tool") == 1
+
+    tests = _pytest_in(project, "tests/test_greet.py", "tests/test_lookup_order.py")
+    assert tests.returncode == 0, tests.stdout + tests.stderr
+    assert "4 passed" in tests.stdout
+    listed = run_protege("tools", "--json")
+    assert '"id": "greet"' in listed.stdout
+    assert '"id": "lookup_order"' in listed.stdout
+
+
+def test_tool_new_writes_a_module_of_its_own_in_a_tool_package(run_protege):
+    assert run_protege("init", "--tool-module", "shop.tools").returncode == 0
+    (run_protege.project / "shop" / "tools").mkdir(parents=True)
+    (run_protege.project / "shop" / "__init__.py").touch()
+    (run_protege.project / "shop" / "tools" / "__init__.py").touch()
+    assert run_protege("tool", "new", "greet").returncode == 0
+    assert (run_protege.project / "shop" / "tools" / "greet.py").exists()
+    tests = _pytest_in(run_protege.project, "tests/test_greet.py")
+    assert tests.returncode == 0, tests.stdout + tests.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("Greet",), "'Greet' is not a tool id"),
+        (("send_email",), "there is a tool send_email already (builtin, protege-mail)"),
+        (("greet", "--module", "shop.other"), "shop.other is not one of protege.toml's"),
+    ],
+)
+def test_tool_new_refuses_what_it_cannot_write_in_one_line(run_protege, args, said):
+    assert run_protege("init", "--tool-module", "shop.tools").returncode == 0
+    result = run_protege("tool", "new", *args)
+    assert result.returncode == 1
+    assert said in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert not (run_protege.project / "shop").exists()
+
+
+def test_tool_new_without_tool_modules_says_how_to_name_one(run_protege):
+    result = run_protege("tool", "new", "greet")
+    assert result.returncode == 1
+    assert "protege.toml names no tool_modules" in result.stderr
 
 
 def _filtered_site_packages(into: Path) -> Path:

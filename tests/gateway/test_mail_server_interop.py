@@ -285,9 +285,16 @@ postlog unix-dgram n - n - 1 postlogd
 """
 
 
-def start_postfix(sbin: Path, daemons: Daemons, folder: Path, protege_port: int, milters: str):
-    """Run a private Postfix relaying all mail to protege through ``milters``; returns the
-    port it takes mail on."""
+def start_postfix(
+    sbin: Path,
+    daemons: Daemons,
+    folder: Path,
+    protege_port: int,
+    milters: str,
+    **changes: str | Path,
+):
+    """Run a private Postfix relaying all mail to protege through ``milters`` (or as
+    ``changes`` to its main.cf say); returns the port it takes mail on."""
     port = free_port()
     config = folder / "etc"
     config.mkdir(parents=True)
@@ -317,6 +324,7 @@ def start_postfix(sbin: Path, daemons: Daemons, folder: Path, protege_port: int,
         "milter_default_action": "tempfail",
         "smtputf8_enable": "no",
         "biff": "no",
+        **changes,
     }
     (config / "main.cf").write_text("".join(f"{k} = {v}\n" for k, v in settings.items()))
     (config / "master.cf").write_text(MASTER_CF.format(port=port))
@@ -562,3 +570,59 @@ def test_postfix_with_opendkim_and_opendmarc_as_the_trusted_relay(
     assert [r.result for r in failed.verdict.results if r.method == "relay"] == ["fail"]
     assert any("fails DMARC for thescoop.com" in flag for flag in failed.flags), failed.flags
     assert Run.select().where(Run.message == failed).count() == 0
+
+
+def postfix_example(name: str) -> str:
+    """A block of docs/postfix.md: the one holding ``name``."""
+    blocks = re.findall(r"```\n(.*?)```", (ROOT / "docs" / "postfix.md").read_text(), re.DOTALL)
+    (found,) = [b for b in blocks if name in b]
+    return found
+
+
+def test_the_postfix_example_of_the_docs_relays_the_agents_domain_to_protege(
+    sbin, daemons, postfix_home, run_protege, env, tmp_path
+):
+    documented = {}
+    for line in postfix_example("transport_maps").splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            documented[key.strip()] = value.strip()
+    assert documented["relay_domains"] == "thescoop.example"
+    assert int(documented["message_size_limit"]) < 25 * 1024 * 1024  # below protege's
+    maps = postfix_home / "maps"
+    maps.mkdir()
+    with serving(run_protege, env, "") as (serve, protege_port):
+        transport = postfix_example("smtp:[127.0.0.1]:2525").replace("2525", str(protege_port))
+        (maps / "transport").write_text(transport)
+        (maps / "agents").write_text(postfix_example("sundae@thescoop.example    OK"))
+        (maps / "main.cf").write_text("compatibility_level = 3.6\n")  # for postmap alone
+        for table in ("transport", "agents"):
+            subprocess.run(
+                [sbin / "postmap", "-c", maps, f"hash:{maps / table}"], check=True, timeout=60
+            )
+        postfix = start_postfix(
+            sbin,
+            daemons,
+            postfix_home,
+            protege_port,
+            "",
+            relayhost="",
+            relay_domains=documented["relay_domains"],
+            transport_maps=f"hash:{maps / 'transport'}",
+            relay_recipient_maps=f"hash:{maps / 'agents'}",
+            message_size_limit=documented["message_size_limit"],
+        )
+        with (
+            smtplib.SMTP("127.0.0.1", postfix, timeout=30) as client,
+            pytest.raises(smtplib.SMTPRecipientsRefused) as refused,
+        ):
+            client.sendmail("mara@thescoop.com", ["nobody@thescoop.example"], b"Hi\r\n")
+        ((code, said),) = refused.value.recipients.values()
+        assert code == 550, said  # refused by Postfix: protege never hears of it
+        # Over Postfix's default limit (10240000 bytes), within the documented one.
+        big = scoop_mail("Eleven megabytes", body="x" * 76 + ("\n" + "y" * 76) * 140_000)
+        assert len(big) > 10_240_000
+        send(postfix, big)
+        line = await_line(serve, "mail ", timeout=120)
+        assert line.startswith("mail 1 for Sundae: accepted"), (line, daemons.logs())
+    assert stored("Eleven megabytes").direction == "inbound"

@@ -31,15 +31,20 @@ class Capture:
     list of texts used one per attempt, after which the recipient is accepted.
     """
 
-    def __init__(self, answer="250 OK", refuse=None):
+    def __init__(self, answer="250 OK", refuse=None, eight_bit=True):
         self.received = []
         self.answer = answer
         self.refuse = dict(refuse or {})
         self.greetings = 0
+        self.names = []  # what each EHLO said the client is
+        self.eight_bit = eight_bit  # whether EHLO offers 8BITMIME
 
     async def handle_EHLO(self, server, session, envelope, hostname, responses):
         self.greetings += 1
+        self.names.append(hostname)
         session.host_name = hostname
+        if not self.eight_bit:
+            return [line for line in responses if line != "250-8BITMIME"]
         return responses
 
     async def handle_RCPT(self, server, session, envelope, address, options):
@@ -60,8 +65,8 @@ class Capture:
 def smtp_server():
     servers = []
 
-    def start(answer="250 OK", refuse=None, **options):
-        capture = Capture(answer, refuse)
+    def start(answer="250 OK", refuse=None, eight_bit=True, **options):
+        capture = Capture(answer, refuse, eight_bit)
         controller = Controller(capture, hostname="127.0.0.1", port=free_port(), **options)
         controller.start()
         servers.append(controller)
@@ -359,6 +364,7 @@ def test_a_recipient_still_busy_after_every_attempt_is_reported(sundae, config, 
     assert outcome["refused"] == [
         {"address": "bob@acme.com", "code": 450, "reason": "4.2.0 mailbox busy"}
     ]
+    assert outcome["error"] == "gave up after 2 attempts: SMTP 450: 4.2.0 mailbox busy"
 
 
 def test_when_every_recipient_is_refused_the_mail_failed(sundae, config, smtp_server):
@@ -512,3 +518,61 @@ def test_tagged_and_cased_variants_of_one_address_each_count_as_a_recipient(sund
     with pytest.raises(DeliveryRefused, match="the mail has 3 recipients"):
         send(sundae, tight, mail)
     assert not outbox(config)
+
+
+def test_an_8bit_body_goes_out_with_body_8bitmime_to_a_relay_that_offers_it(
+    sundae, config, smtp_server
+):
+    capture, relay = smtp_server()
+    outcome = send(sundae, smtp_config(config, relay), {"to": ["jane@acme.com"], "body": "Grüße"})
+    assert outcome["status"] == "sent"
+    (envelope,) = capture.received
+    assert "BODY=8BITMIME" in envelope.mail_options
+    stored = Message.get(Message.message_id == outcome["message_id"])
+    assert envelope.original_content == blobs.read(stored.raw_blob, config)  # as stored
+    assert b"Content-Transfer-Encoding: 8bit" in envelope.original_content
+
+
+def test_an_8bit_body_is_sent_in_7_bits_to_a_relay_without_8bitmime(sundae, config, smtp_server):
+    capture, relay = smtp_server(eight_bit=False)
+    outcome = send(
+        sundae,
+        smtp_config(config, relay),
+        {"to": ["jane@acme.com"], "subject": "Grüße", "body": "Grüße aus Köln\nBis bald"},
+    )
+    assert outcome["status"] == "sent"
+    (envelope,) = capture.received
+    assert not any(option.startswith("BODY=") for option in envelope.mail_options)
+    assert envelope.original_content.isascii()
+    received = email.message_from_bytes(envelope.original_content, policy=policy.default)
+    assert received["Content-Transfer-Encoding"] in ("base64", "quoted-printable")
+    assert received.get_content().splitlines() == ["Grüße aus Köln", "Bis bald"]
+    assert received["Subject"] == "Grüße"
+    assert received["Message-ID"] == outcome["message_id"]
+
+
+def test_a_plain_ascii_mail_goes_out_as_it_is_stored(sundae, config, smtp_server):
+    capture, relay = smtp_server(eight_bit=False)
+    outcome = send(sundae, smtp_config(config, relay), {"to": ["jane@acme.com"], "body": "Hi"})
+    (envelope,) = capture.received
+    assert not any(option.startswith("BODY=") for option in envelope.mail_options)
+    stored = Message.get(Message.message_id == outcome["message_id"])
+    assert envelope.original_content == blobs.read(stored.raw_blob, config)
+
+
+def test_protege_greets_the_relay_with_the_configured_ehlo_name(sundae, config, smtp_server):
+    capture, relay = smtp_server()
+    named = smtp_config(config, relay, ehlo_name="mail.thescoop.example")
+    send(sundae, named, {"to": ["jane@acme.com"], "body": "Hi"})
+    assert capture.names == ["mail.thescoop.example"]
+
+
+def test_by_default_protege_greets_with_a_real_name_or_the_connections_address(
+    sundae, config, smtp_server
+):
+    from protege.config import is_host_name
+
+    capture, relay = smtp_server()
+    send(sundae, smtp_config(config, relay), {"to": ["jane@acme.com"], "body": "Hi"})
+    (name,) = capture.names
+    assert name == "[127.0.0.1]" or (is_host_name(name) and not name.startswith("localhost"))

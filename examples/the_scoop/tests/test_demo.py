@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from the_scoop.demo import demo_config
 
@@ -65,11 +66,24 @@ def test_demo_shows_the_seed_outcome(tmp_path):
     assert "Pistachio: OUT (0 pints)" in scout
     assert len(list((tmp_path / "scoop" / "data" / "outbox").glob("*.eml"))) == 7
     ending = out.split("=== See it all in the dashboard")[1].splitlines()
+    activate = Path(sys.prefix) / "bin" / "activate"
     assert ending[1:] == [
+        f"    . {activate}  # protege's environment",
         f"    cd {tmp_path / 'scoop'}",
-        "    protege operators add admin      (asks for a password)",
-        "    protege dashboard                (then open http://127.0.0.1:8025/)",
+        "    protege operators add admin  # asks for a password",
+        "    protege dashboard  # then open http://127.0.0.1:8025/",
     ]
+    # The hints work in a fresh shell, where nothing of this environment is on the PATH.
+    opened = subprocess.run(
+        ["/bin/sh", "-c", "\n".join([*ending[1:3], "protege runs list --json"])],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert opened.returncode == 0, opened.stderr
+    assert len(json.loads(opened.stdout)) == 3
     listed = subprocess.run(
         [sys.executable, "-m", "protege", "runs", "list", "--json"],
         env=env,

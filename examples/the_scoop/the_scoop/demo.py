@@ -13,6 +13,7 @@ import email
 import importlib.resources
 import os
 import smtplib
+import sys
 import tempfile
 import zoneinfo
 from email import policy
@@ -97,13 +98,26 @@ def _say_how_to_open(folder: Path, config: Config, signer: DkimKey) -> None:
     if not settings.exists():
         settings.write_text(written)
     click.echo("\n=== See it all in the dashboard (runs, events, toolkits, who may use what):")
-    if settings.read_text() == written:
-        click.echo(f"    cd {folder}")
+    for line in _hints(folder, config, settings.read_text() == written):
+        click.echo(f"    {line}")
+
+
+def _hints(folder: Path, config: Config, ours: bool) -> list[str]:
+    """Shell lines that open the demo's data in the dashboard, from a fresh shell: the
+    ``protege`` this demo ran is found by activating its environment (``make demo`` runs
+    it from .venv without activating it)."""
+    lines = []
+    activate = Path(sys.prefix) / "bin" / "activate"
+    if sys.prefix != sys.base_prefix and activate.exists():
+        lines.append(f". {activate}  # protege's environment")
+    if ours:
+        lines.append(f"cd {folder}")
     else:  # the folder has settings of its own: name the demo's data instead
-        click.echo(f"    export PROTEGE_DATABASE_URL={config.database_url}")
-        click.echo(f"    export PROTEGE_DATA_DIR={config.data_dir}")
-    click.echo("    protege operators add admin      (asks for a password)")
-    click.echo("    protege dashboard                (then open http://127.0.0.1:8025/)")
+        lines.append(f"export PROTEGE_DATABASE_URL={config.database_url}")
+        lines.append(f"export PROTEGE_DATA_DIR={config.data_dir}")
+    lines.append("protege operators add admin  # asks for a password")
+    lines.append("protege dashboard  # then open http://127.0.0.1:8025/")
+    return lines
 
 
 def demo_config(folder: Path) -> tuple[Config, bool]:
