@@ -480,6 +480,24 @@ def _0011_sender_authentication(db: peewee.Database | peewee.DatabaseProxy) -> N
     )
 
 
+def _0013_used_tokens(db: peewee.Database | peewee.DatabaseProxy) -> None:
+    # Tokens of signed webhook requests already taken (Mailgun's), kept only while a replay
+    # would still be fresh: every process serving the installation refuses a second arrival.
+    _run(
+        db,
+        """
+        CREATE TABLE used_token (
+            id {pk},
+            issuer VARCHAR(32) NOT NULL,
+            token VARCHAR(200) NOT NULL,
+            expires_at {ts} NOT NULL
+        );
+        CREATE UNIQUE INDEX used_token_issuer_token ON used_token (issuer, token);
+        CREATE INDEX used_token_expires_at ON used_token (expires_at)
+        """,
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "agents and toolkits", _0001_agents_and_toolkits),
     Migration(2, "messages and runs", _0002_messages_and_runs),
@@ -492,6 +510,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "search by field, newest first", _0009_search_by_field_newest_first),
     Migration(10, "approval by email", _0010_approvals),
     Migration(11, "sender authentication", _0011_sender_authentication),
+    Migration(13, "used tokens of signed webhooks", _0013_used_tokens),
 )
 
 

@@ -20,6 +20,7 @@ from protege.models import (
     Responsibility,
     Run,
     Toolkit,
+    UsedToken,
 )
 
 
@@ -66,6 +67,7 @@ def test_an_unmigrated_database_is_refused_with_what_to_run(tmp_path):
         "0009 search by field, newest first",
         "0010 approval by email",
         "0011 sender authentication",
+        "0013 used tokens of signed webhooks",
     ]
     db.require_current()
     # A database one migration behind is told what to run, and how many are waiting.
@@ -94,6 +96,7 @@ def test_an_unmigrated_database_is_refused_with_what_to_run(tmp_path):
         MessageAttachment,
         Operator,
         AuditEntry,
+        UsedToken,
     ],
 )
 def test_models_match_the_migrated_tables(protege_db, model):
