@@ -54,7 +54,6 @@ from protege.models import UsedToken
 from protege_dashboard.ingress_requests import (
     Form,
     Refused,
-    check_length,
     check_type,
     read_body,
     read_form,
@@ -83,6 +82,7 @@ ENVELOPE_TO = "Protege-Envelope-To"
 ENVELOPE_FROM = "Protege-Envelope-From"
 # RFC 5321's least a server must take per message.
 MAX_ENVELOPE_RECIPIENTS = 100
+MAX_ENVELOPE_CHARS = MAX_ENVELOPE_RECIPIENTS * 256  # an address is at most 254 characters
 MAX_TOKEN_CHARS = 200  # Mailgun's are 50
 
 
@@ -132,6 +132,8 @@ def _field(form: Form, name: str) -> bytes:
 
 def _recipients(addresses: Sequence[str], where: str) -> list[str]:
     """The envelope recipients ``where`` names: 422 when none, 413 past the limit."""
+    if len(addresses) > MAX_ENVELOPE_RECIPIENTS or sum(map(len, addresses)) > MAX_ENVELOPE_CHARS:
+        raise Refused(413, f"more than {MAX_ENVELOPE_RECIPIENTS} envelope recipients")
     found = [a.strip().strip("<>").strip() for a in addresses]
     found = [a for a in found if a]
     if not found:
@@ -206,8 +208,10 @@ async def _verdict_for(
         return None  # ingest records that nothing was checked
     verdict = None
     if report is not None and ingress in _settings(request).trust_provider_verdicts:
-        # Its DMARC lookup may wait on DNS: off the event loop, as ingest is.
-        verdict = await run_in_threadpool(provider_verdict, raw, report(), _resolver(request))
+        # Reading the report parses what the provider sent, and its DMARC lookup may wait on
+        # DNS: off the event loop, as ingest is.
+        resolver = _resolver(request)
+        verdict = await run_in_threadpool(lambda: provider_verdict(raw, report(), resolver))
         if verdict.authenticated:
             return verdict
     if not rebuilt:
@@ -274,7 +278,9 @@ class Relay(Ingress):
             for address in value.split(",")
         ]
         recipients = _recipients(named, f"name it in a {ENVELOPE_TO} request header")
-        sender = request.headers.get(ENVELOPE_FROM, "").strip().strip("<>") or None
+        given = request.headers.get(ENVELOPE_FROM)
+        # Present but empty (or "<>"): the null return path of a bounce, as SMTP says it.
+        sender = None if given is None else given.strip().strip("<>").strip()
         raw = await read_body(request, _limit(request))
         return await _ingest(request, raw, recipients, sender)
 
@@ -314,17 +320,8 @@ class SendGrid(Ingress):
         _check_basic_auth(request, _secret(request, self.name))
         check_type(request, "multipart/form-data")
         form = await read_form(request, _envelope_limit(request), files=True)
-        try:
-            envelope = json.loads(form.text("envelope") or "null")
-        except ValueError:
-            raise Refused(422, "the envelope field is not JSON") from None
-        if not isinstance(envelope, dict):
-            raise Refused(422, "no envelope: the form has no JSON object in 'envelope'")
-        to = envelope.get("to")
-        if not (isinstance(to, list) and all(isinstance(a, str) for a in to)):
-            raise Refused(422, "the envelope's 'to' is not a list of addresses")
-        recipients = _recipients(to, "the envelope's 'to' is empty")
-        sender = envelope.get("from") if isinstance(envelope.get("from"), str) else None
+        # The envelope is JSON and the rebuilt message a MIME tree: off the event loop.
+        recipients, sender = await run_in_threadpool(self._envelope, form)
         rebuilt = not form.get("email") and bool(form.get("headers"))
         if rebuilt:
             raw = await run_in_threadpool(rebuilt_from_fields, form)
@@ -334,6 +331,22 @@ class SendGrid(Ingress):
             request, self.name, raw, lambda: sendgrid_report(form.fields, sender), rebuilt=rebuilt
         )
         return await _ingest(request, raw, recipients, sender, verdict)
+
+    @staticmethod
+    def _envelope(form: Form) -> tuple[list[str], str | None]:
+        """The recipients and sender of the form's ``envelope``; 422 without one."""
+        try:
+            envelope = json.loads(form.text("envelope") or "null")
+        except (ValueError, RecursionError):
+            raise Refused(422, "the envelope field is not JSON") from None
+        if not isinstance(envelope, dict):
+            raise Refused(422, "no envelope: the form has no JSON object in 'envelope'")
+        to = envelope.get("to")
+        if not (isinstance(to, list) and all(isinstance(a, str) for a in to)):
+            raise Refused(422, "the envelope's 'to' is not a list of addresses")
+        recipients = _recipients(to, "the envelope's 'to' is empty")
+        sender = envelope.get("from")
+        return recipients, sender if isinstance(sender, str) else None
 
 
 class Mailgun(Ingress):
@@ -346,12 +359,14 @@ class Mailgun(Ingress):
         """Take ``body-mime`` for the ``recipient``, once its signature is checked."""
         key = _secret(request, self.name)
         check_type(request, "multipart/form-data", "application/x-www-form-urlencoded")
-        check_length(request, _envelope_limit(request))
         # Mailgun signs inside the form: it can only be checked once the form is read.
         form = await read_form(request, _envelope_limit(request), files=True)
         await self._check_signature(request, form, key)
         raw = _field(form, "body-mime")
-        recipients = _recipients((form.text("recipient") or "").split(","), "no 'recipient'")
+        named = form.get("recipient") or b""
+        if len(named) > MAX_ENVELOPE_CHARS:
+            raise Refused(413, f"more than {MAX_ENVELOPE_RECIPIENTS} envelope recipients")
+        recipients = _recipients(named.decode("utf-8", "replace").split(","), "no 'recipient'")
         sender = form.text("sender")
         verdict = await _verdict_for(
             request, self.name, raw, lambda: mailgun_report(form.fields, raw, sender)
@@ -362,6 +377,9 @@ class Mailgun(Ingress):
         """401 unless the form carries Mailgun's HMAC-SHA256, with ``key``, of its timestamp
         followed by its token, the timestamp is within the window either side of now, and
         the token was never taken before (by any process on this database)."""
+        for name, longest in (("timestamp", 12), ("token", MAX_TOKEN_CHARS), ("signature", 128)):
+            if len(form.get(name) or b"") > longest:
+                raise Refused(401, f"the {name} is not one Mailgun makes")
         timestamp, token = form.text("timestamp"), form.text("token")
         signature = form.text("signature")
         if not (timestamp and token and signature):
@@ -370,8 +388,6 @@ class Mailgun(Ingress):
         # no place in what Mailgun signs.
         if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12):
             raise Refused(401, "the timestamp is not a time in whole seconds")
-        if len(token) > MAX_TOKEN_CHARS:
-            raise Refused(401, "the token is not one Mailgun makes")
         signed = f"{timestamp}{token}".encode()
         expected = hmac.new(key.encode(), signed, hashlib.sha256).hexdigest()
         if not hmac.compare_digest(expected.encode(), signature.encode()):

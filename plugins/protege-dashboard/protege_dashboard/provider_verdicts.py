@@ -152,7 +152,7 @@ def mailgun_report(
     listed: list[tuple[str, str]] = []
     try:
         pairs = json.loads(form_text(form, "message-headers") or "[]")
-    except ValueError:
+    except (ValueError, RecursionError):
         pairs = []
     if isinstance(pairs, list):
         listed = [

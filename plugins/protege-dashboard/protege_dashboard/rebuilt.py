@@ -54,7 +54,7 @@ def _body_text(form: Form) -> tuple[str, str]:
     """The subtype (plain or html) and text of the part the message is rebuilt around."""
     try:
         charsets = json.loads(form.text("charsets") or "{}")
-    except ValueError:
+    except (ValueError, RecursionError):
         charsets = {}
     part, subtype = ("text", "plain") if form.get("text") else ("html", "html")
     charset = charsets.get(part) if isinstance(charsets, dict) else None

@@ -539,3 +539,35 @@ def test_mailgun_refuses_a_timestamp_outside_the_window_either_side(web, offset)
     answer = mailgun(web, mailgun_fields(mail().decode(), timestamp=timestamp))
     assert answer.status_code == 401
     assert stored() == []
+
+
+def test_relay_hands_on_the_envelope_sender_a_bounce_has_none(web):
+    answer = web.post(
+        "/ingress/relay",
+        content=mail(),
+        auth=RELAY,
+        headers={
+            "Content-Type": "message/rfc822",
+            "Protege-Envelope-To": SUNDAE,
+            "Protege-Envelope-From": "<>",
+        },
+    )
+    assert answer.status_code == 204
+    (message,) = stored()
+    assert "null return path" in message.flags
+    assert Run.select().count() == 0
+
+
+def test_sendgrid_envelope_nested_too_deeply_is_refused_plainly(web):
+    fields = {"email": (None, mail().decode()), "envelope": (None, "[" * 100_000)}
+    answer = web.post("/ingress/sendgrid", files=fields, auth=SENDGRID)
+    assert answer.status_code == 422
+    assert answer.text == "the envelope field is not JSON\n"
+    assert stored() == []
+
+
+def test_too_many_envelope_recipients_are_refused(web):
+    crowd = ", ".join(f"p{i}@thescoop.example" for i in range(101))
+    assert relay(web, mail(), to=crowd).status_code == 413
+    assert mailgun(web, mailgun_fields(mail().decode(), recipient=crowd)).status_code == 413
+    assert stored() == []

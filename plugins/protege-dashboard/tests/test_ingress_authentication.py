@@ -334,3 +334,10 @@ def test_trust_provider_verdicts_is_read_from_protege_toml(installation):
 def test_only_provider_ingresses_can_be_trusted(ingress):
     with pytest.raises(ValueError, match="trust_provider_verdicts"):
         DashboardSettings(trust_provider_verdicts=(ingress,))
+
+
+def test_mailgun_headers_nested_too_deeply_prove_nothing_and_break_nothing(serve, scoop_key):
+    web = serve("mailgun")
+    answer = mailgun(web, mail(), **{"message-headers": "[" * 100_000})
+    assert answer.status_code == 204
+    assert the_message().sender_authenticated is False
