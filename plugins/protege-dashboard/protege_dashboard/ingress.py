@@ -70,7 +70,7 @@ from protege_dashboard.provider_verdicts import (
 from protege_dashboard.rebuilt import rebuilt_from_fields
 from protege_dashboard.settings import DashboardSettings
 
-__all__ = ["ROUTES", "Refused", "rebuilt_from_fields"]
+__all__ = ["INGRESSES", "ROUTES", "Ingress", "Mailgun", "Postmark", "Relay", "SendGrid"]
 
 logger = logging.getLogger(__name__)
 # JSON escaping and form encoding around a message can double it; beyond that, refuse
