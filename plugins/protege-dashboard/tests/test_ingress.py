@@ -571,3 +571,18 @@ def test_too_many_envelope_recipients_are_refused(web):
     assert relay(web, mail(), to=crowd).status_code == 413
     assert mailgun(web, mailgun_fields(mail().decode(), recipient=crowd)).status_code == 413
     assert stored() == []
+
+
+def test_a_chunked_body_without_a_length_is_cut_at_the_cap(web):
+    def pieces():
+        for _ in range(LIMIT // 1024 + 2):
+            yield b"x" * 1024
+
+    answer = web.post(
+        "/ingress/relay",
+        content=pieces(),
+        auth=RELAY,
+        headers={"Content-Type": "message/rfc822", "Protege-Envelope-To": SUNDAE},
+    )
+    assert answer.status_code == 413
+    assert stored() == []
