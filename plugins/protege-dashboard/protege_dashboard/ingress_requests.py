@@ -4,13 +4,15 @@ Everything that can be judged before the body is (the content type, its encoding
 declared length against the cap); the body is then read as it arrives, never past its cap,
 and parsed a piece at a time in a worker thread, never on the event loop that answers every
 other page. A form counts every field it carries (a name sent twice counts twice), and is
-refused as soon as it has too many, without reading on.
+refused as soon as it has too many, without reading on. A URL-encoded value is decoded only
+when read, so a form can be checked before its big values cost anything.
 """
 
 from __future__ import annotations
 
 import json
 import urllib.parse
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -24,6 +26,7 @@ MAX_FIELDS = 100
 # Bytes handed to the parser at a time: small enough that no piece keeps a worker long,
 # large enough that a big message is not a thousand hops to a thread.
 PARSE_PIECE = 256 * 1024
+MAX_NAME_BYTES = 100  # the providers' longest is under 40
 
 
 class Refused(Exception):
@@ -95,12 +98,37 @@ class Upload:
     data: bytes
 
 
+class _PercentDecoded(Mapping[str, bytes]):
+    """URL-encoded values, each decoded the first time it is asked for: decoding is slow
+    in Python, so a form is checked (Mailgun's signature) before its big values are read."""
+
+    def __init__(self, encoded: dict[str, bytes]) -> None:
+        self._encoded = encoded
+        self._decoded: dict[str, bytes] = {}
+
+    def __getitem__(self, name: str) -> bytes:
+        if name not in self._decoded:
+            self._decoded[name] = _unquoted(self._encoded[name])
+        return self._decoded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._encoded)
+
+    def __len__(self) -> int:
+        return len(self._encoded)
+
+    def size(self, name: str) -> int:
+        """How many bytes ``name``'s value was sent as (at least its decoded length)."""
+        return len(self._encoded.get(name, b""))
+
+
 @attrs.frozen
 class Form:
     """A posted form: each field's first value as the bytes sent (a message in a field keeps
-    every byte, whatever its character set), and its file parts in order."""
+    every byte, whatever its character set), and its file parts in order. A URL-encoded
+    value is decoded when first read: read a big one in a worker thread."""
 
-    fields: dict[str, bytes]
+    fields: Mapping[str, bytes]
     files: tuple[Upload, ...] = ()
 
     def get(self, name: str) -> bytes | None:
@@ -112,13 +140,25 @@ class Form:
         value = self.fields.get(name)
         return value.decode("utf-8", "replace") if value else None
 
+    def size(self, name: str) -> int:
+        """How many bytes the field ``name`` was sent as, without decoding it (0 when the
+        form has no such field)."""
+        if isinstance(self.fields, _PercentDecoded):
+            return self.fields.size(name)
+        return len(self.fields.get(name) or b"")
+
 
 async def read_form(request: Request, limit: int, *, files: bool = False) -> Form:
     """The posted form (``multipart/form-data`` or ``application/x-www-form-urlencoded``),
     read as it arrives: 413 past ``limit`` bytes or past ``MAX_FIELDS`` fields, 422 for a
     body that does not parse or (unless ``files``) carries a file part."""
     check_length(request, limit)
-    reading = _FormReading(request.headers.get("content-type", ""), limit, files)
+    content_type = request.headers.get("content-type", "")
+    reading: _MultipartReading | _UrlencodedReading
+    if media_type(request) == "multipart/form-data":
+        reading = _MultipartReading(content_type, limit, files)
+    else:
+        reading = _UrlencodedReading()
     pending: list[bytes] = []
     size = waiting = 0
     async for chunk in request.stream():
@@ -130,16 +170,47 @@ async def read_form(request: Request, limit: int, *, files: bool = False) -> For
         if waiting >= PARSE_PIECE:
             await run_in_threadpool(reading.write, b"".join(pending))
             pending, waiting = [], 0
-    await run_in_threadpool(reading.finish, b"".join(pending))
-    return reading.form()
+    return await run_in_threadpool(reading.finish, b"".join(pending))
 
 
-class _FormReading:
-    """One form being parsed, a piece at a time (each piece in a worker thread, one after
-    the other)."""
+def _too_many_fields() -> Refused:
+    return Refused(413, f"the form has more than {MAX_FIELDS} fields")
+
+
+class _UrlencodedReading:
+    """One URL-encoded form being read, a piece at a time: every field is counted as its
+    separator arrives (an empty one too), and the form is split once whole; its values
+    stay encoded until read."""
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+        self.separators = 0
+
+    def write(self, piece: bytes) -> None:
+        """Take the next piece of the body."""
+        self.separators += piece.count(b"&")
+        if self.separators >= MAX_FIELDS:
+            raise _too_many_fields()
+        self.pieces.append(piece)
+
+    def finish(self, piece: bytes) -> Form:
+        """Take the body's last piece; the form."""
+        self.write(piece)
+        encoded: dict[str, bytes] = {}
+        for pair in b"".join(self.pieces).split(b"&"):
+            if not pair:
+                continue
+            name, _, value = pair.partition(b"=")
+            if len(name) > MAX_NAME_BYTES:
+                raise Refused(422, f"a field name is over {MAX_NAME_BYTES} bytes")
+            encoded.setdefault(_unquoted(name).decode("utf-8", "replace"), value)
+        return Form(_PercentDecoded(encoded))
+
+
+class _MultipartReading:
+    """One multipart form being parsed by python-multipart, a piece at a time."""
 
     def __init__(self, content_type: str, limit: int, files: bool) -> None:
-        self.urlencoded = content_type.split(";")[0].strip().lower() != "multipart/form-data"
         self.files_allowed = files
         self.count = 0
         self.fields: dict[str, bytes] = {}
@@ -159,20 +230,12 @@ class _FormReading:
     def _counted(self) -> None:
         self.count += 1
         if self.count > MAX_FIELDS:
-            raise Refused(413, f"the form has more than {MAX_FIELDS} fields")
-
-    def _name(self, raw: bytes | None) -> str:
-        name = raw or b""
-        if self.urlencoded:
-            name = _unquoted(name)
-        return name.decode("utf-8", "replace")
+            raise _too_many_fields()
 
     def _on_field(self, field: Any) -> None:
         self._counted()
-        value = field.value or b""
-        if self.urlencoded:
-            value = _unquoted(value)
-        self.fields.setdefault(self._name(field.field_name), value)
+        name = (field.field_name or b"").decode("utf-8", "replace")
+        self.fields.setdefault(name, field.value or b"")
 
     def _on_file(self, file: Any) -> None:
         self._counted()
@@ -181,7 +244,7 @@ class _FormReading:
         file.file_object.seek(0)
         self.files.append(
             Upload(
-                self._name(file.field_name),
+                (file.field_name or b"").decode("utf-8", "replace"),
                 (file.file_name or b"").decode("utf-8", "replace"),
                 getattr(file, "content_type", None),
                 file.file_object.read(),
@@ -197,8 +260,8 @@ class _FormReading:
         except Exception as error:  # python-multipart's word for a body it cannot read
             raise Refused(422, f"the form does not parse: {error}") from None
 
-    def finish(self, piece: bytes) -> None:
-        """Parse the body's last piece, and the end of the form."""
+    def finish(self, piece: bytes) -> Form:
+        """Parse the body's last piece and the end of the form; the form."""
         self.write(piece)
         try:
             self.parser.finalize()
@@ -206,9 +269,6 @@ class _FormReading:
             raise
         except Exception as error:
             raise Refused(422, f"the form does not parse: {error}") from None
-
-    def form(self) -> Form:
-        """The form read."""
         return Form(self.fields, tuple(self.files))
 
 
