@@ -202,3 +202,16 @@ def test_postmark_json_nested_too_deep_is_refused_plainly(client):
     assert answer.status_code == 422
     assert answer.headers["content-type"].startswith("text/plain")
     assert answer.text == "the body is JSON nested too deeply\n"
+
+
+@pytest.mark.parametrize("name", ["timestamp", "token", "signature"])
+def test_a_mailgun_signature_field_too_long_is_refused_before_it_is_decoded(client, name):
+    fields = {"timestamp": "1", "token": "t", "signature": "s", "body-mime": "x"}
+    fields[name] = "%41" * 100_000
+    body = "&".join(f"{k}={v}" for k, v in fields.items()).encode()
+    answer = client.post(
+        "/ingress/mailgun",
+        content=body,
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert (answer.status_code, answer.text) == (401, f"the {name} is not one Mailgun makes\n")
