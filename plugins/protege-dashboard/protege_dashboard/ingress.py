@@ -39,18 +39,16 @@ import datetime
 import hashlib
 import hmac
 import json
-import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from protege import admin
-from protege.authentication import Resolver, Verdict, unverified
 from protege.models import UsedToken
+from protege_dashboard.ingress_handover import ingest_answered, verdict_for
 from protege_dashboard.ingress_requests import (
     Form,
     Refused,
@@ -60,11 +58,8 @@ from protege_dashboard.ingress_requests import (
     read_json,
 )
 from protege_dashboard.provider_verdicts import (
-    ProviderReport,
-    from_domain,
     mailgun_report,
     postmark_report,
-    provider_verdict,
     sendgrid_report,
 )
 from protege_dashboard.rebuilt import rebuilt_from_fields
@@ -72,7 +67,6 @@ from protege_dashboard.settings import DashboardSettings
 
 __all__ = ["INGRESSES", "ROUTES", "Ingress", "Mailgun", "Postmark", "Relay", "SendGrid"]
 
-logger = logging.getLogger(__name__)
 # JSON escaping and form encoding around a message can double it; beyond that, refuse
 # before reading on.
 ENVELOPE_FACTOR = 2
@@ -143,88 +137,6 @@ def _recipients(addresses: Sequence[str], where: str) -> list[str]:
     return found
 
 
-def _resolver(request: Request) -> Resolver:
-    """The DNS resolver of this app's ingresses: one, kept on the app so that its cache
-    serves every request, built again only when ``[mail.authentication]`` changed."""
-    settings = request.app.state.installation.config.mail.authentication
-    kept = getattr(request.app.state, "ingress_resolver", None)
-    if kept is None or kept[0] != settings:
-        kept = (settings, settings.resolver())
-        request.app.state.ingress_resolver = kept
-    return kept[1]
-
-
-async def _ingest(
-    request: Request,
-    raw: bytes,
-    recipients: list[str],
-    envelope_sender: str | None = None,
-    verdict: Verdict | None = None,
-) -> Response:
-    config = request.app.state.installation.config
-    try:
-        delivered = await run_in_threadpool(
-            admin.ingest,
-            raw,
-            config=config,
-            recipients=recipients,
-            envelope_sender=envelope_sender,
-            resolver=_resolver(request),
-            verdict=verdict,
-        )
-    except admin.MailRejected as rejection:
-        status = 413 if rejection.code == 552 else 422
-        return PlainTextResponse(f"{rejection}\n", status_code=status)
-    except admin.StorageUnavailable as error:
-        logger.error("could not store inbound mail for now: %s", error)
-        return PlainTextResponse(
-            "the message could not be stored; try again later\n",
-            status_code=503,
-            headers={"Retry-After": "60"},
-        )
-    if admin.all_refused(delivered):
-        for refused in delivered:
-            logger.info("refused mail %s: %s", refused.message.id, refused.reason)
-        return PlainTextResponse("this address does not accept your message\n", status_code=422)
-    return Response(status_code=204)
-
-
-# --- the providers' own verdicts ---------------------------------------------------------
-
-
-async def _verdict_for(
-    request: Request,
-    ingress: str,
-    raw: bytes,
-    report: Callable[[], ProviderReport] | None,
-    *,
-    rebuilt: bool = False,
-) -> Verdict | None:
-    """The verdict to hand ``ingest`` for ``raw``, which came through ``ingress`` (its
-    password or signature already checked); None lets ``ingest`` check the raw message's
-    DKIM itself. ``report`` reads the provider's own results, used only when the settings
-    trust that ingress's; a ``rebuilt`` message (from parsed fields) proves nothing else."""
-    if request.app.state.installation.config.mail.authentication.mode == "off":
-        return None  # ingest records that nothing was checked
-    verdict = None
-    if report is not None and ingress in _settings(request).trust_provider_verdicts:
-        # Reading the report parses what the provider sent, and its DMARC lookup may wait on
-        # DNS: off the event loop, as ingest is.
-        resolver = _resolver(request)
-        verdict = await run_in_threadpool(lambda: provider_verdict(raw, report(), resolver))
-        if verdict.authenticated:
-            return verdict
-    if not rebuilt:
-        return None
-    if verdict is not None:
-        return verdict
-    return unverified(
-        f"rebuilt from the {ingress} webhook's parsed fields, which prove nothing by "
-        "themselves (no provider verdicts trusted)",
-        from_domain(raw),
-    )
-
-
 def _limit(request: Request, factor: int = 1, overhead: int = 0) -> int:
     return request.app.state.installation.config.mail.max_message_bytes * factor + overhead
 
@@ -282,7 +194,7 @@ class Relay(Ingress):
         # Present but empty (or "<>"): the null return path of a bounce, as SMTP says it.
         sender = None if given is None else given.strip().strip("<>").strip()
         raw = await read_body(request, _limit(request))
-        return await _ingest(request, raw, recipients, sender)
+        return await ingest_answered(request, raw, recipients, sender)
 
 
 class Postmark(Ingress):
@@ -305,8 +217,8 @@ class Postmark(Ingress):
             raise Refused(422, "no OriginalRecipient as text")
         recipients = _recipients([original], "OriginalRecipient is empty")
         message = _raw(raw)
-        verdict = await _verdict_for(request, self.name, message, lambda: postmark_report(payload))
-        return await _ingest(request, message, recipients, verdict=verdict)
+        verdict = await verdict_for(request, self.name, message, lambda: postmark_report(payload))
+        return await ingest_answered(request, message, recipients, verdict=verdict)
 
 
 class SendGrid(Ingress):
@@ -327,10 +239,10 @@ class SendGrid(Ingress):
             raw = await run_in_threadpool(rebuilt_from_fields, form)
         else:
             raw = _field(form, "email")
-        verdict = await _verdict_for(
+        verdict = await verdict_for(
             request, self.name, raw, lambda: sendgrid_report(form.fields, sender), rebuilt=rebuilt
         )
-        return await _ingest(request, raw, recipients, sender, verdict)
+        return await ingest_answered(request, raw, recipients, sender, verdict)
 
     @staticmethod
     def _envelope(form: Form) -> tuple[list[str], str | None]:
@@ -365,10 +277,10 @@ class Mailgun(Ingress):
         # Only now are the big values decoded, in a worker thread: a URL-encoded message
         # costs seconds of Python to decode, which no unsigned request gets to spend.
         raw, recipients, sender = await run_in_threadpool(self._mail_of, form)
-        verdict = await _verdict_for(
+        verdict = await verdict_for(
             request, self.name, raw, lambda: mailgun_report(form.fields, raw, sender)
         )
-        return await _ingest(request, raw, recipients, sender, verdict)
+        return await ingest_answered(request, raw, recipients, sender, verdict)
 
     @staticmethod
     def _mail_of(form: Form) -> tuple[bytes, list[str], str | None]:
