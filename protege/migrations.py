@@ -480,6 +480,24 @@ def _0011_sender_authentication(db: peewee.Database | peewee.DatabaseProxy) -> N
     )
 
 
+def _0013_used_tokens(db: peewee.Database | peewee.DatabaseProxy) -> None:
+    # Tokens of signed webhook requests already taken (Mailgun's), kept only while a replay
+    # would still be fresh: every process serving the installation refuses a second arrival.
+    _run(
+        db,
+        """
+        CREATE TABLE used_token (
+            id {pk},
+            issuer VARCHAR(32) NOT NULL,
+            token VARCHAR(200) NOT NULL,
+            expires_at {ts} NOT NULL
+        );
+        CREATE UNIQUE INDEX used_token_issuer_token ON used_token (issuer, token);
+        CREATE INDEX used_token_expires_at ON used_token (expires_at)
+        """,
+    )
+
+
 def _0016_approvals_required_per_agent(db: peewee.Database | peewee.DatabaseProxy) -> None:
     # An operator may make one tool wait for approval on one agent whatever grants it.
     _run(
@@ -513,6 +531,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "search by field, newest first", _0009_search_by_field_newest_first),
     Migration(10, "approval by email", _0010_approvals),
     Migration(11, "sender authentication", _0011_sender_authentication),
+    Migration(13, "used tokens of signed webhooks", _0013_used_tokens),
     Migration(16, "approvals required per agent", _0016_approvals_required_per_agent),
 )
 

@@ -21,6 +21,7 @@ from protege.models import (
     Responsibility,
     Run,
     Toolkit,
+    UsedToken,
 )
 
 
@@ -67,6 +68,7 @@ def test_an_unmigrated_database_is_refused_with_what_to_run(tmp_path):
         "0009 search by field, newest first",
         "0010 approval by email",
         "0011 sender authentication",
+        "0013 used tokens of signed webhooks",
         "0016 approvals required per agent",
     ]
     db.require_current()
@@ -96,6 +98,7 @@ def test_an_unmigrated_database_is_refused_with_what_to_run(tmp_path):
         MessageAttachment,
         Operator,
         AuditEntry,
+        UsedToken,
         RequiredApproval,
     ],
 )

@@ -75,5 +75,4 @@ def create_app(
     app.state.settings = settings
     app.state.secrets = settings.secrets(environ)
     app.state.login_limiter = LoginLimiter(settings.login_attempts, settings.login_window_seconds)
-    app.state.mailgun_tokens = ingress.SeenTokens()
     return app

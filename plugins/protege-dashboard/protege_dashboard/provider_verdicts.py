@@ -9,6 +9,7 @@ import email.policy
 import email.utils
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -16,7 +17,7 @@ import attrs
 from protege.authentication import MethodResult, Resolver, Verdict, dmarc, sender_of, unverified
 
 
-def form_text(form: dict[str, bytes], name: str) -> str | None:
+def form_text(form: Mapping[str, bytes], name: str) -> str | None:
     """A form field's text (UTF-8, undecodable bytes replaced), or None when empty."""
     value = form.get(name)
     return value.decode("utf-8", "replace") if value else None
@@ -131,7 +132,7 @@ def _signing_domains(raw: bytes) -> set[str]:
 _SENDGRID_DKIM = re.compile(r"@?([^\s{},:@]+)\s*:\s*([A-Za-z]+)")
 
 
-def sendgrid_report(form: dict[str, bytes], envelope_sender: str | None) -> ProviderReport:
+def sendgrid_report(form: Mapping[str, bytes], envelope_sender: str | None) -> ProviderReport:
     """What SendGrid's Inbound Parse says it checked: ``SPF`` (for the envelope sender) and
     ``dkim`` (``{@thescoop.com : pass, @other.example : fail}``)."""
     dkim = tuple(
@@ -143,7 +144,7 @@ def sendgrid_report(form: dict[str, bytes], envelope_sender: str | None) -> Prov
 
 
 def mailgun_report(
-    form: dict[str, bytes], raw: bytes, envelope_sender: str | None
+    form: Mapping[str, bytes], raw: bytes, envelope_sender: str | None
 ) -> ProviderReport:
     """What Mailgun says it checked: ``X-Mailgun-Spf`` (for the envelope sender) and
     ``X-Mailgun-Dkim-Check-Result``, from the form or from its ``message-headers``. Mailgun
@@ -152,7 +153,7 @@ def mailgun_report(
     listed: list[tuple[str, str]] = []
     try:
         pairs = json.loads(form_text(form, "message-headers") or "[]")
-    except ValueError:
+    except (ValueError, RecursionError):
         pairs = []
     if isinstance(pairs, list):
         listed = [

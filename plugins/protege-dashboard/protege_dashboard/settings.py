@@ -10,6 +10,7 @@ environment variables holding the secrets of its mail ingresses.
     postmark_password_env = "PROTEGE_POSTMARK_PASSWORD" # POST /ingress/postmark
     sendgrid_password_env = "PROTEGE_SENDGRID_PASSWORD" # POST /ingress/sendgrid
     mailgun_signing_key_env = "MAILGUN_SIGNING_KEY"     # POST /ingress/mailgun
+    mailgun_max_age_seconds = 300.0   # a signed timestamp further from now is refused
     trust_provider_verdicts = ["mailgun"]   # whose own SPF/DKIM results count; none by default
 
 The plugin declares ``DashboardSettings`` through the ``plugin_settings`` hook, so protege

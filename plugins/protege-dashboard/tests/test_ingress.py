@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 
 from protege import blobs
 from protege.gateway.smtp import free_port, start_gateway
-from protege.models import Message, Run
+from protege.models import Agent, Message, MessageAttachment, Run
 from protege_dashboard.app import create_app
 from protege_dashboard.settings import DashboardSettings
 
@@ -59,13 +59,19 @@ def web(limited, scoop):
         yield client
 
 
-def relay(web, raw, auth=RELAY, content_type="message/rfc822"):
-    return web.post(
-        "/ingress/relay", content=raw, auth=auth, headers={"Content-Type": content_type}
-    )
+SUNDAE = "sundae@thescoop.example"
+
+
+def relay(web, raw, auth=RELAY, content_type="message/rfc822", to=SUNDAE):
+    headers = {"Content-Type": content_type}
+    if to is not None:
+        headers["Protege-Envelope-To"] = to
+    return web.post("/ingress/relay", content=raw, auth=auth, headers=headers)
 
 
 def postmark(web, payload, auth=POSTMARK, content_type="application/json"):
+    if isinstance(payload, dict):
+        payload = {"OriginalRecipient": SUNDAE, **payload}
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     return web.post(
         "/ingress/postmark", content=body, auth=auth, headers={"Content-Type": content_type}
@@ -73,13 +79,12 @@ def postmark(web, payload, auth=POSTMARK, content_type="application/json"):
 
 
 def sendgrid(web, raw, auth=SENDGRID, envelope=None):
-    fields = {"email": (None, raw)}
-    if envelope is not None:
-        fields["envelope"] = (None, json.dumps(envelope))
+    envelope = {"to": [SUNDAE], "from": "kid@gmail.example"} if envelope is None else envelope
+    fields = {"email": (None, raw), "envelope": (None, json.dumps(envelope))}
     return web.post("/ingress/sendgrid", files=fields, auth=auth)
 
 
-def mailgun_fields(raw, key=MAILGUN_KEY, timestamp=None, token="tok-1", recipient=None):
+def mailgun_fields(raw, key=MAILGUN_KEY, timestamp=None, token="tok-1", recipient=SUNDAE):
     timestamp = str(int(time.time())) if timestamp is None else timestamp
     signature = hmac.new(key.encode(), f"{timestamp}{token}".encode(), hashlib.sha256).hexdigest()
     fields = {"timestamp": timestamp, "token": token, "signature": signature, "body-mime": raw}
@@ -133,7 +138,7 @@ def test_relay_refuses_an_oversized_message_as_smtp_says_552(web):
 
 
 def test_relay_refuses_mail_for_no_agent_as_smtp_says_550(web):
-    answer = relay(web, mail(to="nobody@thescoop.example"))
+    answer = relay(web, mail(to="nobody@thescoop.example"), to="nobody@thescoop.example")
     assert answer.status_code == 422
     assert "no agent" in answer.text
     assert stored() == []
@@ -237,7 +242,8 @@ def test_postmark_refuses_an_oversized_body_and_an_oversized_message(web):
 
 def test_postmark_text_that_is_no_unicode_is_still_taken(web):
     raw = mail(body="caf\u00e9").decode().replace("caf", "\ud800caf")
-    assert postmark(web, json.dumps({"RawEmail": raw}).encode()).status_code == 204
+    payload = {"OriginalRecipient": SUNDAE, "RawEmail": raw}
+    assert postmark(web, json.dumps(payload).encode()).status_code == 204
     assert len(stored()) == 1
 
 
@@ -387,4 +393,196 @@ def test_a_mailgun_timestamp_that_is_not_whole_seconds_is_refused(web, timestamp
     # aged, so such a request could be replayed for ever.
     answer = mailgun(web, mailgun_fields(mail().decode(), timestamp=timestamp))
     assert answer.status_code == 401
+    assert stored() == []
+
+
+# --- every content type each provider documents -----------------------------------------
+
+
+def test_mailgun_url_encoded_body_mime_is_decoded_byte_for_byte(web, limited):
+    # Mailgun posts mail without attachments URL-encoded: "+", "&", "=", "%" and UTF-8
+    # in the message must come back as they were.
+    raw = mail(body="50% off + free cones & more = joy, caf\u00e9")
+    answer = web.post("/ingress/mailgun", data=mailgun_fields(raw.decode()))
+    assert answer.status_code == 204, answer.text
+    (message,) = stored()
+    assert blobs.read(message.raw_blob, limited.data_dir) == raw
+    assert "50% off + free cones & more = joy, café" in message.body_text
+
+
+def test_mailgun_multipart_body_mime_with_attachment_parts_is_taken(web, limited):
+    # With attachments Mailgun posts multipart/form-data; the attachments are in body-mime.
+    raw = mail()
+    fields = {k: (None, v) for k, v in mailgun_fields(raw.decode()).items()}
+    answer = web.post(
+        "/ingress/mailgun", files={**fields, "attachment-1": ("a.txt", b"hello", "text/plain")}
+    )
+    assert answer.status_code == 204, answer.text
+    (message,) = stored()
+    assert blobs.read(message.raw_blob, limited.data_dir) == raw
+
+
+def test_sendgrid_parsed_fields_with_attachments_are_rebuilt_with_them(web, limited):
+    fields = {
+        "headers": (None, "From: kid@gmail.example\nTo: sundae@thescoop.example\nSubject: Hi\n"),
+        "text": (None, "Here is my receipt."),
+        "envelope": (None, json.dumps({"to": [SUNDAE], "from": "kid@gmail.example"})),
+        "attachments": (None, "1"),
+        "attachment1": ("receipt.csv", b"order,total\nSCP-1042,12.50\n", "text/csv"),
+    }
+    answer = web.post("/ingress/sendgrid", files=fields, auth=SENDGRID)
+    assert answer.status_code == 204, answer.text
+    (message,) = stored()
+    assert message.body_text.strip() == "Here is my receipt."
+    (attachment,) = MessageAttachment.select().where(MessageAttachment.message == message)
+    assert attachment.blob.filename == "receipt.csv"
+    assert blobs.read(attachment.blob, limited.data_dir) == b"order,total\nSCP-1042,12.50\n"
+
+
+def test_postmark_json_is_its_only_type(web):
+    payload = {"OriginalRecipient": SUNDAE, "RawEmail": mail().decode()}
+    answer = web.post("/ingress/postmark", data=payload, auth=POSTMARK)  # a form, not JSON
+    assert answer.status_code == 415
+    assert postmark(web, payload).status_code == 204
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"RawEmail": "x", "OriginalRecipient": 3},
+        {"RawEmail": "x", "OriginalRecipient": {"a": [[["deep"]]]}},
+        {"RawEmail": "x", "OriginalRecipient": ""},
+        {"RawEmail": {"nested": True}, "OriginalRecipient": SUNDAE},
+    ],
+)
+def test_postmark_fields_of_the_wrong_type_are_refused_plainly(web, payload):
+    answer = postmark(web, json.dumps(payload).encode())
+    assert answer.status_code == 422
+    assert answer.headers["content-type"].startswith("text/plain")
+    assert stored() == []
+
+
+# --- delivered to the envelope, never to headers anyone can write -------------------------
+
+
+@pytest.fixture
+def scout(scoop):
+    """A second agent, whom the mail's own headers name but the envelope does not."""
+    return Agent.create(name="Scout", address="scout@thescoop.example")
+
+
+def named_in_headers(to="scout@thescoop.example"):
+    """A mail whose Delivered-To and Cc name Scout: anyone can write them."""
+    return f"Delivered-To: {to}\r\nCc: {to}\r\n".encode() + mail(to=SUNDAE)
+
+
+def test_relay_delivers_to_its_envelope_recipient_only(web, scout):
+    assert relay(web, named_in_headers()).status_code == 204
+    assert [m.agent.name for m in stored()] == ["Sundae"]
+
+
+def test_relay_without_an_envelope_recipient_is_refused_and_stores_nothing(web, scout):
+    answer = relay(web, named_in_headers(), to=None)
+    assert answer.status_code == 422
+    assert "Protege-Envelope-To" in answer.text
+    assert stored() == []
+
+
+def test_relay_takes_several_envelope_recipients(web, scout):
+    answer = relay(web, mail(), to=f"{SUNDAE}, <scout@thescoop.example>")
+    assert answer.status_code == 204
+    assert sorted(m.agent.name for m in stored()) == ["Scout", "Sundae"]
+
+
+def test_postmark_delivers_to_the_original_recipient_only(web, scout):
+    payload = {"OriginalRecipient": SUNDAE, "RawEmail": named_in_headers().decode()}
+    assert postmark(web, payload).status_code == 204
+    assert [m.agent.name for m in stored()] == ["Sundae"]
+
+
+def test_postmark_without_an_original_recipient_is_refused(web, scout):
+    body = json.dumps({"RawEmail": named_in_headers().decode()}).encode()
+    assert postmark(web, body).status_code == 422
+    assert stored() == []
+
+
+def test_sendgrid_without_an_envelope_is_refused(web, scout):
+    fields = {"email": (None, named_in_headers().decode())}
+    assert web.post("/ingress/sendgrid", files=fields, auth=SENDGRID).status_code == 422
+    assert stored() == []
+
+
+def test_mailgun_delivers_to_its_recipient_only_and_needs_one(web, scout):
+    fields = mailgun_fields(named_in_headers().decode(), recipient=None)
+    assert mailgun(web, fields).status_code == 422
+    fields = mailgun_fields(named_in_headers().decode(), token="tok-2")
+    assert mailgun(web, fields).status_code == 204
+    assert [m.agent.name for m in stored()] == ["Sundae"]
+
+
+# --- Mailgun's tokens, remembered in the database ----------------------------------------
+
+
+def test_mailgun_refuses_a_replay_after_a_restart_or_by_another_process(limited, scoop):
+    fields = mailgun_fields(mail().decode(), token="once-only")
+    for number, expected in enumerate((204, 401)):
+        # A new app each time: a restarted `protege dashboard`, or a second one beside it.
+        app = create_app(limited, DashboardSettings(), SECRETS)
+        with TestClient(app, base_url="http://127.0.0.1") as web:
+            assert mailgun(web, fields).status_code == expected, number
+    assert len(stored()) == 1
+
+
+@pytest.mark.parametrize("offset", [-3600, 3600, -301, 301])
+def test_mailgun_refuses_a_timestamp_outside_the_window_either_side(web, offset):
+    timestamp = str(int(time.time()) + offset)
+    answer = mailgun(web, mailgun_fields(mail().decode(), timestamp=timestamp))
+    assert answer.status_code == 401
+    assert stored() == []
+
+
+def test_relay_hands_on_the_envelope_sender_a_bounce_has_none(web):
+    answer = web.post(
+        "/ingress/relay",
+        content=mail(),
+        auth=RELAY,
+        headers={
+            "Content-Type": "message/rfc822",
+            "Protege-Envelope-To": SUNDAE,
+            "Protege-Envelope-From": "<>",
+        },
+    )
+    assert answer.status_code == 204
+    (message,) = stored()
+    assert "null return path" in message.flags
+    assert Run.select().count() == 0
+
+
+def test_sendgrid_envelope_nested_too_deeply_is_refused_plainly(web):
+    fields = {"email": (None, mail().decode()), "envelope": (None, "[" * 100_000)}
+    answer = web.post("/ingress/sendgrid", files=fields, auth=SENDGRID)
+    assert answer.status_code == 422
+    assert answer.text == "the envelope field is not JSON\n"
+    assert stored() == []
+
+
+def test_too_many_envelope_recipients_are_refused(web):
+    crowd = ", ".join(f"p{i}@thescoop.example" for i in range(101))
+    assert relay(web, mail(), to=crowd).status_code == 413
+    assert mailgun(web, mailgun_fields(mail().decode(), recipient=crowd)).status_code == 413
+    assert stored() == []
+
+
+def test_a_chunked_body_without_a_length_is_cut_at_the_cap(web):
+    def pieces():
+        for _ in range(LIMIT // 1024 + 2):
+            yield b"x" * 1024
+
+    answer = web.post(
+        "/ingress/relay",
+        content=pieces(),
+        auth=RELAY,
+        headers={"Content-Type": "message/rfc822", "Protege-Envelope-To": SUNDAE},
+    )
+    assert answer.status_code == 413
     assert stored() == []

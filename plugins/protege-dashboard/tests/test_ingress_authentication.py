@@ -31,6 +31,7 @@ SECRETS = {
 }
 FORGED_SENDGRID = {"dkim": "{@thescoop.com : pass}", "SPF": "pass"}
 TOKENS = count()
+SUNDAE = "sundae@thescoop.example"
 
 
 @pytest.fixture(scope="module")
@@ -82,11 +83,16 @@ def mail(sender: str = "Mara <mara@thescoop.com>", extra: str = "") -> bytes:
 
 def relay(web: TestClient, raw: bytes):
     return web.post(
-        "/ingress/relay", content=raw, auth=RELAY, headers={"Content-Type": "message/rfc822"}
+        "/ingress/relay",
+        content=raw,
+        auth=RELAY,
+        headers={"Content-Type": "message/rfc822", "Protege-Envelope-To": SUNDAE},
     )
 
 
 def sendgrid(web: TestClient, fields: dict, auth=SENDGRID):
+    envelope = json.dumps({"to": [SUNDAE], "from": "mara@thescoop.com"})
+    fields = {"envelope": envelope, **fields}
     return web.post("/ingress/sendgrid", files={k: (None, v) for k, v in fields.items()}, auth=auth)
 
 
@@ -127,7 +133,7 @@ def mailgun(web: TestClient, raw: bytes, key: str = MAILGUN_KEY, **more: str):
 def postmark(web: TestClient, payload: dict):
     return web.post(
         "/ingress/postmark",
-        content=json.dumps(payload).encode(),
+        content=json.dumps({"OriginalRecipient": SUNDAE, **payload}).encode(),
         auth=POSTMARK,
         headers={"Content-Type": "application/json"},
     )
@@ -328,3 +334,10 @@ def test_trust_provider_verdicts_is_read_from_protege_toml(installation):
 def test_only_provider_ingresses_can_be_trusted(ingress):
     with pytest.raises(ValueError, match="trust_provider_verdicts"):
         DashboardSettings(trust_provider_verdicts=(ingress,))
+
+
+def test_mailgun_headers_nested_too_deeply_prove_nothing_and_break_nothing(serve, scoop_key):
+    web = serve("mailgun")
+    answer = mailgun(web, mail(), **{"message-headers": "[" * 100_000})
+    assert answer.status_code == 204
+    assert the_message().sender_authenticated is False

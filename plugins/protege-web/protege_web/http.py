@@ -155,7 +155,8 @@ async def read_capped(response: httpx.Response, limit: int) -> tuple[bytes, bool
 
 
 class _Decoder:
-    """Undoes one content coding (gzip, deflate or none), a bounded amount at a time."""
+    """Undoes one content coding (gzip, deflate or none), a bounded amount at a time. A gzip
+    body may be several members one after the other (RFC 1952): each is decoded in turn."""
 
     def __init__(self, header: str) -> None:
         coding = header.strip().lower()
@@ -163,6 +164,7 @@ class _Decoder:
             raise FetchFailed(f"the server sent the body in an unsupported coding ({header!r})")
         self.coding = coding
         self._inflater: zlib._Decompress | None = None
+        self._between_members = False
         if coding in ("gzip", "x-gzip"):
             self._inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
 
@@ -173,9 +175,27 @@ class _Decoder:
         if self._inflater is None:  # deflate: zlib-wrapped as the RFC says, or raw as some send
             wrapped = len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
             self._inflater = zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
-        if self._inflater.eof:
-            return b""
-        try:
-            return self._inflater.decompress(data, at_most)
-        except zlib.error as error:
-            raise FetchFailed(f"the {self.coding} body is corrupt ({error})") from None
+        decoded = bytearray()
+        while len(decoded) < at_most:
+            if self._inflater.eof:
+                if self.coding == "deflate":
+                    break  # a deflate stream is one; what follows its end is not part of it
+                data = self._inflater.unused_data + data
+                self._inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                self._between_members = True
+            if self._between_members:
+                # Zero bytes some servers pad the last member with, as Python's gzip allows.
+                data = data.lstrip(b"\x00")
+                if not data:
+                    break
+                self._between_members = False
+            if not data:
+                break
+            try:
+                decoded += self._inflater.decompress(data, at_most - len(decoded))
+            except zlib.error as error:
+                raise FetchFailed(f"the {self.coding} body is corrupt ({error})") from None
+            data = self._inflater.unconsumed_tail
+            if not data and not self._inflater.eof:
+                break
+        return bytes(decoded)

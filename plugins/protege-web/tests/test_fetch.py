@@ -234,6 +234,33 @@ def test_a_gzip_body_is_decoded():
     assert internet.requests[0].headers["accept-encoding"] == "gzip, deflate"
 
 
+def gzip_page(body, chunk=16 * 1024):
+    headers = {"content-type": "text/plain", "content-encoding": "gzip"}
+    return Internet(
+        {"public.test/": lambda: httpx.Response(200, headers=headers, stream=Body(body, chunk))}
+    )
+
+
+@pytest.mark.parametrize("chunk", [3, 16 * 1024])  # members and padding split, or not
+def test_a_gzip_body_of_several_members_is_decoded_whole(chunk):
+    # RFC 1952: a gzip file is members one after the other; zero padding may follow.
+    body = gzip.compress(b"first, ") + gzip.compress(b"second, ") + gzip.compress(b"third")
+    page = get("http://public.test/", gzip_page(body + b"\x00" * 8, chunk))
+    assert (page.text, page.truncated) == ("first, second, third", False)
+
+
+def test_gzip_members_past_the_cap_are_cut_and_say_so():
+    body = gzip.compress(b"a" * 600) + gzip.compress(b"b" * 600)
+    page = get("http://public.test/", gzip_page(body), Limits(timeout=10, max_bytes=1000))
+    assert page.truncated
+    assert page.text == "a" * 600 + "b" * 400
+
+
+def test_bytes_after_the_last_gzip_member_that_are_no_member_are_refused():
+    with pytest.raises(FetchFailed, match="gzip body is corrupt"):
+        get("http://public.test/", gzip_page(gzip.compress(b"first") + b"not gzip at all"))
+
+
 def test_a_coding_the_tool_did_not_ask_for_is_refused():
     internet = Internet({"public.test/": html(b"\x1b\x00", content_encoding="br")})
     with pytest.raises(FetchFailed, match="unsupported coding"):
