@@ -56,6 +56,7 @@ def snapshot(record: Record | None) -> dict[str, Any] | None:
             "address": record.address,
             "instructions": record.instructions,
             "access_rules": [str(r) for r in sorted(record.access_rules, key=lambda r: r.id)],
+            **({"archived": True} if record.archived_at is not None else {}),
         }
     if isinstance(record, AgentToolkit):
         return {

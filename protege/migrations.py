@@ -480,6 +480,21 @@ def _0011_sender_authentication(db: peewee.Database | peewee.DatabaseProxy) -> N
     )
 
 
+def _0015_archived_agents_and_revocable_sessions(
+    db: peewee.Database | peewee.DatabaseProxy,
+) -> None:
+    # An archived agent keeps its mail and runs but is hidden and receives nothing. An
+    # operator's sessions hold the generation they were made in: raising it (logging out)
+    # ends every session made before, wherever its cookie still is.
+    _run(
+        db,
+        """
+        ALTER TABLE agent ADD COLUMN archived_at {ts};
+        ALTER TABLE operator ADD COLUMN session_generation INTEGER NOT NULL DEFAULT 0
+        """,
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "agents and toolkits", _0001_agents_and_toolkits),
     Migration(2, "messages and runs", _0002_messages_and_runs),
@@ -492,6 +507,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "search by field, newest first", _0009_search_by_field_newest_first),
     Migration(10, "approval by email", _0010_approvals),
     Migration(11, "sender authentication", _0011_sender_authentication),
+    Migration(
+        15, "archived agents, revocable sessions", _0015_archived_agents_and_revocable_sessions
+    ),
 )
 
 

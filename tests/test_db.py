@@ -66,6 +66,7 @@ def test_an_unmigrated_database_is_refused_with_what_to_run(tmp_path):
         "0009 search by field, newest first",
         "0010 approval by email",
         "0011 sender authentication",
+        "0015 archived agents, revocable sessions",
     ]
     db.require_current()
     # A database one migration behind is told what to run, and how many are waiting.

@@ -312,6 +312,7 @@ def test_commands_on_an_unmigrated_database_say_what_to_run(run_protege, tmp_pat
         "applied 0009 search by field, newest first\n"
         "applied 0010 approval by email\n"
         "applied 0011 sender authentication\n"
+        "applied 0015 archived agents, revocable sessions\n"
     )
     assert run_protege("agents", "list", env={"PROTEGE_DATABASE_URL": url}).returncode == 0
 

@@ -35,6 +35,7 @@ def test_runs_stored_before_migration_7_survive_it_and_may_be_cancelled(tmp_path
         "0009 search by field, newest first",
         "0010 approval by email",
         "0011 sender authentication",
+        "0015 archived agents, revocable sessions",
     ]
     assert [(r.status, r.lease_owner) for r in Run.select().order_by(Run.id)] == [
         ("queued", None),
