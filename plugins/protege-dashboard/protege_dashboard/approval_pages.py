@@ -10,6 +10,7 @@ from starlette.routing import Route
 
 from protege import ProtegeError, admin
 from protege.models import Agent, AgentToolkit, Approval, Run
+from protege_dashboard.access_pages import grant_view
 from protege_dashboard.security import checked_form
 from protege_dashboard.web import actor, found, redirect, render
 
@@ -33,10 +34,10 @@ async def approval_answer(request: Request) -> Response:
     back = str(form.get("back", "")) or "/approvals"
     back = back if back.startswith("/") and not back.startswith("//") else "/approvals"
     if decision is None:
-        return redirect(back, "say approve or deny", request)
+        return redirect(back, "say approve or deny", request, error=True)
     reason = " ".join(str(form.get("reason", "")).split())[:500] or None
     if not Approval.answer(approval.id, decision, actor(request), reason):
-        return redirect(back, f"approval {approval.id} was answered already", request)
+        return redirect(back, f"approval {approval.id} was answered already", request, error=True)
     run = Run.get_by_id(approval.run_id)
     said = f"approval {approval.id} ({approval.tool}) {decision}; run {run.id} is {run.status}"
     return redirect(back, said, request)
@@ -49,6 +50,12 @@ async def grant_approval(request: Request) -> Response:
         raise HTTPException(404, "no such record")
     here = f"/agents/{grant.agent_id}/grants/{grant.id}"
     form = await checked_form(request)
+    typed = {
+        "approvers": str(form.get("approvers", "")),
+        "notify": str(form.get("notify", "")),
+        "timeout_hours": str(form.get("timeout_hours", "")),
+        "self_approval": form.get("self_approval") == "on",
+    }
     try:
         if form.get("action") == "clear":
             with admin.change(actor(request), "approval no longer required", grant):
@@ -65,7 +72,7 @@ async def grant_approval(request: Request) -> Response:
                 form.get("self_approval") == "on",
             )
     except ProtegeError as error:
-        return redirect(here, str(error), request)
+        return grant_view(request, grant, str(error), approval_typed=typed)
     assert policy is not None
     return redirect(here, f"tools wait for approval by {', '.join(policy.approvers)}", request)
 
