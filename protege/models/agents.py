@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import peewee
 
-from protege.access import Decision, decide, require_address
+from protege.access import Decision, decide, require_address, routing_key
 from protege.db import database
 from protege.errors import ProtegeError, did_you_mean
 from protege.models.base import Record, utcnow
@@ -75,6 +75,7 @@ class Agent(Record):
             if other is not None:
                 archived = " (archived)" if other.archived else ""
                 raise ProtegeError(f"an agent with {field} {value!r} already exists{archived}")
+        self._refuse_a_shared_mailbox()
         creating = force_insert or self.id is None
         self.updated_at = utcnow()
         with database.atomic():
@@ -133,6 +134,23 @@ class Agent(Record):
             raise ProtegeError(f"{self.name} is not archived")
         self.archived_at = None
         self.save()
+
+    def _refuse_a_shared_mailbox(self) -> None:
+        # Mail is routed by routing key ("sundae+orders@" reaches "sundae@"): two agents
+        # whose addresses share one could not both be written to.
+        key = routing_key(self.address) or self.address
+        local, _, domain = key.rpartition("@")
+        others = Agent.select().where(
+            (Agent.id != self.id)
+            & Agent.address.startswith(local)
+            & Agent.address.endswith(f"@{domain}")
+        )
+        for other in others:
+            if routing_key(other.address) == key:
+                raise ProtegeError(
+                    f"{self.address!r} is the same mailbox as {other.name}'s address "
+                    f"{other.address!r} (a +tag or letter case does not tell them apart)"
+                )
 
     def _grant_default_tools(self) -> None:
         default = Toolkit.default_tools()

@@ -97,3 +97,14 @@ def test_an_archived_agents_address_is_still_taken_and_said_so(protege_db):
     Agent.create(name="Scout", address="scout@thescoop.example").archive()
     with pytest.raises(ProtegeError, match=r"already exists \(archived\)"):
         Agent.create(name="Scout 2", address="scout@thescoop.example")
+
+
+def test_an_address_reaching_another_agents_mailbox_is_refused(protege_db):
+    Agent.create(name="Sundae", address="sundae@thescoop.example")
+    scout = Agent.create(name="Scout", address="scout@thescoop.example")
+    with pytest.raises(ProtegeError, match="is the same mailbox as Sundae's address"):
+        scout.edit(address="Sundae+Orders@TheScoop.example")
+    with pytest.raises(ProtegeError, match="is the same mailbox as Sundae's address"):
+        Agent.create(name="Orders", address="sundae+orders@thescoop.example")
+    assert Agent.get_by_id(scout.id).address == "scout@thescoop.example"
+    assert scout.edit(address="scout+desk@thescoop.example") == ["address"]  # its own, tagged
