@@ -328,17 +328,9 @@ def grant_view(
     grant: AgentToolkit,
     error: str | None = None,
     typed: dict[str, Any] | None = None,
-    approval_typed: dict[str, Any] | None = None,
 ) -> Response:
-    """The grant's page; with ``error``, said as one, and the forms holding what was
-    typed (``typed`` for the gate rule, ``approval_typed`` for the approval policy)."""
-    policy = grant.approval
-    approval_form = approval_typed or {
-        "approvers": " ".join(policy.approvers) if policy else "",
-        "notify": " ".join(policy.notify) if policy else "",
-        "timeout_hours": policy.timeout // 3600 if policy else 72,
-        "self_approval": policy.self_approval if policy else True,
-    }
+    """The grant's page; with ``error``, said as one, and the gate rule form holding what
+    was ``typed``."""
     return render(
         request,
         "grant.html",
@@ -349,7 +341,6 @@ def grant_view(
         rules=sorted(grant.rules, key=lambda r: r.id),
         error=error,
         typed={"kind": "", "pattern": "", **(typed or {})},
-        approval_form=approval_form,
     )
 
 

@@ -10,7 +10,6 @@ from starlette.routing import Route
 
 from protege import ProtegeError, admin
 from protege.models import Agent, AgentToolkit, Approval, Run
-from protege_dashboard.access_pages import grant_view
 from protege_dashboard.security import checked_form
 from protege_dashboard.web import actor, found, redirect, render
 
@@ -50,12 +49,6 @@ async def grant_approval(request: Request) -> Response:
         raise HTTPException(404, "no such record")
     here = f"/agents/{grant.agent_id}/grants/{grant.id}"
     form = await checked_form(request)
-    typed = {
-        "approvers": str(form.get("approvers", "")),
-        "notify": str(form.get("notify", "")),
-        "timeout_hours": str(form.get("timeout_hours", "")),
-        "self_approval": form.get("self_approval") == "on",
-    }
     try:
         if form.get("action") == "clear":
             with admin.change(actor(request), "approval no longer required", grant):
@@ -72,7 +65,7 @@ async def grant_approval(request: Request) -> Response:
                 form.get("self_approval") == "on",
             )
     except ProtegeError as error:
-        return grant_view(request, grant, str(error), approval_typed=typed)
+        return redirect(here, str(error), request, error=True)
     assert policy is not None
     return redirect(here, f"tools wait for approval by {', '.join(policy.approvers)}", request)
 
