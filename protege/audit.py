@@ -67,6 +67,7 @@ def snapshot(record: Record | None) -> dict[str, Any] | None:
                 if record.approvals_required()
                 else {}
             ),
+            **({"archived": True} if record.archived_at is not None else {}),
         }
     if isinstance(record, AgentToolkit):
         return {

@@ -498,6 +498,21 @@ def _0013_used_tokens(db: peewee.Database | peewee.DatabaseProxy) -> None:
     )
 
 
+def _0015_archived_agents_and_revocable_sessions(
+    db: peewee.Database | peewee.DatabaseProxy,
+) -> None:
+    # An archived agent keeps its mail and runs but is hidden and receives nothing. An
+    # operator's sessions hold the generation they were made in: raising it (logging out)
+    # ends every session made before, wherever its cookie still is.
+    _run(
+        db,
+        """
+        ALTER TABLE agent ADD COLUMN archived_at {ts};
+        ALTER TABLE operator ADD COLUMN session_generation INTEGER NOT NULL DEFAULT 0
+        """,
+    )
+
+
 def _0016_approvals_required_per_agent(db: peewee.Database | peewee.DatabaseProxy) -> None:
     # An operator may make one tool wait for approval on one agent whatever grants it.
     _run(
@@ -532,6 +547,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "approval by email", _0010_approvals),
     Migration(11, "sender authentication", _0011_sender_authentication),
     Migration(13, "used tokens of signed webhooks", _0013_used_tokens),
+    Migration(
+        15, "archived agents, revocable sessions", _0015_archived_agents_and_revocable_sessions
+    ),
     Migration(16, "approvals required per agent", _0016_approvals_required_per_agent),
 )
 

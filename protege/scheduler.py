@@ -123,8 +123,12 @@ class Scheduler:
                 .where(Responsibility.id == responsibility_id)
                 .first()
             )
-            if responsibility is None or not responsibility.enabled:
-                return  # deleted or disabled since the pass began
+            if (
+                responsibility is None
+                or not responsibility.enabled
+                or responsibility.agent.archived_at is not None
+            ):
+                return  # deleted, disabled or its agent archived since the pass began
             try:
                 cron = responsibility.cron
             except ScheduleError as error:

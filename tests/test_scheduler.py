@@ -158,6 +158,17 @@ def test_disabled_and_unscheduled_duties_and_due_times_before_creation_queue_not
     assert run.responsibility.name == "new"
 
 
+def test_an_archived_agents_duties_queue_nothing_until_it_is_restored(protege_app, scout):
+    duty(scout)
+    scout.archive()
+    clock = Clock(utc(2026, 3, 2, 7))
+    assert Scheduler(protege_app, clock=clock).tick().queued == []
+    scout.restore()
+    clock.now = utc(2026, 3, 3, 7)
+    (run,) = Scheduler(protege_app, clock=clock).tick().queued
+    assert run.agent_id == scout.id
+
+
 def test_enabling_again_does_not_make_up_for_the_days_it_was_off(protege_app, scout):
     report = duty(scout, enabled=False)
     report.enabled = True

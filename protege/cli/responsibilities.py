@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import datetime
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
 
 from protege.cli.database import audited, open_database, open_installation
+from protege.cli.instructions import read_instructions
 from protege.cli.output import echo_json, echo_table
 from protege.cli.stopping import Stopper
 from protege.errors import ProtegeError
 
-MAX_INSTRUCTIONS_BYTES = 256 * 1024
 UPCOMING = 5
 
 
@@ -28,27 +27,6 @@ def _agent_option(function: Any) -> Any:
     return click.option("--agent", help="Whose responsibility (when several share the name).")(
         function
     )
-
-
-def _instructions(text: str | None, path: str | None, *, required: bool) -> str | None:
-    if text is not None and path is not None:
-        raise ProtegeError("give --instructions or --instructions-file, not both")
-    if path is not None:
-        file = Path(path)
-        try:
-            if file.stat().st_size > MAX_INSTRUCTIONS_BYTES:
-                raise ProtegeError(
-                    f"{path} is over {MAX_INSTRUCTIONS_BYTES // 1024} KiB: instructions are a "
-                    "prompt, not a document"
-                )
-            return file.read_bytes().decode("utf-8")
-        except OSError as error:
-            raise ProtegeError(f"cannot read {path}: {error.strerror or error}") from None
-        except UnicodeDecodeError:
-            raise ProtegeError(f"{path} is not UTF-8 text") from None
-    if text is None and required:
-        raise ProtegeError("give the instructions: --instructions TEXT or --instructions-file F")
-    return text
 
 
 def _find(name: str, agent: str | None):
@@ -99,7 +77,7 @@ def add(
     """Give AGENT a responsibility NAME, run on --schedule (or only when asked, without)."""
     from protege.models import Agent, Responsibility
 
-    prompt = _instructions(instructions, instructions_file, required=True)
+    prompt = read_instructions(instructions, instructions_file, required=True)
     open_database()
     with audited("responsibility added") as change:
         duty = Responsibility.create(
@@ -233,7 +211,7 @@ def edit(
     instructions_file: str | None,
 ) -> None:
     """Change a responsibility; a new schedule counts due times from now."""
-    prompt = _instructions(instructions, instructions_file, required=False)
+    prompt = read_instructions(instructions, instructions_file, required=False)
     open_database()
     duty = _find(name, agent)
     changes = {

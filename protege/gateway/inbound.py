@@ -60,13 +60,15 @@ class Delivered:
 
 
 def agent_for(address: str) -> Agent | None:
-    """The agent whose address has the same routing key as ``address``, if any."""
+    """The agent whose address has the same routing key as ``address``, if any; an archived
+    agent is no agent here, so its mail is refused as mail for nobody."""
     key = routing_key(address)
     if key is None:
         return None
     local, _, domain = key.partition("@")
     candidates = Agent.fetch(
-        "LOWER(address) LIKE {p} ESCAPE '!' AND LOWER(address) LIKE {p} ESCAPE '!'",
+        "LOWER(address) LIKE {p} ESCAPE '!' AND LOWER(address) LIKE {p} ESCAPE '!' "
+        "AND archived_at IS NULL",
         _like(local.lower()) + "%",
         "%@" + _like(domain.lower()),
     )

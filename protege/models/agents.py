@@ -15,6 +15,7 @@ from protege.access import (
     checked_policy,
     decide,
     require_address,
+    routing_key,
 )
 from protege.db import database
 from protege.errors import ProtegeError, did_you_mean
@@ -52,6 +53,18 @@ class Agent(Record):
     instructions = peewee.TextField(default="")
     created_at = peewee.DateTimeField(default=utcnow)
     updated_at = peewee.DateTimeField(default=utcnow)
+    archived_at = peewee.DateTimeField(null=True)
+
+    @classmethod
+    def active(cls) -> peewee.ModelSelect[Agent]:
+        """The agents that are not archived: the ones listed and written to."""
+        return cls.select().where(cls.archived_at.is_null())
+
+    @property
+    def archived(self) -> bool:
+        """Whether the agent is archived: kept with its mail and runs, hidden from listings,
+        and unknown to mail routing until restored."""
+        return self.archived_at is not None
 
     @classmethod
     def named(cls, name: str) -> Agent:
@@ -69,8 +82,11 @@ class Agent(Record):
         self.address = require_address(self.address or "")
         for field, value in (("name", self.name), ("address", self.address)):
             column = getattr(Agent, field)
-            if Agent.get_or_none((column == value) & (Agent.id != self.id)) is not None:
-                raise ProtegeError(f"an agent with {field} {value!r} already exists")
+            other = Agent.get_or_none((column == value) & (Agent.id != self.id))
+            if other is not None:
+                archived = " (archived)" if other.archived else ""
+                raise ProtegeError(f"an agent with {field} {value!r} already exists{archived}")
+        self._refuse_a_shared_mailbox()
         creating = force_insert or self.id is None
         self.updated_at = utcnow()
         with database.atomic():
@@ -78,6 +94,74 @@ class Agent(Record):
             if creating:
                 self._grant_default_tools()
         return result
+
+    def edit(
+        self,
+        *,
+        name: str | None = None,
+        address: str | None = None,
+        instructions: str | None = None,
+    ) -> list[str]:
+        """Change what is given (None: unchanged) and save; the names of the fields that
+        changed. ``ProtegeError`` for an invalid address or a name or address another agent
+        has, and then nothing changes."""
+        given = {"name": name, "address": address, "instructions": instructions}
+        before = {field: getattr(self, field) for field in given}
+        for field, value in given.items():
+            if value is not None:
+                setattr(self, field, value)
+        try:
+            self.save()
+        except ProtegeError:
+            for field, value in before.items():
+                setattr(self, field, value)
+            raise
+        return [field for field in given if getattr(self, field) != before[field]]
+
+    def history(self) -> dict[str, int]:
+        """How many messages, runs and approvals the agent has: what purging it deletes."""
+        p = database.param
+        # Written out: the message, run and approval records import this module.
+        row = database.execute_sql(
+            f"SELECT (SELECT COUNT(*) FROM message WHERE agent_id = {p}), "
+            f"(SELECT COUNT(*) FROM run WHERE agent_id = {p}), "
+            "(SELECT COUNT(*) FROM approval JOIN run ON run.id = approval.run_id "
+            f"WHERE run.agent_id = {p})",
+            (self.id, self.id, self.id),
+        ).fetchone()
+        return {"messages": row[0], "runs": row[1], "approvals": row[2]}
+
+    def archive(self) -> None:
+        """Keep the agent with its mail and runs, hidden from listings; mail to it is then
+        refused as mail for no known agent, and its responsibilities do not run."""
+        if self.archived:
+            raise ProtegeError(f"{self.name} is archived already")
+        self.archived_at = utcnow()
+        self.save()
+
+    def restore(self) -> None:
+        """Bring an archived agent back: listed, and written to, again."""
+        if not self.archived:
+            raise ProtegeError(f"{self.name} is not archived")
+        self.archived_at = None
+        self.save()
+
+    def _refuse_a_shared_mailbox(self) -> None:
+        # Mail is routed by routing key ("sundae+orders@" reaches "sundae@"): two agents
+        # whose addresses share one could not both be written to.
+        key = routing_key(self.address) or self.address
+        local, _, domain = key.rpartition("@")
+        others = Agent.select().where(
+            (Agent.id != self.id)
+            & Agent.address.startswith(local)
+            & Agent.address.endswith(f"@{domain}")
+        )
+        for other in others:
+            if routing_key(other.address) == key:
+                raise ProtegeError(
+                    f"{self.address!r} is the same mailbox as {other.name}'s address "
+                    f"{other.address!r} (a +tag or letter case does not tell them apart)"
+                )
 
     def _grant_default_tools(self) -> None:
         default = Toolkit.default_tools()

@@ -17,6 +17,9 @@ class Operator(Record):
     name = peewee.CharField(max_length=200, unique=True)
     password_hash = peewee.CharField(max_length=500)
     created_at = peewee.DateTimeField(default=utcnow)
+    # Raised to end every session made before (logging out): a session holds the value it
+    # was made with.
+    session_generation = peewee.IntegerField(default=0)
 
 
 class AuditEntry(Record):

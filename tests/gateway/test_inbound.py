@@ -32,6 +32,17 @@ def test_recipient_is_matched_by_routing_key(sundae):
     assert agent_for("not an address") is None
 
 
+def test_an_archived_agent_is_no_recipient_until_restored(sundae, config, mail):
+    sundae.archive()
+    assert agent_for("sundae@thescoop.example") is None  # what SMTP's RCPT asks
+    with pytest.raises(MailRejected, match="no agent") as raised:
+        ingest(mail(), config=config, recipients=["sundae@thescoop.example"])
+    assert raised.value.code == 550
+    assert Message.select().count() == 0
+    sundae.restore()
+    assert agent_for("Sundae+Orders@TheScoop.example") == sundae
+
+
 def test_like_wildcards_in_a_recipient_match_only_themselves(protege_db):
     underscore = Agent.create(name="U", address="a_b@the_scoop.example")
     percent = Agent.create(name="P", address="100%!@thescoop.example")

@@ -77,3 +77,34 @@ def test_deleting_an_agent_removes_its_grants_and_rules(protege_db, scoop_manife
     sundae.delete_instance(recursive=True)
     assert finance.grants.count() == 0
     assert Toolkit.named("Finance") == finance
+
+
+def test_a_failed_edit_leaves_the_agent_as_it_was(protege_db):
+    Agent.create(name="Scout", address="scout@thescoop.example")
+    sundae = Agent.create(name="Sundae", address="sundae@thescoop.example", instructions="Hi.")
+    with pytest.raises(ProtegeError, match=r"an agent with address 'scout@thescoop\.example'"):
+        sundae.edit(name="Sundae Bot", address="Scout@TheScoop.example", instructions="New.")
+    assert (sundae.name, sundae.address, sundae.instructions) == (
+        "Sundae",
+        "sundae@thescoop.example",
+        "Hi.",
+    )
+    assert sundae.edit(name="Sundae", instructions="New.") == ["instructions"]
+    assert Agent.get_by_id(sundae.id).instructions == "New."
+
+
+def test_an_archived_agents_address_is_still_taken_and_said_so(protege_db):
+    Agent.create(name="Scout", address="scout@thescoop.example").archive()
+    with pytest.raises(ProtegeError, match=r"already exists \(archived\)"):
+        Agent.create(name="Scout 2", address="scout@thescoop.example")
+
+
+def test_an_address_reaching_another_agents_mailbox_is_refused(protege_db):
+    Agent.create(name="Sundae", address="sundae@thescoop.example")
+    scout = Agent.create(name="Scout", address="scout@thescoop.example")
+    with pytest.raises(ProtegeError, match="is the same mailbox as Sundae's address"):
+        scout.edit(address="Sundae+Orders@TheScoop.example")
+    with pytest.raises(ProtegeError, match="is the same mailbox as Sundae's address"):
+        Agent.create(name="Orders", address="sundae+orders@thescoop.example")
+    assert Agent.get_by_id(scout.id).address == "scout@thescoop.example"
+    assert scout.edit(address="scout+desk@thescoop.example") == ["address"]  # its own, tagged

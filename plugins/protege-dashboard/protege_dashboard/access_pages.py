@@ -136,7 +136,7 @@ async def toolkit_delete(request: Request) -> Response:
         with admin.change(actor(request), "toolkit deleted", toolkit):
             toolkit.delete_instance(recursive=True)
     except ProtegeError as error:
-        return redirect("/toolkits", str(error), request)
+        return redirect("/toolkits", str(error), request, error=True)
     return redirect("/toolkits", f"deleted toolkit {toolkit.name}", request)
 
 
@@ -166,7 +166,8 @@ def _agents(request: Request, error: str | None = None, form: Any = None) -> Res
         request,
         "agents.html",
         status_code=422 if error else 200,
-        agents=list(Agent.select().order_by(Agent.name)),
+        agents=list(Agent.active().order_by(Agent.name)),
+        archived=list(Agent.select().where(Agent.archived_at.is_null(False)).order_by(Agent.name)),
         held=held,
         error=error,
         form=form or {},
@@ -185,15 +186,22 @@ def _agent(
     explanation: admin.Explanation | None = None,
     error: str | None = None,
     asked: str = "",
+    typed: dict[str, Any] | None = None,
 ) -> Response:
     manifest = installation(request).manifest
     grants = sorted(agent.grants, key=lambda g: g.toolkit.name)
     attached = {g.toolkit_id for g in grants}
+    typed = typed or {}
     return render(
         request,
         "agent.html",
         status_code=422 if error else 200,
         agent=agent,
+        edit={
+            field: typed.get(field, getattr(agent, field))
+            for field in ("name", "address", "instructions")
+        },
+        rule_typed={"kind": typed.get("rule_kind", ""), "pattern": typed.get("rule_pattern", "")},
         grants=grants,
         access_rules=sorted(agent.access_rules, key=lambda r: r.id),
         attachable=[t for t in Toolkit.select().order_by(Toolkit.name) if t.id not in attached],
@@ -202,6 +210,37 @@ def _agent(
         error=error,
         asked=asked,
     )
+
+
+async def agent_edit(request: Request) -> Response:
+    """Change the agent's name, address and instructions, as ``protege agents edit`` does."""
+    agent = found(Agent, request.path_params["id"])
+    form = await checked_form(request)
+    typed = {field: str(form.get(field, "")) for field in ("name", "address", "instructions")}
+    try:
+        with admin.change(actor(request), "agent edited", agent):
+            changed = agent.edit(**typed)
+    except ProtegeError as error:
+        return _agent(request, agent, error=str(error), typed=typed)
+    said = f"saved agent {agent.name}" if changed else f"nothing changed on {agent.name}"
+    return redirect(f"/agents/{agent.id}", said, request)
+
+
+async def agent_archive(request: Request) -> Response:
+    """Archive the agent (kept with its mail and runs, hidden, sent nothing) or restore it,
+    as ``protege agents delete --archive`` and ``protege agents restore`` do."""
+    agent = found(Agent, request.path_params["id"])
+    form = await checked_form(request)
+    restoring = form.get("action") == "restore"
+    try:
+        with admin.change(
+            actor(request), "agent restored" if restoring else "agent archived", agent
+        ):
+            agent.restore() if restoring else agent.archive()
+    except ProtegeError as error:
+        return redirect(f"/agents/{agent.id}", str(error), request, error=True)
+    said = "restored" if restoring else "archived: mail to it is refused until it is restored"
+    return redirect(f"/agents/{agent.id}", f"{agent.name} {said}", request)
 
 
 async def agent_attach(request: Request) -> Response:
@@ -214,7 +253,7 @@ async def agent_attach(request: Request) -> Response:
             grant = agent.grant(toolkit, allow_proactive=form.get("allow_proactive") == "on")
             change.created(grant)
     except ProtegeError as error:
-        return redirect(f"/agents/{agent.id}", str(error), request)
+        return redirect(f"/agents/{agent.id}", str(error), request, error=True)
     return redirect(f"/agents/{agent.id}", f"attached {toolkit.name}", request)
 
 
@@ -239,11 +278,13 @@ async def access_rule_add(request: Request) -> Response:
     """Add an allow or deny pattern to who may reach the agent at all."""
     agent = found(Agent, request.path_params["id"])
     form = await checked_form(request)
+    kind, pattern = str(form.get("kind", "")), str(form.get("pattern", ""))
     try:
         with admin.change(actor(request), "access rule added", agent):
-            rule = agent.add_access_rule(str(form.get("kind", "")), str(form.get("pattern", "")))
+            rule = agent.add_access_rule(kind, pattern)
     except ProtegeError as error:
-        return redirect(f"/agents/{agent.id}", str(error), request)
+        typed = {"rule_kind": kind, "rule_pattern": pattern}
+        return _agent(request, agent, error=str(error), typed=typed)
     return redirect(f"/agents/{agent.id}", f"added access rule {rule}", request)
 
 
@@ -279,14 +320,27 @@ async def explain(request: Request) -> Response:
 
 async def grant_page(request: Request) -> Response:
     """Configure Access Settings of one attachment: its gate rules, scheduled runs."""
-    grant = _grant(request)
+    return grant_view(request, _grant(request))
+
+
+def grant_view(
+    request: Request,
+    grant: AgentToolkit,
+    error: str | None = None,
+    typed: dict[str, Any] | None = None,
+) -> Response:
+    """The grant's page; with ``error``, said as one, and the gate rule form holding what
+    was ``typed``."""
     return render(
         request,
         "grant.html",
+        status_code=422 if error else 200,
         grant=grant,
         agent=grant.agent,
         toolkit=grant.toolkit,
         rules=sorted(grant.rules, key=lambda r: r.id),
+        error=error,
+        typed={"kind": "", "pattern": "", **(typed or {})},
     )
 
 
@@ -295,11 +349,12 @@ async def grant_rule_add(request: Request) -> Response:
     grant = _grant(request)
     form = await checked_form(request)
     here = f"/agents/{grant.agent_id}/grants/{grant.id}"
+    kind, pattern = str(form.get("kind", "")), str(form.get("pattern", ""))
     try:
         with admin.change(actor(request), "rule added", grant):
-            rule = grant.add_rule(str(form.get("kind", "")), str(form.get("pattern", "")))
+            rule = grant.add_rule(kind, pattern)
     except ProtegeError as error:
-        return redirect(here, str(error), request)
+        return grant_view(request, grant, str(error), {"kind": kind, "pattern": pattern})
     return redirect(here, f"added rule {rule}", request)
 
 
@@ -338,6 +393,8 @@ ROUTES = [
     Route("/toolkits/{id:int}/delete", toolkit_delete, methods=["POST"]),
     Route("/agents", agents_page, methods=["GET", "POST"]),
     Route("/agents/{id:int}", agent_page),
+    Route("/agents/{id:int}/edit", agent_edit, methods=["POST"]),
+    Route("/agents/{id:int}/archive", agent_archive, methods=["POST"]),
     Route("/agents/{id:int}/attach", agent_attach, methods=["POST"]),
     Route("/agents/{id:int}/explain", explain, methods=["POST"]),
     Route("/agents/{id:int}/access-rules", access_rule_add, methods=["POST"]),

@@ -33,10 +33,10 @@ async def approval_answer(request: Request) -> Response:
     back = str(form.get("back", "")) or "/approvals"
     back = back if back.startswith("/") and not back.startswith("//") else "/approvals"
     if decision is None:
-        return redirect(back, "say approve or deny", request)
+        return redirect(back, "say approve or deny", request, error=True)
     reason = " ".join(str(form.get("reason", "")).split())[:500] or None
     if not Approval.answer(approval.id, decision, actor(request), reason):
-        return redirect(back, f"approval {approval.id} was answered already", request)
+        return redirect(back, f"approval {approval.id} was answered already", request, error=True)
     run = Run.get_by_id(approval.run_id)
     said = f"approval {approval.id} ({approval.tool}) {decision}; run {run.id} is {run.status}"
     return redirect(back, said, request)
@@ -65,7 +65,7 @@ async def grant_approval(request: Request) -> Response:
                 form.get("self_approval") == "on",
             )
     except ProtegeError as error:
-        return redirect(here, str(error), request)
+        return redirect(here, str(error), request, error=True)
     assert policy is not None
     return redirect(here, f"tools wait for approval by {', '.join(policy.approvers)}", request)
 

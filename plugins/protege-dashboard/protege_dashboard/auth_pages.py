@@ -8,7 +8,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from protege_dashboard.operators import authenticate
-from protege_dashboard.security import checked_form, current_operator, session_key
+from protege_dashboard.security import (
+    checked_form,
+    current_operator,
+    end_sessions,
+    session_key,
+)
 from protege_dashboard.web import redirect, render
 
 
@@ -60,8 +65,10 @@ async def login(request: Request) -> Response:
 
 
 async def logout(request: Request) -> Response:
-    """End this session."""
+    """End this operator's sessions: this one, and any other browser's, so that no copy of
+    the cookie still signs in."""
     await checked_form(request)
+    end_sessions(request.state.operator)
     request.session.clear()
     return redirect("/login")
 

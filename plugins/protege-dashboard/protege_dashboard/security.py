@@ -51,9 +51,19 @@ def session_secret(data_dir: Path) -> str:
 
 
 def session_key(operator: Operator) -> str:
-    """What a session holds to stay valid: it changes when the operator's password does
-    (and the operator gone, nothing matches), which ends their other sessions."""
-    return hashlib.sha256(f"{operator.id}:{operator.password_hash}".encode()).hexdigest()[:32]
+    """What a session holds to stay valid: it changes when the operator's password does, or
+    when they log out (``end_sessions``); the operator gone, nothing matches. Each change
+    ends every session made before it."""
+    made = f"{operator.id}:{operator.session_generation}:{operator.password_hash}"
+    return hashlib.sha256(made.encode()).hexdigest()[:32]
+
+
+def end_sessions(operator: Operator) -> None:
+    """End every session of ``operator``, on the server: a copy of an old cookie, kept or
+    stolen, no longer signs anyone in."""
+    Operator.update(session_generation=Operator.session_generation + 1).where(
+        Operator.id == operator.id
+    ).execute()
 
 
 def current_operator(session: dict[str, Any]) -> Operator | None:

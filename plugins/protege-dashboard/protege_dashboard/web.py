@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from markupsafe import Markup, escape
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse
@@ -30,6 +31,21 @@ environment.filters["printable"] = lambda text: admin.printable("" if text is No
 environment.filters["redacted"] = lambda text: redact_tokens("" if text is None else str(text))
 
 
+def inline_code(text: object) -> Markup:
+    """A line protege wrote for people (a flash, an error), made printable and escaped, with
+    each `backticked` span (a command, a name) shown as code."""
+    parts = admin.printable("" if text is None else str(text)).split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: nothing is code
+        return escape("`".join(parts))
+    return Markup("").join(
+        Markup("<code>{}</code>").format(part) if odd else escape(part)
+        for odd, part in ((i % 2 == 1, p) for i, p in enumerate(parts))
+    )
+
+
+environment.filters["inline_code"] = inline_code
+
+
 def render(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
     """The page ``template`` filled with ``context``, the CSRF token and who is signed in."""
     page = environment.get_template(template).render(
@@ -37,18 +53,19 @@ def render(request: Request, template: str, status_code: int = 200, **context: A
         csrf_token=csrf_token(request),
         operator=getattr(request.state, "operator", None),
         flash=request.session.pop("flash", None),
+        flash_error=request.session.pop("flash_error", None),
         **context,
     )
     return HTMLResponse(page, status_code=status_code)
 
 
 def redirect(
-    path: str, flash: str | None = None, request: Request | None = None
+    path: str, flash: str | None = None, request: Request | None = None, *, error: bool = False
 ) -> RedirectResponse:
     """Go on to ``path`` after a form (303: the browser then asks with GET), with a line to
-    show there."""
+    show there: as an error if ``error``, else as what was done."""
     if flash is not None and request is not None:
-        request.session["flash"] = flash
+        request.session["flash_error" if error else "flash"] = flash
     return RedirectResponse(path, status_code=303)
 
 

@@ -137,7 +137,7 @@ async def run_cancel(request: Request) -> Response:
             if was not in STOPPABLE:  # it ended meanwhile: nothing changed, nothing recorded
                 raise ProtegeError(f"run {run.id} is {was} already: there is nothing to cancel")
     except ProtegeError as error:
-        return redirect(f"/runs/{run.id}", str(error), request)
+        return redirect(f"/runs/{run.id}", str(error), request, error=True)
     if was == "queued":
         said = f"run {run.id} cancelled (it had not started)"
     elif was == "waiting":
@@ -170,7 +170,15 @@ async def blob_download(request: Request) -> Response:
 
 
 async def responsibilities_page(request: Request) -> Response:
-    """Every responsibility, with its schedule and last run."""
+    """Every responsibility, with its schedule and last run, and the form to add one."""
+    if request.method == "POST":
+        return await _responsibility_add(request)
+    return _responsibilities(request)
+
+
+def _responsibilities(
+    request: Request, error: str | None = None, typed: dict[str, str] | None = None
+) -> Response:
     duties = list(
         Responsibility.select(Responsibility, Agent)
         .join(Agent)
@@ -181,26 +189,84 @@ async def responsibilities_page(request: Request) -> Response:
         last[duty.id] = (
             Run.select().where(Run.responsibility == duty).order_by(Run.id.desc()).first()
         )
-    return render(request, "responsibilities.html", duties=duties, last=last)
+    return render(
+        request,
+        "responsibilities.html",
+        status_code=422 if error else 200,
+        duties=duties,
+        last=last,
+        agents=list(Agent.active().order_by(Agent.name)),
+        error=error,
+        form=typed or {"timezone": "UTC"},
+    )
+
+
+async def _responsibility_add(request: Request) -> Response:
+    """Give an agent a new responsibility, as ``protege responsibilities add`` does."""
+    form = await checked_form(request)
+    typed = {
+        field: str(form.get(field, ""))
+        for field in ("agent", "name", "prompt", "schedule", "timezone")
+    }
+    agent = Agent.get_or_none(Agent.id == int(typed["agent"])) if typed["agent"].isdigit() else None
+    try:
+        if agent is None:
+            raise ProtegeError("choose the agent whose responsibility it is")
+        with admin.change(actor(request), "responsibility added") as change:
+            duty = Responsibility.create(
+                agent=agent,
+                name=typed["name"],
+                prompt=typed["prompt"],
+                schedule=typed["schedule"].strip() or None,
+                timezone=typed["timezone"].strip() or "UTC",
+                enabled=form.get("enabled") == "on",
+            )
+            change.created(duty)
+    except ProtegeError as error:
+        return _responsibilities(request, str(error), typed)
+    return redirect(
+        "/responsibilities", f"added {agent.name}'s responsibility {duty.name}", request
+    )
 
 
 async def responsibility_form(request: Request) -> Response:
     """Edit a responsibility: its instructions, schedule and time zone."""
     duty = found(Responsibility, request.path_params["id"])
     if request.method == "GET":
-        return render(request, "responsibility.html", duty=duty, error=None)
+        return _responsibility(request, duty)
     form = await checked_form(request)
-    schedule = str(form.get("schedule", "")).strip()
+    typed = {field: str(form.get(field, "")) for field in ("prompt", "schedule", "timezone")}
     try:
         with admin.change(actor(request), "responsibility edited", duty):
-            duty.prompt = str(form.get("prompt", ""))
-            duty.schedule = schedule or None
-            duty.timezone = str(form.get("timezone", "")).strip() or "UTC"
+            duty.prompt = typed["prompt"]
+            duty.schedule = typed["schedule"].strip() or None
+            duty.timezone = typed["timezone"].strip() or "UTC"
             duty.save()
     except ProtegeError as error:
         fresh = Responsibility.get_by_id(duty.id)
-        return render(request, "responsibility.html", status_code=422, duty=fresh, error=str(error))
+        return _responsibility(request, fresh, str(error), typed)
     return redirect("/responsibilities", f"saved {duty.name}", request)
+
+
+def _responsibility(
+    request: Request,
+    duty: Responsibility,
+    error: str | None = None,
+    typed: dict[str, str] | None = None,
+) -> Response:
+    shown = typed or {
+        "prompt": duty.prompt,
+        "schedule": duty.schedule or "",
+        "timezone": duty.timezone,
+    }
+    return render(
+        request,
+        "responsibility.html",
+        status_code=422 if error else 200,
+        duty=duty,
+        error=error,
+        form=shown,
+    )
 
 
 async def responsibility_enable(request: Request) -> Response:
@@ -224,7 +290,8 @@ async def responsibility_run(request: Request) -> Response:
         .first()
     )
     if going is not None:
-        return redirect("/responsibilities", f"run {going.id} is {going.status} already", request)
+        said = f"run {going.id} is {going.status} already"
+        return redirect("/responsibilities", said, request, error=True)
     run = admin.queue_responsibility(duty)
     said = f"queued run {run.id}: `protege serve` carries it out"
     return redirect(f"/runs/{run.id}", said, request)
@@ -262,7 +329,7 @@ ROUTES = [
     Route("/runs/{id:int}/cancel", run_cancel, methods=["POST"]),
     Route("/messages/{id:int}", message_page),
     Route("/files/{id:int}", blob_download),
-    Route("/responsibilities", responsibilities_page),
+    Route("/responsibilities", responsibilities_page, methods=["GET", "POST"]),
     Route("/responsibilities/{id:int}/edit", responsibility_form, methods=["GET", "POST"]),
     Route("/responsibilities/{id:int}/enable", responsibility_enable, methods=["POST"]),
     Route("/responsibilities/{id:int}/run", responsibility_run, methods=["POST"]),

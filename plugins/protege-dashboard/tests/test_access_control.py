@@ -145,6 +145,26 @@ def test_logging_out_ends_the_session(signed_in, token_of):
     assert signed_in.get("/agents", follow_redirects=False).status_code == 303
 
 
+def test_a_cookie_kept_from_before_logging_out_signs_nobody_in(signed_in, client, token_of):
+    """Logging out ends the session on the server: a copy of the cookie (another tab's, or
+    one stolen) is refused afterwards, not only the browser's own, which it forgets."""
+    page = signed_in.get("/agents")
+    kept = signed_in.cookies["protege_session"]
+    signed_in.post("/logout", data={"csrf_token": token_of(page.text)})
+    client.cookies.clear()
+    client.cookies.set("protege_session", kept, domain="127.0.0.1")
+    answer = client.get("/agents", follow_redirects=False)
+    assert answer.status_code == 303
+    assert answer.headers["location"].startswith("/login")
+
+
+def test_signing_in_again_after_logging_out_works(signed_in, client, token_of, sign_in):
+    page = signed_in.get("/agents")
+    signed_in.post("/logout", data={"csrf_token": token_of(page.text)})
+    assert sign_in(client).status_code == 303
+    assert client.get("/agents", follow_redirects=False).status_code == 200
+
+
 @pytest.mark.parametrize("target", ["//evil.example/", "https://evil.example/", "/\\evil.example"])
 def test_login_goes_on_only_to_a_page_of_this_site(client, operator, target, token_of):
     page = client.get("/login")

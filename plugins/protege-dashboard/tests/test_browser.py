@@ -236,3 +236,98 @@ def test_the_finance_grant_shows_its_approval_policy(signed_in, demo):
     listed = browser.find_element(By.ID, "approvals").text
     assert "approved by mara@thescoop.com" in listed
     assert "denied by mara@thescoop.com" in listed
+
+
+def _finance_grant(browser, url) -> None:
+    browser.get(f"{url}/agents")
+    browser.find_element(By.LINK_TEXT, "Sundae").click()
+    row = browser.find_element(By.XPATH, "//table[@id='agent-toolkits']//tr[td[text()='Finance']]")
+    row.find_element(By.LINK_TEXT, "Configure Access Settings").click()
+
+
+def test_the_agent_page_says_which_toolkits_need_approval(signed_in, demo):
+    browser, (_, url) = signed_in, demo
+    browser.get(f"{url}/agents")
+    browser.find_element(By.LINK_TEXT, "Sundae").click()
+    table = browser.find_element(By.ID, "agent-toolkits")
+    finance = table.find_element(By.XPATH, ".//tr[td[text()='Finance']]/td[@class='approval']")
+    assert finance.text == "needs approval by *@thescoop.com"
+    others = table.find_elements(By.XPATH, ".//tr[td[1][text()!='Finance']]/td[@class='approval']")
+    assert others
+    assert {cell.text for cell in others} == {"none"}
+
+
+def test_the_grant_page_is_titled_by_its_name_and_a_refused_rule_stays_typed(signed_in, demo):
+    browser, (_, url) = signed_in, demo
+    _finance_grant(browser, url)
+    assert browser.title == "Finance on Sundae · protege"
+    Select(browser.find_element(By.ID, "rule-kind")).select_by_visible_text("deny")
+    browser.find_element(By.ID, "rule-pattern").send_keys("a*b*@x.com")
+    _submit(browser, "add-rule")
+    error = browser.find_element(By.ID, "error")
+    assert "is not a rule pattern" in error.text
+    assert "error" in error.get_attribute("class").split()
+    assert not browser.find_elements(By.ID, "flash")
+    assert browser.find_element(By.ID, "rule-pattern").get_attribute("value") == "a*b*@x.com"
+    chosen = Select(browser.find_element(By.ID, "rule-kind")).first_selected_option
+    assert chosen.text == "deny"
+
+
+def test_an_agents_instructions_are_edited_and_a_taken_address_is_refused(signed_in, demo):
+    browser, (folder, url) = signed_in, demo
+    browser.get(f"{url}/agents")
+    browser.find_element(By.LINK_TEXT, "Sundae").click()
+    address = browser.find_element(By.ID, "agent-address")
+    address.clear()
+    address.send_keys("nobody at all")
+    instructions = browser.find_element(By.ID, "agent-instructions")
+    instructions.clear()
+    instructions.send_keys("Answer about ice cream, kindly.")
+    _submit(browser, "save-agent")
+    assert "is not an email address" in browser.find_element(By.ID, "error").text
+    assert browser.find_element(By.ID, "agent-address").get_attribute("value") == "nobody at all"
+    assert browser.find_element(By.ID, "agent-instructions").get_attribute("value") == (
+        "Answer about ice cream, kindly."
+    )
+    address = browser.find_element(By.ID, "agent-address")
+    address.clear()
+    address.send_keys("sundae@thescoop.example")
+    _submit(browser, "save-agent")
+    assert browser.find_element(By.ID, "flash").text == "saved agent Sundae"
+    shown = _protege(folder, "agents", "show", "Sundae")
+    assert "instructions: Answer about ice cream, kindly." in shown
+
+
+def test_a_responsibility_is_added_and_run_now_says_its_command_as_code(signed_in, demo):
+    browser, (folder, url) = signed_in, demo
+    browser.get(f"{url}/responsibilities")
+    Select(browser.find_element(By.ID, "duty-agent")).select_by_visible_text("Sundae")
+    browser.find_element(By.ID, "duty-name").send_keys("Tub count")
+    browser.find_element(By.ID, "duty-prompt").send_keys("Count the tubs.")
+    browser.find_element(By.ID, "duty-schedule").send_keys("every morning")
+    _submit(browser, "add-duty")
+    assert "every morning" in browser.find_element(By.ID, "error").text
+    assert browser.find_element(By.ID, "duty-name").get_attribute("value") == "Tub count"
+    assert browser.find_element(By.ID, "duty-prompt").get_attribute("value") == "Count the tubs."
+    schedule = browser.find_element(By.ID, "duty-schedule")
+    schedule.clear()
+    schedule.send_keys("0 7 * * 1-5")
+    _submit(browser, "add-duty")
+    assert browser.find_element(By.ID, "flash").text == "added Sundae's responsibility Tub count"
+    assert "Tub count" in _protege(folder, "responsibilities", "list")
+    row = browser.find_element(By.XPATH, "//tr[td/a[text()='Tub count']]")
+    old = browser.find_element(By.TAG_NAME, "html")
+    row.find_element(By.XPATH, ".//button[text()='Run now']").click()
+    _wait(browser, _replaced(old))
+    flash = browser.find_element(By.ID, "flash")
+    assert "`" not in flash.text
+    assert flash.find_element(By.TAG_NAME, "code").text == "protege serve"
+
+
+def test_logging_out_ends_the_session(signed_in, demo):
+    browser, (_, url) = signed_in, demo
+    browser.get(f"{url}/agents")
+    _submit(browser, "logout")
+    assert "/login" in browser.current_url
+    browser.get(f"{url}/agents")
+    assert "/login" in browser.current_url  # the session is over, not just forgotten
