@@ -39,13 +39,14 @@ from protege.harness.events import render as render_event
 from protege.installation import Installation, open_installation
 from protege.models import Agent
 from protege.models.messages import REFUSED
-from protege.models.resolution import Resolution
+from protege.models.resolution import ApprovalBypass, Resolution, bypassed_approvals, unapprovable
 from protege.models.resolution import explain as explain_resolution
 from protege.queue import queue_scheduled as queue_responsibility
 from protege.registry import Manifest
 
 __all__ = [
     "EVENT_KINDS",
+    "ApprovalBypass",
     "Change",
     "Config",
     "Delivered",
@@ -55,6 +56,7 @@ __all__ = [
     "StorageUnavailable",
     "all_refused",
     "audit_entries",
+    "bypassed_approvals",
     "change",
     "command_line_actor",
     "explain",
@@ -69,6 +71,7 @@ __all__ = [
     "render_event",
     "require_current",
     "snapshot",
+    "unapprovable",
 ]
 
 

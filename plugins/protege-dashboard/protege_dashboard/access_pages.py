@@ -206,6 +206,12 @@ def _agent(
         access_rules=sorted(agent.access_rules, key=lambda r: r.id),
         attachable=[t for t in Toolkit.select().order_by(Toolkit.name) if t.id not in attached],
         catalogue=agent.available_tools(manifest),
+        required={
+            entry.id: None for entry in agent.available_tools(manifest) if entry.requires_approval
+        }
+        | agent.approvals_required(),
+        withheld=admin.unapprovable(agent, manifest),
+        skipped=admin.bypassed_approvals(agent, manifest),
         explanation=explanation,
         error=error,
         asked=asked,
@@ -331,6 +337,11 @@ def grant_view(
 ) -> Response:
     """The grant's page; with ``error``, said as one, and the gate rule form holding what
     was ``typed``."""
+    skipped = [
+        bypass
+        for bypass in admin.bypassed_approvals(grant.agent, installation(request).manifest)
+        if grant.toolkit.name in (bypass.guarded_by, bypass.given_by)
+    ]
     return render(
         request,
         "grant.html",
@@ -339,6 +350,7 @@ def grant_view(
         agent=grant.agent,
         toolkit=grant.toolkit,
         rules=sorted(grant.rules, key=lambda r: r.id),
+        skipped=skipped,
         error=error,
         typed={"kind": "", "pattern": "", **(typed or {})},
     )

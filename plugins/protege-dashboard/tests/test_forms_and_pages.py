@@ -275,3 +275,38 @@ def test_a_waiting_run_shows_no_finished_time(signed_in, scoop):
     run.status = "done"
     run.save()
     assert "finished 2026-03-02 07:00:00" in _text(signed_in.get(f"/runs/{run.id}").text)
+
+
+def test_where_one_grant_skips_anothers_approval_the_agent_and_grant_pages_say_so(signed_in, scoop):
+    scoop.grant_of(Toolkit.named("Finance")).require_approval(
+        ["*@thescoop.com"], ["mara@thescoop.com"]
+    )
+    scoop.grant(Toolkit.create(name="Everything", member_tool_ids=["process_refund"]))
+    skipped = (
+        "process_refund waits for approval through Finance, but Everything gives it without "
+        "approval to every sender its gate admits"
+    )
+    agent_page = _text(signed_in.get(f"/agents/{scoop.id}").text)
+    assert skipped in " ".join(agent_page.split())
+    _, here = _grant_path(scoop)
+    grant_page = signed_in.get(here).text
+    (listed,) = re.findall(r'<ul id="approval-skipped"[^>]*>(.*?)</ul>', grant_page, re.S)
+    assert skipped in " ".join(_text(listed).split())
+    # Made to wait on Sundae whatever grants it, the tool is no longer skippable.
+    scoop.require_approval("process_refund", ["*@thescoop.com"], ["mara@thescoop.com"])
+    agent_page = " ".join(_text(signed_in.get(f"/agents/{scoop.id}").text).split())
+    assert skipped not in agent_page
+    assert (
+        "process_refund always waits for approval on Sundae, by *@thescoop.com, whichever "
+        "toolkit gives it"
+    ) in agent_page
+    assert 'id="approval-skipped"' not in signed_in.get(here).text
+
+
+def test_the_attach_form_preselects_no_toolkit(signed_in, scoop):
+    Toolkit.create(name="All Tools", member_tool_ids=["process_refund"])
+    page = signed_in.get(f"/agents/{scoop.id}").text
+    (select,) = re.findall(
+        r'<select name="toolkit" id="attach-toolkit"[^>]*>(.*?)</select>', page, re.S
+    )
+    assert re.findall(r"<option[^>]*selected[^>]*>([^<]*)<", select) == ["Choose a toolkit"]
