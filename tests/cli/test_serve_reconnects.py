@@ -5,10 +5,15 @@ itself was restarted, and a relay in front bounced the mail."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import signal
 import smtplib
 import subprocess
+import tempfile
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +21,7 @@ from protege.gateway.smtp import free_port
 from protege.models import Agent, Message, Run, Toolkit
 from protege.testing import say
 
-from .serving import read_line, start
+from .serving import patience, read_line, start
 
 pytestmark = pytest.mark.skipif(
     "not __import__('os').environ.get('PROTEGE_TEST_DATABASE_URL')",
@@ -89,3 +94,114 @@ def test_serve_goes_on_after_postgresql_ends_its_connections(
     subjects = sorted(m.subject for m in Message.select().where(Message.direction == "inbound"))
     assert subjects == [f"Mail {n}" for n in range(1, 7)]  # nothing lost, nothing doubled
     assert [run.status for run in Run.select()] == ["done"] * 6
+
+
+class PrivateCluster:
+    """A PostgreSQL server of this test's own (initdb in a folder, on a free port), so that
+    it can be restarted without disturbing the other tests' server."""
+
+    def __init__(self, folder: Path) -> None:
+        # Debian keeps the server's programs out of PATH, one folder per major version.
+        bindirs = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: p.parent.name)
+        found = shutil.which("initdb")
+        self.bin = bindirs[-1] if bindirs else Path(found or "initdb").parent
+        self.folder = folder
+        self.port = free_port()
+        self.as_owner: list[str] = []
+        if os.geteuid() == 0:  # initdb refuses root: the cluster is the postgres user's
+            self.as_owner = ["runuser", "-u", "postgres", "--"]
+            shutil.chown(folder, "postgres")
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/app"
+
+    def create(self) -> None:
+        """Make the cluster and its database, and start the server."""
+        self._run("initdb", "-D", str(self.folder / "data"), "-U", "postgres", "-A", "trust")
+        self.pg_ctl("start")
+        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "app")
+
+    def _run(self, program: str, *args: str) -> None:
+        done = subprocess.run(
+            [*self.as_owner, str(self.bin / program), *args],
+            capture_output=True,
+            text=True,
+            timeout=patience(120),
+        )
+        assert done.returncode == 0, f"{program} failed: {done.stderr}"
+
+    def pg_ctl(self, action: str, *args: str) -> None:
+        """Start, restart or stop the server, waiting until it has."""
+        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.folder}"
+        self._run(
+            "pg_ctl", "-D", str(self.folder / "data"), "-l", str(self.folder / "log"),
+            "-w", "-m", "fast", "-o", options, action, *args,
+        )  # fmt: skip
+
+    def query(self, sql: str) -> list[tuple]:
+        import psycopg2
+
+        with (
+            psycopg2.connect(self.url, connect_timeout=10) as connection,
+            connection.cursor() as cursor,
+        ):
+            cursor.execute(sql)
+            rows = cursor.fetchall()
+        connection.close()
+        return rows
+
+
+@pytest.fixture
+def cluster():
+    folder = Path(tempfile.mkdtemp(prefix="protege-pg-"))
+    folder.chmod(0o755)
+    made = PrivateCluster(folder)
+    try:
+        made.create()
+        yield made
+    finally:  # whatever happened, no server is left running
+        if (folder / "data" / "postmaster.pid").exists():
+            with contextlib.suppress(AssertionError, subprocess.SubprocessError):
+                made.pg_ctl("stop")
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_serve_goes_on_after_postgresql_restarts(run_protege, scripted_model, cluster, tmp_path):
+    env = {
+        "PROTEGE_DATABASE_URL": cluster.url,
+        "PROTEGE_DATA_DIR": str(tmp_path / "data"),
+        "OPENAI_BASE_URL": scripted_model.base_url,
+        "OPENAI_API_KEY": "k",
+        "PROTEGE_MODEL": "scripted",
+    }
+    assert run_protege("migrate", env=env).returncode == 0
+    made = run_protege(
+        "agents", "create", "Sundae", "--address", "sundae@thescoop.example", env=env
+    )
+    assert made.returncode == 0, made.stderr
+    scripted_model.script(*[say("Thanks!") for _ in range(20)])
+    port = free_port()
+    process = start(run_protege, env, "serve", "--port", str(port), "--concurrency", "2")
+    try:
+        assert read_line(process, WAIT).startswith("protege: listening for mail on ")
+        assert send(port, 1) is None
+        assert read_line(process, WAIT).startswith("mail ")
+        cluster.pg_ctl("restart")  # every connection serve holds is ended by the server
+        refusals = [send(port, number) for number in range(2, 6)]
+        ended_runs: set[str] = set()
+        while len(ended_runs) < 5:
+            line = read_line(process, WAIT)
+            if line.startswith("run ") and line.endswith((": done", ": failed")):
+                ended_runs.add(line.split(" ")[1])
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            said = process.communicate(timeout=WAIT)[1]
+        except subprocess.TimeoutExpired:
+            process.kill()
+            said = process.communicate()[1]
+        print(said.decode()[-6000:])  # shown when the test fails: what serve logged
+    assert refusals == [None] * 4  # taken at once, on new connections
+    subjects = cluster.query(
+        "SELECT subject FROM message WHERE direction = 'inbound' ORDER BY subject"
+    )
+    assert [s for (s,) in subjects] == [f"Mail {n}" for n in range(1, 6)]
+    assert cluster.query("SELECT status FROM run") == [("done",)] * 5
