@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import datetime
 import functools
+import importlib
 import logging
 import math
 import threading
@@ -34,6 +35,20 @@ from protege.queue import claim_next
 logger = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime.datetime]
+
+
+def preload(installation: Installation) -> None:
+    """Import what runs would otherwise import on first use: the model client, and the
+    modules each tool on offer names in ``preload``. A serving process does it before it
+    takes runs, so that no two runs' threads import one module at the same moment (one of
+    them could see it half imported) and no first call stalls the runs' event loop."""
+    load_library()
+    for entry in installation.manifest.tools:
+        for name in entry.tool_class.preload:
+            try:
+                importlib.import_module(name)
+            except Exception as error:  # the tool fails when called, and says why
+                logger.warning("tool %s: could not import %s: %s", entry.id, name, error)
 
 
 def drain(installation: Installation, *, clock: Clock = utcnow) -> list[Run]:
@@ -116,7 +131,7 @@ class Workers:
         mail_io = ThreadPoolExecutor(
             config.serve.max_concurrent_deliveries, thread_name_prefix="protege-delivery"
         )
-        await self._loop.run_in_executor(io, load_library)
+        await self._loop.run_in_executor(io, preload, self.installation)
         delivery = DeliveryLoop(config, mail_io, clock=self.clock)
         delivering = asyncio.create_task(delivery.run())
         in_flight: set[asyncio.Task] = set()
