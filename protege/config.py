@@ -65,6 +65,9 @@ class ModelSettings:
     # repr so that it never reaches a log.
     api_key: str | None = attrs.field(default=None, repr=False)
     timeout: float = 60.0
+    # One model call as a whole, retries included: ``timeout`` bounds each read, and an
+    # endpoint sending a byte now and then would otherwise hold a run for ever.
+    max_call_seconds: float = attrs.field(default=300.0, validator=attrs.validators.gt(0))
     max_retries: int = attrs.field(default=3, validator=attrs.validators.ge(0))
     max_output_tokens: int | None = None
     token_parameter: str = attrs.field(
@@ -109,6 +112,11 @@ class RunSettings:
     max_attempts: int = attrs.field(default=3, validator=attrs.validators.ge(1))
     # Threads tools may hold at once (a sync tool past its timeout holds one until it ends).
     tool_threads: int = attrs.field(default=64, validator=attrs.validators.ge(1))
+    # One attempt at a run, from its claim to its end (waiting for an approval ends an
+    # attempt): past this, the run fails with a budget_exhausted event.
+    max_run_seconds: int = attrs.field(default=1800, validator=attrs.validators.ge(1))
+    # How often a worker looks for its runs' cancels (one query for all its runs).
+    cancel_check_seconds: float = attrs.field(default=1.0, validator=attrs.validators.gt(0))
 
 
 @attrs.frozen(kw_only=True, repr=False)

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from protege.db import close_idle_connections
 from protege.delivery import DeliveryLoop, send_pending
 from protege.harness import carry_out, execute
+from protege.harness.cancels import CancelWatch
 from protege.harness.model import load_library
 from protege.harness.runner import new_owner
 from protege.installation import Installation
@@ -156,6 +157,7 @@ class Workers:
     ) -> None:
         loop = asyncio.get_running_loop()
         lease = self.installation.config.runs.lease_seconds
+        cancels = CancelWatch(self.installation.config.runs.cancel_check_seconds, io)
         wake, stopping = self._wake, self._stopping
         if wake is None or stopping is None:
             raise RuntimeError("the workers' loop is not running")
@@ -187,7 +189,15 @@ class Workers:
                 continue
             run, claim = claimed
             task = asyncio.create_task(
-                carry_out(run, claim, self.installation, io=io, clock=self.clock, stopping=stopping)
+                carry_out(
+                    run,
+                    claim,
+                    self.installation,
+                    io=io,
+                    clock=self.clock,
+                    stopping=stopping,
+                    cancels=cancels,
+                )
             )
             in_flight.add(task)
             task.add_done_callback(lambda done: self._ended(done, in_flight, delivery))
