@@ -262,7 +262,8 @@ class MailSettings:
     ``max_recipients`` people (To, Cc and Bcc together).
 
     ``smtp_timeout`` is how many seconds the relay may take to answer one step (connecting,
-    each command, the data). ``ehlo_name`` is the name protege greets the relay with; by
+    each command, sending the data); ``smtp_data_timeout`` how long it may take to answer
+    the mail itself. ``ehlo_name`` is the name protege greets the relay with; by
     default this machine's fully qualified name when it has one, else the address literal
     of the connection (``[192.0.2.7]``).
     """
@@ -283,6 +284,9 @@ class MailSettings:
     smtp_password: str | None = attrs.field(default=None, repr=False)
     smtp_timeout: float = attrs.field(default=30.0, validator=attrs.validators.gt(0))
     ehlo_name: str | None = attrs.field(default=None, validator=_check_ehlo_name)
+    # How long the relay may take to answer the mail itself (after its last byte), as RFC
+    # 5321 asks of senders (10 minutes): timing out there would send it again.
+    smtp_data_timeout: float = attrs.field(default=600.0, validator=attrs.validators.gt(0))
     smtp_retries: int = attrs.field(default=3, validator=attrs.validators.ge(0))
     max_message_bytes: int = 25 * MIB
     max_attachments: int = 10
