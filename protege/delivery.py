@@ -32,7 +32,7 @@ import peewee
 
 from protege import blobs, failpoints
 from protege.config import Config
-from protege.db import database
+from protege.db import database, put_down_connection, take_up_connection
 from protege.gateway import relay
 from protege.models import Blob, Message, Run
 from protege.models.base import utcnow
@@ -63,8 +63,8 @@ def lease_seconds(config: Config) -> float:
 
 class _Renewal:
     """Keeps a delivery loop's claim on one mail alive, from a thread of its own, while the
-    mail is handed off; ``held`` is the claim as it stands (None once another loop took the
-    mail: this one was presumed dead)."""
+    mail is handed off; ``held`` is the claim as this loop last set it (once another loop
+    took the mail, presuming this one dead, it is renewed no more and records nothing)."""
 
     def __init__(
         self, message_id: int, held: datetime.datetime | None, config: Config, clock: Clock
@@ -85,13 +85,14 @@ class _Renewal:
 
     def __exit__(self, *exc: object) -> None:
         self._done.set()
-        if self._thread.is_alive() or self._thread.ident is not None:
+        if self._thread.ident is not None:  # started
             self._thread.join()
 
     def _renew(self) -> None:
         interval = lease_seconds(self.config) / 3
         try:
             while not self._done.wait(interval):
+                take_up_connection()
                 held = self.held
                 until = self.clock() + datetime.timedelta(seconds=lease_seconds(self.config))
                 try:
@@ -108,7 +109,7 @@ class _Renewal:
                     return  # another loop has it: what this one sees is not recorded
                 self.held = until
         finally:
-            database.close()  # this thread's own connection
+            put_down_connection()
 
 
 def claim_due(
