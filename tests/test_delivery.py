@@ -299,7 +299,7 @@ def test_a_relay_slower_than_the_claim_gets_the_mail_once_and_it_ends_sent(sunda
     controller.start()
     try:
         # A claim of one second, and a relay answering slower than both it and smtp_timeout.
-        smtp = by_smtp(config, controller.port, smtp_timeout=2)
+        smtp = by_smtp(config, controller.port, smtp_timeout=5)
         smtp = attrs.evolve(smtp, runs=attrs.evolve(smtp.runs, lease_seconds=1))
         mail = queue_mail(sundae, smtp)
         tried: list = []
