@@ -65,6 +65,9 @@ class ModelSettings:
     # repr so that it never reaches a log.
     api_key: str | None = attrs.field(default=None, repr=False)
     timeout: float = 60.0
+    # One model call as a whole, retries included: ``timeout`` bounds each read, and an
+    # endpoint sending a byte now and then would otherwise hold a run for ever.
+    max_call_seconds: float = attrs.field(default=300.0, validator=attrs.validators.gt(0))
     max_retries: int = attrs.field(default=3, validator=attrs.validators.ge(0))
     max_output_tokens: int | None = None
     token_parameter: str = attrs.field(
@@ -109,6 +112,11 @@ class RunSettings:
     max_attempts: int = attrs.field(default=3, validator=attrs.validators.ge(1))
     # Threads tools may hold at once (a sync tool past its timeout holds one until it ends).
     tool_threads: int = attrs.field(default=64, validator=attrs.validators.ge(1))
+    # One attempt at a run, from its claim to its end (waiting for an approval ends an
+    # attempt): past this, the run fails with a budget_exhausted event.
+    max_run_seconds: int = attrs.field(default=1800, validator=attrs.validators.ge(1))
+    # How often a worker looks for its runs' cancels (one query for all its runs).
+    cancel_check_seconds: float = attrs.field(default=1.0, validator=attrs.validators.gt(0))
 
 
 @attrs.frozen(kw_only=True, repr=False)
@@ -254,7 +262,8 @@ class MailSettings:
     ``max_recipients`` people (To, Cc and Bcc together).
 
     ``smtp_timeout`` is how many seconds the relay may take to answer one step (connecting,
-    each command, the data). ``ehlo_name`` is the name protege greets the relay with; by
+    each command, sending the data); ``smtp_data_timeout`` how long it may take to answer
+    the mail itself. ``ehlo_name`` is the name protege greets the relay with; by
     default this machine's fully qualified name when it has one, else the address literal
     of the connection (``[192.0.2.7]``).
     """
@@ -275,6 +284,9 @@ class MailSettings:
     smtp_password: str | None = attrs.field(default=None, repr=False)
     smtp_timeout: float = attrs.field(default=30.0, validator=attrs.validators.gt(0))
     ehlo_name: str | None = attrs.field(default=None, validator=_check_ehlo_name)
+    # How long the relay may take to answer the mail itself (after its last byte), as RFC
+    # 5321 asks of senders (10 minutes): timing out there would send it again.
+    smtp_data_timeout: float = attrs.field(default=600.0, validator=attrs.validators.gt(0))
     smtp_retries: int = attrs.field(default=3, validator=attrs.validators.ge(0))
     max_message_bytes: int = 25 * MIB
     max_attachments: int = 10

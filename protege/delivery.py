@@ -8,7 +8,9 @@ again later with backoff; the Message-ID and bytes never change between tries.
 
 The outbox delivers each mail exactly once: its file name is fixed by the mail, and a file
 already there is never written again. SMTP delivers at least once: a crash between the
-relay's answer and the commit sends the same mail (same Message-ID) again.
+relay's answer and the commit sends the same mail (same Message-ID) again. A hand-off keeps
+renewing its claim while the relay takes its time, so a slow relay is never handed the same
+mail again by another loop that thought this one dead.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import logging
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Callable
 from concurrent.futures import Executor
 from pathlib import Path
@@ -29,7 +32,7 @@ import peewee
 
 from protege import blobs, failpoints
 from protege.config import Config
-from protege.db import database
+from protege.db import database, put_down_connection, take_up_connection
 from protege.gateway import relay
 from protege.models import Blob, Message, Run
 from protege.models.base import utcnow
@@ -52,12 +55,61 @@ _ANY_DUE = "SELECT 1 FROM message WHERE status = 'pending' AND next_attempt_at <
 
 
 def lease_seconds(config: Config) -> float:
-    """How long a delivery loop holds a mail it is sending: a slow relay's whole answer,
-    several recipients' worth of ``smtp_timeout``; for the outbox (a file written in a
-    moment, and never twice), as long as a run's lease."""
-    if config.mail.transport == "outbox":
-        return config.runs.lease_seconds
-    return max(120.0, 10 * config.mail.smtp_timeout)
+    """How long a delivery loop's claim on a mail lasts unless renewed: as long as a run's
+    lease. A hand-off renews it every third of that for as long as the transport takes, so
+    the claim runs out only when the loop holding it died."""
+    return config.runs.lease_seconds
+
+
+class _Renewal:
+    """Keeps a delivery loop's claim on one mail alive, from a thread of its own, while the
+    mail is handed off; ``held`` is the claim as this loop last set it (once another loop
+    took the mail, presuming this one dead, it is renewed no more and records nothing)."""
+
+    def __init__(
+        self, message_id: int, held: datetime.datetime | None, config: Config, clock: Clock
+    ) -> None:
+        self.message_id = message_id
+        self.held = held
+        self.config = config
+        self.clock = clock
+        self._done = threading.Event()
+        self._thread = threading.Thread(
+            target=self._renew, name=f"protege-delivery-lease-{message_id}", daemon=True
+        )
+
+    def __enter__(self) -> _Renewal:
+        if self.held is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        if self._thread.ident is not None:  # started
+            self._thread.join()
+
+    def _renew(self) -> None:
+        interval = lease_seconds(self.config) / 3
+        try:
+            while not self._done.wait(interval):
+                take_up_connection()
+                held = self.held
+                until = self.clock() + datetime.timedelta(seconds=lease_seconds(self.config))
+                try:
+                    renewed = Message.update_where(
+                        {"delivery_lease_expires_at": until},
+                        "id = {p} AND delivery_lease_expires_at = {p}",
+                        self.message_id,
+                        Message.delivery_lease_expires_at.db_value(held),
+                    )
+                except Exception:  # the database may be down for a moment: try again
+                    logger.warning("mail %s: could not renew its claim", self.message_id)
+                    continue
+                if not renewed:
+                    return  # another loop has it: what this one sees is not recorded
+                self.held = until
+        finally:
+            put_down_connection()
 
 
 def claim_due(
@@ -78,9 +130,16 @@ def claim_due(
     return sorted(row[0] for row in cursor.fetchall())
 
 
-def hand_off(message_id: int, config: Config, now: datetime.datetime | None = None) -> Message:
-    """Send one claimed pending mail to its waiting recipients and record the outcome."""
-    now = utcnow() if now is None else now
+def hand_off(
+    message_id: int,
+    config: Config,
+    now: datetime.datetime | None = None,
+    *,
+    clock: Clock = utcnow,
+) -> Message:
+    """Send one claimed pending mail to its waiting recipients and record the outcome; the
+    claim is renewed (``clock`` tells the time) for as long as the hand-off takes."""
+    now = clock() if now is None else now
     message = _with_its_bytes(message_id)
     if message.status != PENDING:
         return message
@@ -88,16 +147,17 @@ def hand_off(message_id: int, config: Config, now: datetime.datetime | None = No
     raw = blobs.read(message.raw_blob, config)
     waiting = list(message.pending_recipients)
     failpoints.reached("delivery.handoff")  # claimed and committed, not handed over yet
-    if config.mail.transport == "outbox":
-        write_to_outbox(raw, message, Path(config.data_dir) / "outbox")
-        handover = relay.Handover(delivered=tuple(waiting))
-    else:
-        sender = message.agent.address
-        international = not all(a.isascii() for a in (sender, *waiting))
-        handover = relay.send(
-            raw, sender, waiting, config.mail, root=config.root, international=international
-        )
-    _record(message, handover, config, now, held)
+    with _Renewal(message.id, held, config, clock) as renewal:
+        if config.mail.transport == "outbox":
+            write_to_outbox(raw, message, Path(config.data_dir) / "outbox")
+            handover = relay.Handover(delivered=tuple(waiting))
+        else:
+            sender = message.agent.address
+            international = not all(a.isascii() for a in (sender, *waiting))
+            handover = relay.send(
+                raw, sender, waiting, config.mail, root=config.root, international=international
+            )
+    _record(message, handover, config, now, renewal.held)
     return message
 
 
@@ -241,14 +301,16 @@ def send_pending(
     tried: list[Message | None] = []
     run_id = None if run is None else run.id
     while ids := claim_due(config, clock(), limit, run_id):
-        tried += [_safely(message_id, config, clock()) for message_id in ids]
+        tried += [_safely(message_id, config, clock(), clock) for message_id in ids]
     return [m for m in tried if m is not None]
 
 
-def _safely(message_id: int, config: Config, now: datetime.datetime) -> Message | None:
+def _safely(
+    message_id: int, config: Config, now: datetime.datetime, clock: Clock
+) -> Message | None:
     """``hand_off``, with a failure of protege's own side counted as an attempt."""
     try:
-        return hand_off(message_id, config, now)
+        return hand_off(message_id, config, now, clock=clock)
     except Exception as error:
         logger.exception("mail %s could not be handed to the transport", message_id)
         try:
@@ -323,7 +385,9 @@ class DeliveryLoop:
             if ids:
                 sent = await asyncio.gather(
                     *(
-                        loop.run_in_executor(self.io, _safely, i, self.config, self.clock())
+                        loop.run_in_executor(
+                            self.io, _safely, i, self.config, self.clock(), self.clock
+                        )
                         for i in ids
                     )
                 )

@@ -58,7 +58,10 @@ class Tool:
     operators. ``use(context, **input)`` does the work (``def`` or ``async def``) and returns
     ``self.success(...)`` or ``self.failure(...)``. Set ``abstract = True`` on a shared base
     class that is not itself a tool. ``requires_approval = True`` makes every call wait for
-    an approver's yes on every agent, whichever toolkit gives the tool.
+    an approver's yes on every agent, whichever toolkit gives the tool. ``preload`` names the
+    modules ``use`` imports on first use (to keep building the manifest light): a serving
+    process imports them before it takes runs, so that two runs' threads never import them
+    at the same moment.
     """
 
     abstract: ClassVar[bool] = True
@@ -70,6 +73,7 @@ class Tool:
     timeout: ClassVar[float] = DEFAULT_TIMEOUT
     trust: ClassVar[Trust] = Trust.TRUSTED
     requires_approval: ClassVar[bool] = False
+    preload: ClassVar[tuple[str, ...]] = ()
 
     _explicit: ClassVar[frozenset[str]] = frozenset()
 
@@ -154,6 +158,11 @@ def _metadata_problems(tool_class: type[Tool]) -> list[str]:
         problems.append("trust must be 'trusted' or 'untrusted'")
     if not isinstance(tool_class.requires_approval, bool):
         problems.append("requires_approval must be True or False")
+    preload = tool_class.preload
+    if not isinstance(preload, tuple) or not all(
+        isinstance(name, str) and name for name in preload
+    ):
+        problems.append("preload must be a tuple of module names")
     return problems
 
 

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import datetime
 import functools
+import importlib
 import logging
 import math
 import threading
@@ -24,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from protege.db import close_idle_connections
 from protege.delivery import DeliveryLoop, send_pending
 from protege.harness import carry_out, execute
+from protege.harness.cancels import CancelWatch
 from protege.harness.model import load_library
 from protege.harness.runner import new_owner
 from protege.installation import Installation
@@ -34,6 +36,20 @@ from protege.queue import claim_next
 logger = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime.datetime]
+
+
+def preload(installation: Installation) -> None:
+    """Import what runs would otherwise import on first use: the model client, and the
+    modules each tool on offer names in ``preload``. A serving process does it before it
+    takes runs, so that no two runs' threads import one module at the same moment (one of
+    them could see it half imported) and no first call stalls the runs' event loop."""
+    load_library()
+    for entry in installation.manifest.tools:
+        for name in entry.tool_class.preload:
+            try:
+                importlib.import_module(name)
+            except Exception as error:  # the tool fails when called, and says why
+                logger.warning("tool %s: could not import %s: %s", entry.id, name, error)
 
 
 def drain(installation: Installation, *, clock: Clock = utcnow) -> list[Run]:
@@ -116,7 +132,7 @@ class Workers:
         mail_io = ThreadPoolExecutor(
             config.serve.max_concurrent_deliveries, thread_name_prefix="protege-delivery"
         )
-        await self._loop.run_in_executor(io, load_library)
+        await self._loop.run_in_executor(io, preload, self.installation)
         delivery = DeliveryLoop(config, mail_io, clock=self.clock)
         delivering = asyncio.create_task(delivery.run())
         in_flight: set[asyncio.Task] = set()
@@ -141,6 +157,7 @@ class Workers:
     ) -> None:
         loop = asyncio.get_running_loop()
         lease = self.installation.config.runs.lease_seconds
+        cancels = CancelWatch(self.installation.config.runs.cancel_check_seconds, io)
         wake, stopping = self._wake, self._stopping
         if wake is None or stopping is None:
             raise RuntimeError("the workers' loop is not running")
@@ -172,7 +189,15 @@ class Workers:
                 continue
             run, claim = claimed
             task = asyncio.create_task(
-                carry_out(run, claim, self.installation, io=io, clock=self.clock, stopping=stopping)
+                carry_out(
+                    run,
+                    claim,
+                    self.installation,
+                    io=io,
+                    clock=self.clock,
+                    stopping=stopping,
+                    cancels=cancels,
+                )
             )
             in_flight.add(task)
             task.add_done_callback(lambda done: self._ended(done, in_flight, delivery))

@@ -4,6 +4,8 @@ backoff when a relay defers it."""
 
 import asyncio
 import datetime
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import attrs
@@ -264,6 +266,66 @@ def test_a_loop_whose_claim_ran_out_while_sending_does_not_record_over_the_next(
     assert len(relay.received) == 1
     still = Message.get_by_id(mail.id)
     assert (still.status, still.delivery_attempts) == ("pending", 0)  # the other loop's now
+
+
+class HoldsTheMail:
+    """A slow relay: it holds its answer to the mail (after the last byte) until let go."""
+
+    def __init__(self):
+        self.holding = threading.Event()
+        self.let_go = threading.Event()
+        self.received = []
+
+    async def handle_DATA(self, server, session, envelope):
+        self.received.append(envelope)
+        self.holding.set()
+        await asyncio.to_thread(self.let_go.wait, 60)
+        return "250 OK: queued as 1"
+
+
+def _eventually(condition, within=30.0):
+    """Whether ``condition()`` came true within ``within`` seconds (it is looked at often)."""
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_relay_slower_than_the_claim_gets_the_mail_once_and_it_ends_sent(sundae, config):
+    relay = HoldsTheMail()
+    controller = Controller(relay, hostname="127.0.0.1", port=free_port())
+    controller.start()
+    try:
+        # A claim of one second, and a relay answering slower than both it and smtp_timeout.
+        smtp = by_smtp(config, controller.port, smtp_timeout=5)
+        smtp = attrs.evolve(smtp, runs=attrs.evolve(smtp.runs, lease_seconds=1))
+        mail = queue_mail(sundae, smtp)
+        tried: list = []
+        sending = threading.Thread(target=lambda: tried.extend(send_pending(smtp)))
+        sending.start()
+        try:
+            assert relay.holding.wait(30)
+            claimed_until = Message.get_by_id(mail.id).delivery_lease_expires_at
+            past_both = claimed_until + datetime.timedelta(seconds=smtp.mail.smtp_timeout)
+
+            def renewed_past_both():
+                held = Message.get_by_id(mail.id).delivery_lease_expires_at
+                return utcnow() > past_both and held is not None and held > utcnow()
+
+            # The first claim ran out long ago, yet the mail is still held, by its loop.
+            assert _eventually(renewed_past_both)
+            assert claim_due(smtp, utcnow(), 10) == []  # another loop leaves it alone
+        finally:
+            relay.let_go.set()
+            sending.join(60)
+        assert send_pending(smtp) == []
+    finally:
+        controller.stop()
+    (sent,) = tried
+    assert (sent.status, sent.delivery_attempts, sent.delivery_error) == ("sent", 1, None)
+    assert len(relay.received) == 1
 
 
 def test_the_outbox_folder_is_its_owners_only(tmp_path):

@@ -155,6 +155,8 @@ def _use_positional_only(self, context, order_number, /):
         ({"timeout": "soon"}, "number of seconds"),
         ({"trust": "sometimes"}, "trust must be"),
         ({"requires_approval": "false"}, "requires_approval must be True or False"),
+        ({"preload": "httpx"}, "preload must be a tuple of module names"),
+        ({"preload": ("httpx", "")}, "preload must be a tuple of module names"),
         ({"use": Tool.use}, "does not define use()"),
     ],
 )

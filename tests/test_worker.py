@@ -94,7 +94,25 @@ class HoldAfterRefundTool(Tool):
         return self.success()
 
 
-TOOLS = [MeetTool, BlockLoopTool, HoldTool, RefundTool, HoldAfterRefundTool]
+IN_TOOL: queue.Queue = queue.Queue()  # correlation ids of runs waiting in their tool
+SAW_CANCEL: queue.Queue = queue.Queue()  # and of those whose tool saw their cancel
+
+
+class StopWhenCancelledTool(Tool):
+    """Works until its run is cancelled (at most half a minute)."""
+
+    description = "Works until told to stop."
+    timeout = 60
+
+    def use(self, context):
+        IN_TOOL.put(context.correlation_id)
+        saw = context.cancellation.wait(30)
+        if saw:
+            SAW_CANCEL.put(context.correlation_id)
+        return self.success(stopped_early=saw)
+
+
+TOOLS = [MeetTool, BlockLoopTool, HoldTool, RefundTool, HoldAfterRefundTool, StopWhenCancelledTool]
 
 
 @pytest.fixture
@@ -215,6 +233,38 @@ def test_a_stop_with_time_to_spare_lets_the_run_finish(agent, app, scripted_mode
     stopping.join(60)
     assert not stopping.is_alive()
     assert Run.get_by_id(run.id).status == "done"
+
+
+def test_a_cancel_reaches_only_its_own_run_s_tool_within_a_check_of_the_worker(
+    agent, app, scripted_model
+):
+    from protege.models.base import utcnow
+
+    # Leases renewed every twenty minutes: only the workers' cancel watch tells the tool.
+    rare = attrs.evolve(app.config, runs=attrs.evolve(app.config.runs, lease_seconds=3600))
+    first, second = _queue(agent, "run-first"), _queue(agent, "run-second")
+    for marker in ("run-first", "run-second"):
+        scripted_model.script_for(marker, tool_call("stop_when_cancelled"), say("stopped"))
+    finished = queue.Queue()
+    pool = Workers(
+        attrs.evolve(app, config=rare), max_concurrent_runs=2, on_finished=finished.put
+    ).start()
+    try:
+        assert {IN_TOOL.get(timeout=30), IN_TOOL.get(timeout=30)} == {
+            first.correlation_id,
+            second.correlation_id,
+        }
+        assert Run.request_cancel(first.id, utcnow()) == "running"
+        ended = finished.get(timeout=60)
+        assert (ended.id, ended.status) == (first.id, "cancelled")
+        assert SAW_CANCEL.get_nowait() == first.correlation_id
+        assert SAW_CANCEL.empty()  # the other run's tool works on
+        assert Run.get_by_id(second.id).status == "running"
+        assert Run.request_cancel(second.id, utcnow()) == "running"
+        assert finished.get(timeout=60).id == second.id
+    finally:
+        pool.stop(grace=0)
+    assert SAW_CANCEL.get_nowait() == second.correlation_id
 
 
 def test_workers_stopped_take_no_more_runs(agent, app, scripted_model):

@@ -101,6 +101,9 @@ def _answer(approval_id: int, decision: str, reason: str | None, run_now: bool) 
     if approval.status != "pending":
         raise ProtegeError(f"approval {approval_id} was {approval.status} already")
     if not Approval.answer(approval.id, decision, command_line_actor(), reason):
+        status = Approval.get_by_id(approval.id).status
+        if status == "expired":
+            raise ProtegeError(f"approval {approval_id} had expired: nothing decided")
         raise ProtegeError(f"approval {approval_id} was answered meanwhile")
     run = Run.get_by_id(approval.run_id)
     then = (

@@ -27,7 +27,7 @@ from protege.gateway.parse import ParsedMail
 from protege.harness.approval import reply_address
 from protege.mail import APPROVE_TAG, MESSAGE_ID_PREFIX
 from protege.models import Agent, Run
-from protege.models.approvals import APPROVED, DENIED, PENDING, Approval
+from protege.models.approvals import APPROVED, DENIED, EXPIRED, PENDING, Approval
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +133,11 @@ def answer_by_mail(
         _explain(agent, parsed, approval, sender, config)
         return Answer(False, f"approval {approval.id}: the answer could not be read")
     if not Approval.answer(approval.id, decision, sender, reason):
-        return Answer(False, f"approval {approval.id} was answered already")
+        if Approval.get_by_id(approval.id).status != EXPIRED:
+            return Answer(False, f"approval {approval.id} was answered already")
+        run = Run.get_by_id(approval.run_id)  # expired on this late answer: the run resumes
+        woken = run if run.status == "queued" else None
+        return Answer(False, f"approval {approval.id} had expired: nothing decided", woken)
     run = Run.get_by_id(approval.run_id)
     woken = run if run.status == "queued" else None
     return Answer(True, f"approval {approval.id} {decision} by {sender}", woken)

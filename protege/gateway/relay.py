@@ -19,6 +19,7 @@ import smtplib
 import socket
 import ssl
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -110,9 +111,10 @@ def _attempt(
     """One connection; returns the recipients refused while others were accepted."""
     # Named once connected (EHLO comes later): the default name may be the connection's
     # own address.
-    smtp = smtplib.SMTP(
+    smtp = _Client(
         settings.smtp_host, settings.smtp_port, local_hostname="[]", timeout=settings.smtp_timeout
     )
+    smtp.data_timeout = settings.smtp_data_timeout
     try:
         if smtp.sock is None:
             raise smtplib.SMTPServerDisconnected("the relay closed the connection")
@@ -191,6 +193,19 @@ def seven_bit(raw: bytes) -> bytes:
     generator = email.generator.BytesGenerator(out, policy=email.policy.SMTP.clone(cte_type="7bit"))
     generator.flatten(message)
     return out.getvalue()
+
+
+class _Client(smtplib.SMTP):
+    """``smtplib.SMTP`` waiting ``data_timeout`` for the relay's answer to the mail itself:
+    a relay may check the whole mail (content filters) before it answers, and a sender that
+    gives up then would hand it the same mail again."""
+
+    data_timeout: float | None = None
+
+    def data(self, msg: Any) -> tuple[int, bytes]:
+        if self.sock is not None and self.data_timeout is not None:
+            self.sock.settimeout(self.data_timeout)
+        return super().data(msg)
 
 
 def _tls_context(settings: MailSettings, root: Path) -> ssl.SSLContext:

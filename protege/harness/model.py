@@ -56,8 +56,9 @@ class ModelClient:
     async def complete(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
     ) -> ModelReply:
-        """One Chat Completions call (retried by the client on 429 and 5xx); it waits on
-        the running event loop, so one loop carries many runs' calls at once."""
+        """One Chat Completions call (retried by the client on 429 and 5xx), over within
+        ``max_call_seconds`` whatever the endpoint does; it waits on the running event
+        loop, so one loop carries many runs' calls at once."""
         import openai  # heavy (~200 ms): loaded by the first model call, not at start-up
 
         request: dict[str, Any] = {"model": self.settings.model, "messages": messages}
@@ -81,9 +82,15 @@ class ModelClient:
             # as the conversation grows) to turn plain JSON into the same plain JSON.
             # Retries, timeouts, auth and error classes are the client's as before. The
             # answer is read here (`read_reply`), strictly: it comes from outside.
-            body: bytes = await client.post(
-                "/chat/completions", cast_to=bytes, body=request, options=_AUTH
-            )
+            async with asyncio.timeout(self.settings.max_call_seconds):
+                body: bytes = await client.post(
+                    "/chat/completions", cast_to=bytes, body=request, options=_AUTH
+                )
+        except TimeoutError:
+            raise ModelError(
+                f"the model endpoint did not finish answering within "
+                f"{self.settings.max_call_seconds:g} s (raise max_call_seconds under [model])"
+            ) from None
         except openai.AuthenticationError:
             raise ModelError(
                 f"the model endpoint refused the API key (401): set {self.api_key_env} "

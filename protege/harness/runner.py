@@ -33,6 +33,7 @@ from protege.errors import ProtegeError
 from protege.harness import events
 from protege.harness.approval import Desk
 from protege.harness.approval import note as approval_note
+from protege.harness.cancels import Cancellation, CancelWatch
 from protege.harness.dispatch import CallOver, Dispatcher, LiveCalls, Outcome
 from protege.harness.events import EventLog
 from protege.harness.fence import Fence
@@ -159,6 +160,7 @@ async def carry_out(
     io: Executor | None = None,
     clock: Callable[[], datetime.datetime] = utcnow,
     stopping: asyncio.Event | None = None,
+    cancels: CancelWatch | None = None,
 ) -> Run:
     """Carry out the claimed ``run`` on the running event loop; returns it ended, or
     queued again when it was handed back.
@@ -166,11 +168,25 @@ async def carry_out(
     ``io`` runs database work (default: this thread, for a single run). ``clock`` tells the
     time the lease is measured in. When ``stopping`` is set and the task is cancelled, the
     run is handed back to the queue instead of failed: it resumes elsewhere from its events.
+    ``cancels`` looks for operators' cancels of every run on this loop (default: one of the
+    run's own).
     """
     attempt = _Attempt(run, claim, installation, io, clock)
+    limits = attempt.config.runs
+    if cancels is None:
+        cancels = CancelWatch(limits.cancel_check_seconds, io)
+    cancels.watch(run.id, attempt.cancellation)
     keeper = asyncio.create_task(attempt.keep_lease(asyncio.current_task()))
+    deadline = asyncio.timeout(limits.max_run_seconds)
     try:
-        await attempt.turns(model)
+        async with deadline:
+            await attempt.turns(model)
+    except TimeoutError as error:
+        if not deadline.expired():  # not the run's own clock: a bug in protege itself
+            logger.exception("run %s failed unexpectedly", run.id)
+            await attempt.fail(f"internal error: {type(error).__name__}: {error}")
+        else:
+            await attempt._exhausted("max_run_seconds", limits.max_run_seconds)
     except LeaseLost as lost:
         logger.warning("run %s: %s; leaving it to that worker", run.id, lost)
     except _Cancelled as cancelled:
@@ -194,6 +210,7 @@ async def carry_out(
         await attempt.fail(f"interrupted: {error_line(error)}")
     finally:
         keeper.cancel()
+        cancels.forget(run.id, attempt.cancellation)
     return run
 
 
@@ -230,7 +247,7 @@ class _Attempt:
         self.io = io
         self.clock = clock
         self.log = EventLog(run.id, claim.last_seq)
-        self.cancellation = threading.Event()
+        self.cancellation = Cancellation(asyncio.get_running_loop())
         if claim.cancel_requested:  # cancelled while its last worker had it
             self.cancellation.set()
         self.lost = False
@@ -363,7 +380,7 @@ class _Attempt:
                     tools=list(dispatcher.granted),
                 )
             )
-            reply = await model.complete(messages, setup.tools)
+            reply = await self._ask(model, messages, setup.tools)
             self.log.record(
                 events.ModelResponse(
                     turn=turn,
@@ -388,6 +405,23 @@ class _Attempt:
             if failures > limits.max_tool_failures:
                 return await self._exhausted("max_tool_failures", limits.max_tool_failures)
         await self._exhausted("max_model_turns", limits.max_model_turns)
+
+    async def _ask(
+        self, model: ModelClient, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> Any:
+        """The model's answer, unless an operator cancels the run while it waits for it."""
+        answer = asyncio.ensure_future(model.complete(messages, tools))
+        stop = asyncio.ensure_future(self.cancellation.stopped.wait())
+        try:
+            await asyncio.wait({answer, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not answer.done():
+                answer.cancel()
+                await asyncio.wait({answer})
+        if answer.cancelled() and self.cancellation.is_set():
+            raise _Cancelled("cancelled by an operator")
+        return answer.result()
 
     def _prepare(self) -> _Setup:
         """Everything a run needs before its first model call (in the database's thread)."""
@@ -644,7 +678,7 @@ class _Attempt:
             config=installation.config,
             logger=run_logger,
             correlation_id=run.correlation_id,
-            cancellation=self.cancellation,
+            cancellation=self.cancellation.flag,
         )
 
 

@@ -23,6 +23,7 @@ from protege.models.runs import QUEUED, WAITING, Run
 
 PENDING, APPROVED, DENIED, EXPIRED = "pending", "approved", "denied", "expired"
 ANSWERED = (APPROVED, DENIED, EXPIRED)
+NOBODY = "nobody (it expired)"  # who answered an approval that expired
 TOKEN_BYTES = 20  # 160 bits, written as 40 lowercase hex digits (mail may fold case)
 
 
@@ -90,17 +91,25 @@ class Approval(Record):
     ) -> bool:
         """Record ``decision`` (approved, denied or expired) for a pending approval and put
         its run back in the queue if it is waiting; whether this call decided it (False when
-        it was answered before: a second answer changes nothing)."""
+        it was answered before: a second answer changes nothing).
+
+        An approval or denial that comes after the deadline decides nothing: the approval
+        is expired there and then, as the scheduler's next pass would have done."""
         if decision not in ANSWERED:
             raise ProtegeError(f"an approval is approved, denied or expired, not {decision!r}")
         now = utcnow() if now is None else now
+        still_open = (Approval.id == approval_id) & (Approval.status == PENDING)
+        if decision != EXPIRED:
+            still_open &= Approval.expires_at > now
         with database.atomic():
             decided = (
                 Approval.update(status=decision, answered_by=by, reason=reason, answered_at=now)
-                .where((Approval.id == approval_id) & (Approval.status == PENDING))
+                .where(still_open)
                 .execute()
             )
             if decided != 1:
+                if decision != EXPIRED:
+                    Approval.answer(approval_id, EXPIRED, NOBODY, None, now)
                 return False
             run_id = Approval.select(Approval.run).where(Approval.id == approval_id).scalar()
             wake(run_id)
@@ -119,7 +128,7 @@ class Approval(Record):
         return [
             approval_id
             for approval_id in due
-            if Approval.answer(approval_id, EXPIRED, "nobody (it expired)", None, now)
+            if Approval.answer(approval_id, EXPIRED, NOBODY, None, now)
         ]
 
 

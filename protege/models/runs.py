@@ -234,6 +234,16 @@ class Run(Record):
         return Lease(held=bool(rows), cancel_requested=bool(rows) and rows[0][0] is not None)
 
     @staticmethod
+    def cancelled_among(run_ids: list[int]) -> list[int]:
+        """Which of the runs ``run_ids`` an operator asked to stop (one query for all)."""
+        if not run_ids:
+            return []
+        query = Run.select(Run.id).where(
+            Run.id.in_(run_ids) & Run.cancel_requested_at.is_null(False)
+        )
+        return [run.id for run in query]
+
+    @staticmethod
     def hand_back(run_id: int, owner: str) -> bool:
         """Put run ``run_id``, held by ``owner``, back in the queue (its worker is shutting
         down); it resumes from its events. Whether it was still held."""

@@ -1,6 +1,7 @@
 """`protege approvals` and `protege grants configure --approval-by`, and a run waiting on
 approval across a restart of `protege serve`, in real subprocesses."""
 
+import datetime
 import json
 import signal
 import smtplib
@@ -139,6 +140,18 @@ def test_deny_from_the_command_line_reaches_the_model(run_protege, env, scripted
     note = scripted_model.shown(-1)[-1]["content"]
     assert "denied your call" in note
     assert "no photo" in note
+
+
+def test_approving_past_the_deadline_is_a_one_line_error_and_the_approval_expires(
+    run_protege, env, scripted_model
+):
+    jane_asks(run_protege, env, scripted_model)
+    Approval.update(expires_at=datetime.datetime(2000, 1, 1)).execute()  # before any pass
+    late = run_protege("approvals", "approve", "1", env=env)
+    assert (late.returncode, late.stderr) == (1, "Error: approval 1 had expired: nothing decided\n")
+    (approval,) = Approval.select()
+    assert (approval.status, approval.answered_by) == ("expired", "nobody (it expired)")
+    assert refunds(run_protege) == []
 
 
 def test_unknown_approval_is_a_one_line_error(run_protege, env):

@@ -334,6 +334,24 @@ def test_expiry_reaches_the_model(sundae, post, app, scripted_model):
     assert REFUNDS == []
 
 
+def test_an_answer_after_the_deadline_expires_the_approval_before_the_scheduler_does(
+    sundae, post, app, scripted_model
+):
+    run = waiting_for_mara(post, app, scripted_model)
+    (approval,) = Approval.select()
+    past = datetime.datetime.now(datetime.UTC).replace(tzinfo=None) - datetime.timedelta(minutes=1)
+    Approval.update(expires_at=past).where(Approval.id == approval.id).execute()
+    # Mara's yes comes after the deadline, before any scheduler pass: it decides nothing.
+    post.send(post.answer(post.request(), "mara@thescoop.com", "approve"))
+    late = Approval.get_by_id(approval.id)
+    assert (late.status, late.answered_by) == ("expired", "nobody (it expired)")
+    scripted_model.script(say("Nobody approved in time; told Jane."))
+    (resumed,) = drain(app)
+    assert (resumed.id, resumed.status) == (run.id, "done")
+    assert REFUNDS == []
+    assert "approval_expired" in kinds(run)
+
+
 def test_an_unreadable_answer_gets_a_how_to_mail_and_decides_nothing(
     sundae, post, app, scripted_model
 ):

@@ -169,6 +169,37 @@ def test_a_cancelled_run_stops_at_its_next_step_and_its_tool_sees_it(agent, app,
     assert len(scripted_model.requests) == 1  # it stopped before asking the model again
 
 
+def test_a_cancel_reaches_a_waiting_tool_within_a_check_not_at_the_next_lease_renewal(
+    agent, app, scripted_model
+):
+    STARTED.clear()
+    SEEN_CANCEL.clear()
+    # A lease renewed every twenty minutes: only the cancel watch can tell the tool in time.
+    rare = attrs.evolve(app.config, runs=attrs.evolve(app.config.runs, lease_seconds=3600))
+    scripted_model.script(tool_call("notice_cancel"), say("never asked"))
+    ran: list[Run] = []
+    worker = threading.Thread(
+        target=lambda: ran.append(
+            run_reply(
+                agent,
+                sender="jane@acme.com",
+                body="Go",
+                installation=attrs.evolve(app, config=rare),
+            )
+        )
+    )
+    worker.start()
+    assert STARTED.wait(30)
+    (running,) = Run.select().where(Run.status == "running")
+    assert Run.request_cancel(running.id, utcnow()) == "running"  # this thread's connection
+    worker.join(60)
+    (ended,) = ran
+    assert (ended.status, ended.error) == ("cancelled", "cancelled by an operator")
+    assert SEEN_CANCEL.is_set()  # the tool stopped because of the cancel, not its 30 s wait
+    result = next(e for e in ended.timeline() if e.kind == "tool_result")
+    assert json.loads(result.payload["content"]) == {"ok": True, "stopped_early": True}
+
+
 def test_the_calls_of_one_turn_run_together_and_are_answered_in_order(agent, app, scripted_model):
     PONGED.clear()
     scripted_model.script(tool_calls([("ping", {}), ("pong", {})]), say("ok"))

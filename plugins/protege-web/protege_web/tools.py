@@ -1,7 +1,8 @@
 """The web tools as the manifest sees them: names, descriptions, schemas.
 
 What they do (``fetch``, ``search``, the guard, httpx, BeautifulSoup) is imported on first
-use, so building the manifest, which every ``protege`` command does, never loads it.
+use, so building the manifest, which every ``protege`` command does, never loads it; a
+serving process imports it before it takes runs (``preload``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class WebFetchTool(Tool):
     }
     trust = Trust.UNTRUSTED  # a stranger's page
     timeout = 150.0  # the fetch keeps its own deadline, [web] timeout_seconds (120 s at most)
+    preload = ("protege_web.fetch", "protege_web.guard", "protege_web.http")
 
     async def use(self, context: RunContext, url: str) -> Result:
         from protege_web.fetch import fetch
@@ -69,6 +71,7 @@ class WebSearchTool(Tool):
     }
     trust = Trust.UNTRUSTED  # snippets are strangers' text
     timeout = 150.0  # the search keeps its own deadline, [web] timeout_seconds
+    preload = ("protege_web.http", "protege_web.search")
 
     async def use(self, context: RunContext, query: str, limit: int = 5) -> Result:
         from protege_web.http import FetchFailed, Limits
