@@ -36,7 +36,9 @@ async def approval_answer(request: Request) -> Response:
         return redirect(back, "say approve or deny", request, error=True)
     reason = " ".join(str(form.get("reason", "")).split())[:500] or None
     if not Approval.answer(approval.id, decision, actor(request), reason):
-        return redirect(back, f"approval {approval.id} was answered already", request, error=True)
+        now = Approval.get_by_id(approval.id).status
+        said = "had expired: nothing decided" if now == "expired" else "was answered already"
+        return redirect(back, f"approval {approval.id} {said}", request, error=True)
     run = Run.get_by_id(approval.run_id)
     said = f"approval {approval.id} ({approval.tool}) {decision}; run {run.id} is {run.status}"
     return redirect(back, said, request)

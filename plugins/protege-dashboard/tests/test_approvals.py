@@ -131,6 +131,25 @@ def test_a_waiting_call_is_approved_from_the_approvals_page(signed_in, scoop, to
     assert Approval.get_by_id(approval.id).status == "approved"
 
 
+def test_approving_past_the_deadline_from_the_page_says_it_expired_and_decides_nothing(
+    signed_in, scoop, token_of
+):
+    approval = _waiting(scoop)
+    Approval.update(expires_at=datetime.datetime(2020, 1, 1)).where(
+        Approval.id == approval.id
+    ).execute()  # the scheduler has not passed since its deadline
+    answer = _post(
+        signed_in,
+        "/approvals",
+        f"/approvals/{approval.id}/answer",
+        token_of,
+        decision="approve",
+        back="/approvals",
+    )
+    assert f"approval {approval.id} had expired: nothing decided" in answer.text
+    assert Approval.get_by_id(approval.id).status == "expired"
+
+
 def test_a_waiting_call_is_denied_from_its_run_page_with_a_reason(signed_in, scoop, token_of):
     approval = _waiting(scoop, arguments='{"order_number": "<script>alert(1)</script>"}')
     run_page = signed_in.get(f"/runs/{approval.run_id}").text
