@@ -9,9 +9,19 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+import peewee
+
 from protege.addresses import InvalidAddress, parse_mailbox, routing_key
 from protege.authentication import Verdict
-from protege.models import Agent, Blob, Message, MessageAttachment, SearchCriteria
+from protege.context import WHOLE_ARCHIVE, MailScope
+from protege.models import (
+    Agent,
+    Blob,
+    Message,
+    MessageAttachment,
+    MessageParticipant,
+    SearchCriteria,
+)
 from protege.models.blobs import attachments_of
 from protege.models.messages import INBOUND, OUTBOUND, REFUSED, SYNTHETIC_ID
 
@@ -146,6 +156,7 @@ def search(
     after: datetime.datetime | None = None,
     before: datetime.datetime | None = None,
     has_attachment: bool | None = None,
+    scope: MailScope = WHOLE_ARCHIVE,
 ) -> list[Message]:
     """The agent's own messages meeting every criterion given, newest first.
 
@@ -155,7 +166,8 @@ def search(
     criterion given without any word in it matches nothing. ``direction`` is ``"inbound"``
     or ``"outbound"``; ``after`` (inclusive) and ``before`` (exclusive) are naive UTC or
     aware datetimes. Uses the database's full-text index (FTS5 on SQLite, tsvector on
-    PostgreSQL). Mail the agent refused is left out.
+    PostgreSQL). Mail the agent refused is left out, and so is mail ``scope`` does not
+    show (a tool passes ``context.mail_scope(self.id)``).
     """
     if direction not in (None, INBOUND, OUTBOUND):
         raise ValueError(f"direction must be {INBOUND!r} or {OUTBOUND!r}, not {direction!r}")
@@ -173,6 +185,7 @@ def search(
         after=_naive_utc(after),
         before=_naive_utc(before),
         has_attachment=has_attachment,
+        scope=scope,
     )
     return Message.matching(agent.id, criteria, limit)
 
@@ -204,13 +217,22 @@ def _words(text: str) -> tuple[str, ...]:
     return tuple(word for word in _WORD.findall(text or "") if any(c.isalnum() for c in word))
 
 
-def visible_blob(agent: Agent, blob_id: int) -> Blob | None:
-    """The file ``blob_id`` if ``agent`` may use it (it created it, or it came with mail of
-    the agent's that its access rules did not refuse), else None."""
-    blob = Blob.get_or_none(Blob.id == blob_id)
+def visible_blob(
+    agent: Agent, reference: str | int, scope: MailScope = WHOLE_ARCHIVE
+) -> Blob | None:
+    """The file ``reference`` (its token, or the number of a file stored before tokens
+    were) names, if ``agent`` may use it within ``scope``, else None.
+
+    A file the agent created may be used by its token. A file that came with mail may be
+    used when that mail is the agent's, its access rules did not refuse it, and ``scope``
+    shows it (a tool passes ``context.mail_scope(self.id)``: the mail the run's sender
+    took part in, unless a grant opened the whole archive). A number is no secret, so a
+    file named by one is used only through mail ``scope`` shows."""
+    blob = Blob.named(reference)
     if blob is None:
         return None
-    if blob.agent_id == agent.id:
+    by_token = str(reference).strip() == blob.token
+    if blob.agent_id == agent.id and (by_token or scope.whole_archive):
         return blob
     attached = (
         MessageAttachment.select()
@@ -219,7 +241,20 @@ def visible_blob(agent: Agent, blob_id: int) -> Blob | None:
             (MessageAttachment.blob == blob.id)
             & (Message.agent == agent.id)
             & (Message.status != REFUSED)
+            & _shown(scope)
         )
         .exists()
     )
     return blob if attached else None
+
+
+def _shown(scope: MailScope) -> Any:
+    """The condition on ``Message`` that keeps to the mail ``scope`` shows."""
+    if scope.whole_archive:
+        return peewee.SQL("1 = 1")
+    if scope.participant is None:
+        return Message.id == (scope.message_id or 0)
+    took_part = MessageParticipant.select(MessageParticipant.message).where(
+        MessageParticipant.address == scope.participant
+    )
+    return Message.id.in_(took_part)

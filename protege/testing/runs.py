@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -114,12 +114,19 @@ def make_context(
     config: Config,
     deliver: Callable[..., Any] | None = None,
     deliveries: list[dict[str, Any]] | None = None,
+    authenticated: bool = True,
+    whole_archive: Iterable[str] = (),
 ) -> RunContext:
     """A run context for calling a tool directly: a reply run from ``sender`` (or to
     ``message``) by default, a scheduled run when ``responsibility`` is given. Records need
     no database: an agent and message that are not saved do. Deliveries go to
     ``deliveries`` unless ``deliver`` is given. ``config`` is what the tool sees as
-    ``context.config`` (``protege_app.config`` in a test)."""
+    ``context.config`` (``protege_app.config`` in a test).
+
+    The made-up message's sender counts as proven (the test speaks for them) unless
+    ``authenticated`` is false. Mail tools show the mail that sender took part in; the
+    tools named in ``whole_archive`` show all of the agent's mail, as through a grant
+    that opens the whole archive."""
     agent = agent or Agent(name="Test Agent", address="agent@example.test")
     if responsibility is None and message is None:
         message = Message(
@@ -131,6 +138,7 @@ def make_context(
             body_text=body,
             message_id="<test@example.test>",
             thread_key="<test@example.test>",
+            sender_authenticated=authenticated,
         )
     recorded = deliveries if deliveries is not None else []
 
@@ -146,6 +154,7 @@ def make_context(
         config=config,
         logger=logging.getLogger("protege.testing"),
         correlation_id="test",
+        whole_archive=frozenset(whole_archive),
     )
 
 
