@@ -14,6 +14,7 @@ import peewee
 from protege.addresses import InvalidAddress, parse_mailbox, routing_key
 from protege.authentication import Verdict
 from protege.context import WHOLE_ARCHIVE, MailScope
+from protege.db import database
 from protege.models import (
     Agent,
     Blob,
@@ -52,6 +53,7 @@ __all__ = [
     "routing_key",
     "search",
     "search_date",
+    "thread_for",
     "thread_key",
     "visible_blob",
 ]
@@ -81,6 +83,60 @@ def thread_key(message_id: str, in_reply_to: str | None, references: Sequence[st
     return in_reply_to or message_id
 
 
+def thread_for(
+    agent: Agent,
+    message_id: str,
+    in_reply_to: str | None,
+    references: Sequence[str],
+    *,
+    sender: str | None,
+    proven: bool,
+) -> str:
+    """The thread a new inbound message of ``agent``'s joins.
+
+    Its headers name a thread (``thread_key``), but anyone can write them: a message joins
+    one of the agent's threads only when its ``sender``, ``proven`` by the sender verdict,
+    took part in that thread (was From, To or Cc of a message in it that was not refused),
+    since whoever joins a thread has the agent see its history. Failing the thread its
+    first reference names, it may join the thread of the message it answers; failing
+    both, it starts a thread of its own. An unproven sender takes part in nothing.
+    """
+    named = thread_key(message_id, in_reply_to, references)
+    if not _thread_exists(agent, named):
+        return named
+    participant = routing_key(sender) if proven else None
+    if participant is not None:
+        candidates = [named]
+        parent = (
+            Message.fetch("agent_id = {p} AND message_id = {p}", agent.id, in_reply_to)
+            if in_reply_to
+            else []
+        )
+        candidates += [m.thread_key for m in parent[-1:] if m.thread_key != named]
+        for candidate in candidates:
+            if _takes_part(agent, candidate, participant):
+                return candidate
+    if message_id != named and not _thread_exists(agent, message_id):
+        return message_id
+    return f"<thread.{uuid.uuid4().hex}@protege.invalid>"  # its own id is another's thread
+
+
+def _thread_exists(agent: Agent, key: str) -> bool:
+    p = database.param
+    sql = f"SELECT 1 FROM message WHERE agent_id = {p} AND thread_key = {p} LIMIT 1"
+    return database.execute_sql(sql, (agent.id, key)).fetchone() is not None
+
+
+def _takes_part(agent: Agent, key: str, participant: str) -> bool:
+    p = database.param
+    sql = (
+        "SELECT 1 FROM message JOIN message_participant ON message_participant.message_id "
+        f"= message.id WHERE message.agent_id = {p} AND message.thread_key = {p} "
+        f"AND message.status <> 'refused' AND message_participant.address = {p} LIMIT 1"
+    )
+    return database.execute_sql(sql, (agent.id, key, participant)).fetchone() is not None
+
+
 def record_inbound(
     agent: Agent,
     *,
@@ -102,7 +158,8 @@ def record_inbound(
 
     The script or test storing it is speaking for ``sender``, so by default the sender
     counts as authenticated (method ``operator``); pass ``verdict`` to store another (an
-    unauthenticated one, to see what a forger would get).
+    unauthenticated one, to see what a forger would get). It joins the thread its headers
+    name only as ``thread_for`` allows.
     """
     if verdict is None:
         verdict = Verdict.operator(sender, "recorded by a script or test, not received by mail")
@@ -120,7 +177,14 @@ def record_inbound(
         message_id=message_id,
         in_reply_to=in_reply_to,
         reference_ids=list(references),
-        thread_key=thread_key(message_id, in_reply_to, references),
+        thread_key=thread_for(
+            agent,
+            message_id,
+            in_reply_to,
+            references,
+            sender=sender,
+            proven=verdict.authenticated,
+        ),
         reply_to_addresses=list(reply_to or []),
         flags=list(flags),
         authentication=json.dumps(verdict.as_json()),

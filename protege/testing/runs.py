@@ -35,6 +35,7 @@ def run_reply(
     subject: str = "",
     reply_to: Message | None = None,
     attachments: Sequence[tuple[str, str, bytes]] = (),
+    cc: Sequence[str] = (),
     installation: Installation | None = None,
     config: Config | None = None,
     manifest: Manifest | None = None,
@@ -43,14 +44,15 @@ def run_reply(
     """Deliver an email from ``sender`` to ``agent`` and run the agent on it to the end,
     then send the mail the run queued (unless ``send_mail`` is false: it stays pending).
 
-    ``reply_to`` threads the email as a reply to an earlier message; ``attachments`` are
-    (filename, declared content type, bytes), stored as the gateway stores them. The run uses
+    ``reply_to`` threads the email as a reply to an earlier message (it joins that thread
+    only if ``sender`` took part in it); ``attachments`` are (filename, declared content
+    type, bytes), stored as the gateway stores them; ``cc`` copies others on it. The run uses
     ``installation`` (the ``protege_app`` fixture), or one made of ``config`` and
     ``manifest``; nothing is read from the working directory.
     """
     app = _installation(installation, config, manifest, "run_reply")
     headers = reply_headers(reply_to) if reply_to is not None else {}
-    message = record_inbound(agent, sender=sender, body=body, subject=subject, **headers)
+    message = record_inbound(agent, sender=sender, body=body, subject=subject, cc=cc, **headers)
     attach_files(message, attachments, app.config)
     run = execute(queue_reply(message), app)
     if send_mail:
