@@ -73,6 +73,10 @@ def test_a_sender_whose_mail_proves_nothing_sees_only_their_own_message(sundae, 
     )
     context = make_context(sundae, message=forged, config=sundae.app.config)
     assert subjects(sundae, context, query="order") == ["Order copy please"]
+    unproven = make_context(
+        sundae, sender="jane@acme.com", authenticated=False, config=sundae.app.config
+    )
+    assert subjects(sundae, unproven, query="order") == []  # its own message is not stored
 
 
 def test_a_grant_can_open_the_whole_archive(sundae, archive):
