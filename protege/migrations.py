@@ -505,13 +505,28 @@ def _0012_mail_scoped_to_its_participants(db: peewee.Database | peewee.DatabaseP
         """,
     )
     p = db.param
-    rows = db.execute_sql("SELECT id, sender, to_addresses, cc_addresses FROM message").fetchall()
-    for message_id, sender, to, cc in rows:
-        for address in participant_keys(sender, json.loads(to or "[]"), json.loads(cc or "[]")):
+    last = 0
+    while True:  # a thousand messages at a time, so a large archive never sits in memory
+        rows = db.execute_sql(
+            "SELECT id, sender, to_addresses, cc_addresses FROM message "
+            f"WHERE id > {p} ORDER BY id LIMIT 1000",
+            (last,),
+        ).fetchall()
+        if not rows:
+            break
+        found = [
+            (message_id, address)
+            for message_id, sender, to, cc in rows
+            for address in participant_keys(sender, json.loads(to or "[]"), json.loads(cc or "[]"))
+        ]
+        for start in range(0, len(found), 500):
+            chunk = found[start : start + 500]
             db.execute_sql(
-                f"INSERT INTO message_participant (message_id, address) VALUES ({p}, {p})",
-                (message_id, address),
+                "INSERT INTO message_participant (message_id, address) VALUES "
+                + ", ".join([f"({p}, {p})"] * len(chunk)),
+                [value for row in chunk for value in row],
             )
+        last = rows[-1][0]
     for (blob_id,) in db.execute_sql("SELECT id FROM blob").fetchall():
         db.execute_sql(
             f"UPDATE blob SET token = {p} WHERE id = {p}", (secrets.token_urlsafe(18), blob_id)

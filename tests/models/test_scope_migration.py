@@ -6,7 +6,7 @@ import pytest
 from protege import db
 from protege.mail import visible_blob
 from protege.migrations import VERSION_TABLE
-from protege.models import Agent, AgentToolkit, Blob, MessageParticipant, Toolkit
+from protege.models import Agent, AgentToolkit, Blob, Message, MessageParticipant, Toolkit
 from protege.testing import make_context
 
 
@@ -36,6 +36,18 @@ def test_stored_mail_and_files_are_carried_over(protege_db, protege_app):
             '["Mara <mara@thescoop.com>"]',
         ),
     )
+    database.execute_sql(  # more than one batch of the migration's
+        "INSERT INTO message (agent_id, direction, sender, to_addresses, message_id, "
+        "thread_key, created_at) SELECT agent_id, direction, 'sam@example.org', "
+        "'[\"sundae@thescoop.example\"]', message_id, thread_key, created_at FROM message"
+    )
+    for _ in range(11):
+        database.execute_sql(
+            "INSERT INTO message (agent_id, direction, sender, to_addresses, message_id, "
+            "thread_key, created_at) SELECT agent_id, direction, sender, to_addresses, "
+            f"message_id, thread_key, created_at FROM message WHERE sender = {p}",
+            ("sam@example.org",),
+        )
     for name in ("soup.jpg", "receipt.pdf"):
         database.execute_sql(
             "INSERT INTO blob (sha256, size, content_type, filename, created_at) "
@@ -44,14 +56,18 @@ def test_stored_mail_and_files_are_carried_over(protege_db, protege_app):
         )
     database.execute_sql(
         "INSERT INTO message_attachment (message_id, blob_id, position) "
-        f"SELECT message.id, blob.id, 0 FROM message, blob WHERE blob.filename = {p}",
-        ("soup.jpg",),
+        "SELECT message.id, blob.id, 0 FROM message, blob "
+        f"WHERE blob.filename = {p} AND message.sender LIKE {p}",
+        ("soup.jpg", "Jane%"),
     )
 
     assert db.migrate() == ["0012 mail scoped to its participants"]
 
-    participants = sorted(row.address for row in MessageParticipant.select())
+    janes = MessageParticipant.select().join(Message).where(Message.sender.startswith("Jane"))
+    participants = sorted(row.address for row in janes)
     assert participants == ["jane@acme.com", "mara@thescoop.com", "sundae@thescoop.example"]
+    assert Message.select().where(Message.sender == "sam@example.org").count() == 2048
+    assert MessageParticipant.select().count() == 3 + 2 * 2048
     assert [grant.whole_archive for grant in AgentToolkit.select()] == [False]
     soup, receipt = Blob.select().order_by(Blob.id)
     assert [soup.numbered, receipt.numbered] == [True, True]
