@@ -138,6 +138,13 @@ def configure(
             grant.whole_archive = whole_archive
             grant.save()
         lines.append(describe_archive(found_toolkit.name, found_agent.name, whole_archive))
+        if whole_archive and not any(rule.kind == "allow" for rule in grant.rules):
+            click.echo(
+                f"warning: {found_toolkit.name}'s gate has no allow rule, so it admits "
+                "strangers: anyone who writes to "
+                f"{found_agent.name} can have its mail tools reach all of its mail",
+                err=True,
+            )
     if no_approval:
         with audited("approval no longer required", grant):
             grant.require_approval(None)

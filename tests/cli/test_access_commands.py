@@ -510,6 +510,12 @@ def test_a_grant_opened_to_the_whole_archive_is_shown_in_explain(scoop):
     assert said.stdout == (
         "Default Tools's mail tools reach all of Sundae's mail, for any sender it admits\n"
     )
+    assert (
+        "warning: Default Tools's gate has no allow rule, so it admits strangers: anyone who "
+        "writes to Sundae can have its mail tools reach all of its mail"
+    ) in said.stderr
+    staff = scoop("grants", "configure", "Sundae", "Finance", "--whole-archive")
+    assert "warning" not in staff.stderr  # Finance admits only *@thescoop.com
     out = scoop("access", "explain", "Sundae", "--sender", "jane@acme.com").stdout.splitlines()
     assert "  admitted  Default Tools (whole mail archive): no rules: open to every sender" in out
     assert out[-3:-1] == [

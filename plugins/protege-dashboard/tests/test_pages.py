@@ -154,6 +154,11 @@ def test_a_grants_page_shows_and_sets_which_mail_its_tools_reach(signed_in, scoo
     page = _post(signed_in, here, f"{here}/archive", token_of, whole_archive="on")
     assert AgentToolkit.get_by_id(grant.id).whole_archive is True
     assert "reach all of Sundae's mail" in _text(page.text)
+    assert "archive-open-to-strangers" not in page.text  # Finance admits only the shop
+    open_gate = scoop.grant(Toolkit.create(name="Lookups", member_tool_ids=["search_emails"]))
+    there = f"/agents/{scoop.id}/grants/{open_gate.id}"
+    opened = _post(signed_in, there, f"{there}/archive", token_of, whole_archive="on")
+    assert "anyone who writes can have the agent search all of its mail" in _text(opened.text)
     _post(signed_in, here, f"{here}/archive", token_of)
     assert AgentToolkit.get_by_id(grant.id).whole_archive is False
 
