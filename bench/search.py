@@ -8,6 +8,9 @@ for each kind of query and prints its p50 and p95:
 - a rare word (in 10 messages per million), a word in 1% and a word in 10% of the mail;
 - a sender filter (one sender of 1,000, so 0.1% of the mail);
 - a date range (one day of the year the mail spans), and the same with the 10% word;
+- beyond the targets, scoped to what one sender took part in (as ``search_emails``
+  searches for a sender without a grant that opens the whole archive): their newest mail,
+  and the 10% word, which their mail never has, so every message holding it is read;
 - beyond the targets, a word that only another agent's mail has: ``--others`` messages
   (100,000 by default) of a second agent, newer than the first's, each holding it.
 
@@ -31,7 +34,7 @@ from typing import Any
 
 import peewee
 
-from protege import db
+from protege import MailScope, db
 from protege.mail import search
 from protege.models import Agent
 from protege.testing import fresh_database
@@ -128,8 +131,16 @@ def fill(agent: Agent, messages: int) -> float:
         with db.database.atomic():
             db.database.execute_sql(sql)
         print(f"  filled {last:,} messages ({time.perf_counter() - began:.0f} s)", flush=True)
+    # Who took part in each: its sender (the bench's recipient is the agent itself).
+    with db.database.atomic():
+        db.database.execute_sql(
+            "INSERT INTO message_participant (message_id, address) "
+            f"SELECT id, sender FROM message WHERE agent_id = {db.database.param}",
+            (agent.id,),
+        )
     if postgres:  # as autovacuum would after a bulk load
         db.database.execute_sql("ANALYZE message")
+        db.database.execute_sql("ANALYZE message_participant")
     return time.perf_counter() - began
 
 
@@ -137,6 +148,7 @@ def queries(messages: int) -> dict[str, dict[str, Any]]:
     """Each kind of query, as ``search`` arguments."""
     middle = START + datetime.timedelta(seconds=messages * SPACING_SECONDS // 2)
     day = {"after": middle, "before": middle + datetime.timedelta(days=1)}
+    one_sender = MailScope(participant="sender421@example.com")
     return {
         "rare word (10 per million)": {"query": "rarezebra"},
         "word in 1%": {"query": "onepercent"},
@@ -144,6 +156,8 @@ def queries(messages: int) -> dict[str, dict[str, Any]]:
         "sender filter (0.1%)": {"sender": "sender421@example.com"},
         "date range (one day)": day,
         "date range + word in 10%": {"query": "tenpercent", **day},
+        "one sender's mail (0.1%)": {"scope": one_sender},
+        "word in 10%, one sender's mail": {"query": "tenpercent", "scope": one_sender},
         "word only in others' mail": {"query": "elsewhere"},
     }
 
@@ -197,7 +211,7 @@ def main() -> None:
     if args.database in ("postgresql", "both"):
         report += bench("PostgreSQL", args.postgres_url, args.messages, args.others, args.repeat)
     print("\n".join(report))
-    print("target: p95 <= 50 ms for every kind but the last at 1,000,000 messages")
+    print("target: p95 <= 50 ms for each of the first six kinds at 1,000,000 messages")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 
 # Names load on first use, so `import protege` (and so `protege --help`) stays cheap.
 _EXPORTS = {
+    "MailScope": "protege.context",
     "Part": "protege.result",
     "ProtegeError": "protege.errors",
     "Result": "protege.result",
@@ -26,6 +27,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "MailScope",
     "Part",
     "ProtegeError",
     "Result",
@@ -38,7 +40,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from protege.context import RunContext
+    from protege.context import MailScope, RunContext
     from protege.errors import ProtegeError
     from protege.hookspecs import hookimpl
     from protege.result import Part, Result, Trust, failure, success

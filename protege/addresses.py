@@ -158,6 +158,13 @@ def routing_key(address: str | None) -> str | None:
     return f"{local}@{domain}" if local else None
 
 
+def participant_keys(sender: str | None, to: list[str], cc: list[str]) -> list[str]:
+    """The routing keys of the people a message was from, to and copied to, each once;
+    an address that names no one mailbox is left out."""
+    keys = (routing_key(address) for address in [sender, *to, *cc])
+    return list(dict.fromkeys(key for key in keys if key is not None))
+
+
 @functools.lru_cache(maxsize=4096)  # pure, and asked for the same senders on every turn
 def canonical_address(address: str | None) -> str | None:
     """The bare address of the one mailbox in ``address``, lowercased with an IDNA domain

@@ -112,10 +112,13 @@ class Explanation:
                     "reason": g.reason,
                     "tools": list(g.tool_ids),
                     "missing": list(g.missing_ids),
+                    "whole_archive": g.whole_archive,
                 }
                 for g in self.resolution.grants
             ],
             "tools": self.resolution.tool_ids,
+            "mail_scope": self.mail_scope,
+            "whole_archive_tools": self.whole_archive_tools,
             "approvals": {
                 tool: {
                     "approvers": list(policy.approvers),
@@ -134,6 +137,33 @@ class Explanation:
                 for b in self.resolution.bypassed
             ],
         }
+
+    @property
+    def mail_scope(self) -> str:
+        """Which of the agent's mail its mail tools reach on this run, unless a grant opens
+        the whole archive for them: ``whole archive``, ``sender's mail`` or ``own message``."""
+        if self.scheduled:
+            return "whole archive"
+        if self.authenticated and self.routing_key is not None:
+            return "sender's mail"
+        return "own message"
+
+    @property
+    def whole_archive_tools(self) -> list[str]:
+        """The run's tools that a grant gives with the whole mail archive open."""
+        return [i for i in self.resolution.tool_ids if i in self.resolution.whole_archive]
+
+    def _mail_lines(self) -> list[str]:
+        reach = {
+            "whole archive": "all of the agent's mail (a scheduled run has no sender)",
+            "sender's mail": f"only the mail {self.routing_key} took part in (From, To, Cc)",
+            "own message": "only the run's own message (the sender is not proven)",
+        }[self.mail_scope]
+        wide = self.whole_archive_tools
+        lines = [f"  mail      mail tools reach {reach}"]
+        if wide and self.mail_scope != "whole archive":
+            lines.append(f"            all of the agent's mail, through a grant: {', '.join(wide)}")
+        return lines
 
     def lines(self) -> list[str]:
         """The explanation as ``protege access explain`` prints it, line by line."""
@@ -154,7 +184,8 @@ class Explanation:
             lines.append("  no toolkits attached: no tools")
         for grant in self.resolution.grants:
             mark = "admitted" if grant.admitted else "refused "
-            lines.append(f"  {mark}  {grant.toolkit}: {grant.reason}")
+            wide = " (whole mail archive)" if grant.whole_archive else ""
+            lines.append(f"  {mark}  {grant.toolkit}{wide}: {grant.reason}")
             if grant.missing_ids:
                 skipped = ", ".join(grant.missing_ids)
                 lines.append(f"            skipped (not in the manifest): {skipped}")
@@ -175,6 +206,7 @@ class Explanation:
             )
         for _tool, reason in sorted(self.resolution.withheld.items()):
             lines.append(f"  withheld  {reason}")
+        lines += self._mail_lines()
         lines.append(f"tools: {', '.join(self.resolution.tool_ids) or 'none'}")
         return lines
 

@@ -9,9 +9,20 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+import peewee
+
 from protege.addresses import InvalidAddress, parse_mailbox, routing_key
 from protege.authentication import Verdict
-from protege.models import Agent, Blob, Message, MessageAttachment, SearchCriteria
+from protege.context import WHOLE_ARCHIVE, MailScope
+from protege.db import database
+from protege.models import (
+    Agent,
+    Blob,
+    Message,
+    MessageAttachment,
+    MessageParticipant,
+    SearchCriteria,
+)
 from protege.models.blobs import attachments_of
 from protege.models.messages import INBOUND, OUTBOUND, REFUSED, SYNTHETIC_ID
 
@@ -42,6 +53,7 @@ __all__ = [
     "routing_key",
     "search",
     "search_date",
+    "thread_for",
     "thread_key",
     "visible_blob",
 ]
@@ -71,6 +83,60 @@ def thread_key(message_id: str, in_reply_to: str | None, references: Sequence[st
     return in_reply_to or message_id
 
 
+def thread_for(
+    agent: Agent,
+    message_id: str,
+    in_reply_to: str | None,
+    references: Sequence[str],
+    *,
+    sender: str | None,
+    proven: bool,
+) -> str:
+    """The thread a new inbound message of ``agent``'s joins.
+
+    Its headers name a thread (``thread_key``), but anyone can write them: a message joins
+    one of the agent's threads only when its ``sender``, ``proven`` by the sender verdict,
+    took part in that thread (was From, To or Cc of a message in it that was not refused),
+    since whoever joins a thread has the agent see its history. Failing the thread its
+    first reference names, it may join the thread of the message it answers; failing
+    both, it starts a thread of its own. An unproven sender takes part in nothing.
+    """
+    named = thread_key(message_id, in_reply_to, references)
+    if not _thread_exists(agent, named):
+        return named
+    participant = routing_key(sender) if proven else None
+    if participant is not None:
+        candidates = [named]
+        parent = (
+            Message.fetch("agent_id = {p} AND message_id = {p}", agent.id, in_reply_to)
+            if in_reply_to
+            else []
+        )
+        candidates += [m.thread_key for m in parent[-1:] if m.thread_key != named]
+        for candidate in candidates:
+            if _takes_part(agent, candidate, participant):
+                return candidate
+    if message_id != named and not _thread_exists(agent, message_id):
+        return message_id
+    return f"<thread.{uuid.uuid4().hex}@protege.invalid>"  # its own id is another's thread
+
+
+def _thread_exists(agent: Agent, key: str) -> bool:
+    p = database.param
+    sql = f"SELECT 1 FROM message WHERE agent_id = {p} AND thread_key = {p} LIMIT 1"
+    return database.execute_sql(sql, (agent.id, key)).fetchone() is not None
+
+
+def _takes_part(agent: Agent, key: str, participant: str) -> bool:
+    p = database.param
+    sql = (
+        "SELECT 1 FROM message JOIN message_participant ON message_participant.message_id "
+        f"= message.id WHERE message.agent_id = {p} AND message.thread_key = {p} "
+        f"AND message.status <> 'refused' AND message_participant.address = {p} LIMIT 1"
+    )
+    return database.execute_sql(sql, (agent.id, key, participant)).fetchone() is not None
+
+
 def record_inbound(
     agent: Agent,
     *,
@@ -92,7 +158,8 @@ def record_inbound(
 
     The script or test storing it is speaking for ``sender``, so by default the sender
     counts as authenticated (method ``operator``); pass ``verdict`` to store another (an
-    unauthenticated one, to see what a forger would get).
+    unauthenticated one, to see what a forger would get). It joins the thread its headers
+    name only as ``thread_for`` allows.
     """
     if verdict is None:
         verdict = Verdict.operator(sender, "recorded by a script or test, not received by mail")
@@ -110,7 +177,14 @@ def record_inbound(
         message_id=message_id,
         in_reply_to=in_reply_to,
         reference_ids=list(references),
-        thread_key=thread_key(message_id, in_reply_to, references),
+        thread_key=thread_for(
+            agent,
+            message_id,
+            in_reply_to,
+            references,
+            sender=sender,
+            proven=verdict.authenticated,
+        ),
         reply_to_addresses=list(reply_to or []),
         flags=list(flags),
         authentication=json.dumps(verdict.as_json()),
@@ -146,6 +220,7 @@ def search(
     after: datetime.datetime | None = None,
     before: datetime.datetime | None = None,
     has_attachment: bool | None = None,
+    scope: MailScope = WHOLE_ARCHIVE,
 ) -> list[Message]:
     """The agent's own messages meeting every criterion given, newest first.
 
@@ -155,7 +230,8 @@ def search(
     criterion given without any word in it matches nothing. ``direction`` is ``"inbound"``
     or ``"outbound"``; ``after`` (inclusive) and ``before`` (exclusive) are naive UTC or
     aware datetimes. Uses the database's full-text index (FTS5 on SQLite, tsvector on
-    PostgreSQL). Mail the agent refused is left out.
+    PostgreSQL). Mail the agent refused is left out, and so is mail ``scope`` does not
+    show (a tool passes ``context.mail_scope(self.id)``).
     """
     if direction not in (None, INBOUND, OUTBOUND):
         raise ValueError(f"direction must be {INBOUND!r} or {OUTBOUND!r}, not {direction!r}")
@@ -173,6 +249,7 @@ def search(
         after=_naive_utc(after),
         before=_naive_utc(before),
         has_attachment=has_attachment,
+        scope=scope,
     )
     return Message.matching(agent.id, criteria, limit)
 
@@ -204,13 +281,22 @@ def _words(text: str) -> tuple[str, ...]:
     return tuple(word for word in _WORD.findall(text or "") if any(c.isalnum() for c in word))
 
 
-def visible_blob(agent: Agent, blob_id: int) -> Blob | None:
-    """The file ``blob_id`` if ``agent`` may use it (it created it, or it came with mail of
-    the agent's that its access rules did not refuse), else None."""
-    blob = Blob.get_or_none(Blob.id == blob_id)
+def visible_blob(
+    agent: Agent, reference: str | int, scope: MailScope = WHOLE_ARCHIVE
+) -> Blob | None:
+    """The file ``reference`` (its token, or the number of a file stored before tokens
+    were) names, if ``agent`` may use it within ``scope``, else None.
+
+    A file the agent created may be used by its token. A file that came with mail may be
+    used when that mail is the agent's, its access rules did not refuse it, and ``scope``
+    shows it (a tool passes ``context.mail_scope(self.id)``: the mail the run's sender
+    took part in, unless a grant opened the whole archive). A number is no secret, so a
+    file named by one is used only through mail ``scope`` shows."""
+    blob = Blob.named(reference)
     if blob is None:
         return None
-    if blob.agent_id == agent.id:
+    by_token = str(reference).strip() == blob.token
+    if blob.agent_id == agent.id and (by_token or scope.whole_archive):
         return blob
     attached = (
         MessageAttachment.select()
@@ -219,7 +305,20 @@ def visible_blob(agent: Agent, blob_id: int) -> Blob | None:
             (MessageAttachment.blob == blob.id)
             & (Message.agent == agent.id)
             & (Message.status != REFUSED)
+            & _shown(scope)
         )
         .exists()
     )
     return blob if attached else None
+
+
+def _shown(scope: MailScope) -> Any:
+    """The condition on ``Message`` that keeps to the mail ``scope`` shows."""
+    if scope.whole_archive:
+        return peewee.SQL("1 = 1")
+    if scope.participant is None:
+        return Message.id == (scope.message_id or 0)
+    took_part = MessageParticipant.select(MessageParticipant.message).where(
+        MessageParticipant.address == scope.participant
+    )
+    return Message.id.in_(took_part)

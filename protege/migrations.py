@@ -10,11 +10,13 @@ from __future__ import annotations
 import datetime
 import json
 import re
+import secrets
 from collections.abc import Callable
 
 import attrs
 import peewee
 
+from protege.addresses import participant_keys
 from protege.dblock import exclusive_on
 
 VERSION_TABLE = "protege_schema_version"
@@ -480,6 +482,58 @@ def _0011_sender_authentication(db: peewee.Database | peewee.DatabaseProxy) -> N
     )
 
 
+def _0012_mail_scoped_to_its_participants(db: peewee.Database | peewee.DatabaseProxy) -> None:
+    # Tools show a sender only the mail they took part in: each message's participants
+    # (From, To, Cc) by routing key, found by index either way round. A grant may open the
+    # whole archive instead. Files get an unguessable token; the files stored before it
+    # keep answering to their number too, which earlier runs and approvals may hold.
+    _run(
+        db,
+        """
+        CREATE TABLE message_participant (
+            id {pk},
+            message_id INTEGER NOT NULL REFERENCES message (id) ON DELETE CASCADE,
+            address VARCHAR(320) NOT NULL
+        );
+        CREATE UNIQUE INDEX message_participant_message
+            ON message_participant (message_id, address);
+        CREATE INDEX message_participant_address ON message_participant (address, message_id);
+        ALTER TABLE agent_toolkit ADD COLUMN whole_archive BOOLEAN NOT NULL DEFAULT FALSE;
+        ALTER TABLE blob ADD COLUMN token VARCHAR(64);
+        ALTER TABLE blob ADD COLUMN numbered BOOLEAN NOT NULL DEFAULT FALSE;
+        UPDATE blob SET numbered = TRUE
+        """,
+    )
+    p = db.param
+    last = 0
+    while True:  # a thousand messages at a time, so a large archive never sits in memory
+        rows = db.execute_sql(
+            "SELECT id, sender, to_addresses, cc_addresses FROM message "
+            f"WHERE id > {p} ORDER BY id LIMIT 1000",
+            (last,),
+        ).fetchall()
+        if not rows:
+            break
+        found = [
+            (message_id, address)
+            for message_id, sender, to, cc in rows
+            for address in participant_keys(sender, json.loads(to or "[]"), json.loads(cc or "[]"))
+        ]
+        for start in range(0, len(found), 500):
+            chunk = found[start : start + 500]
+            db.execute_sql(
+                "INSERT INTO message_participant (message_id, address) VALUES "
+                + ", ".join([f"({p}, {p})"] * len(chunk)),
+                [value for row in chunk for value in row],
+            )
+        last = rows[-1][0]
+    for (blob_id,) in db.execute_sql("SELECT id FROM blob").fetchall():
+        db.execute_sql(
+            f"UPDATE blob SET token = {p} WHERE id = {p}", (secrets.token_urlsafe(18), blob_id)
+        )
+    db.execute_sql("CREATE UNIQUE INDEX blob_token ON blob (token)")
+
+
 def _0013_used_tokens(db: peewee.Database | peewee.DatabaseProxy) -> None:
     # Tokens of signed webhook requests already taken (Mailgun's), kept only while a replay
     # would still be fresh: every process serving the installation refuses a second arrival.
@@ -546,6 +600,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "search by field, newest first", _0009_search_by_field_newest_first),
     Migration(10, "approval by email", _0010_approvals),
     Migration(11, "sender authentication", _0011_sender_authentication),
+    Migration(12, "mail scoped to its participants", _0012_mail_scoped_to_its_participants),
     Migration(13, "used tokens of signed webhooks", _0013_used_tokens),
     Migration(
         15, "archived agents, revocable sessions", _0015_archived_agents_and_revocable_sessions

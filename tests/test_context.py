@@ -19,7 +19,7 @@ def make(**overrides):
     return RunContext(**values)
 
 
-def test_has_the_seven_members_of_the_contract_and_the_cancellation_signal():
+def test_has_the_seven_members_of_the_contract_the_cancellation_signal_and_the_mail_scope():
     assert [a.name for a in attrs.fields(RunContext)] == [
         "agent",
         "message",
@@ -29,9 +29,10 @@ def test_has_the_seven_members_of_the_contract_and_the_cancellation_signal():
         "logger",
         "correlation_id",
         "cancellation",
+        "whole_archive",
     ]
     public = {name for name in dir(make()) if not name.startswith("_")}
-    assert public == {a.name for a in attrs.fields(RunContext)} | {"cancelled"}
+    assert public == {a.name for a in attrs.fields(RunContext)} | {"cancelled", "mail_scope"}
 
 
 def test_cancelled_follows_the_runs_cancellation():

@@ -68,6 +68,7 @@ def test_an_unmigrated_database_is_refused_with_what_to_run(tmp_path):
         "0009 search by field, newest first",
         "0010 approval by email",
         "0011 sender authentication",
+        "0012 mail scoped to its participants",
         "0013 used tokens of signed webhooks",
         "0015 archived agents, revocable sessions",
         "0016 approvals required per agent",

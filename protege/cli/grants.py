@@ -87,6 +87,13 @@ def detach(agent: str, toolkit: str) -> None:
     help="Whether a call asked for by an approver runs at once (default: it does).",
 )
 @click.option("--no-approval", is_flag=True, help="The toolkit's tools run without approval.")
+@click.option(
+    "--whole-archive/--no-whole-archive",
+    default=None,
+    help="Whether the toolkit's mail tools (search_emails, read_attachment, attaching files) "
+    "reach all of the agent's mail, or only the mail the run's sender took part in "
+    "(the default).",
+)
 def configure(
     agent: str,
     toolkit: str,
@@ -96,17 +103,20 @@ def configure(
     approval_timeout: str | None,
     self_approval: bool | None,
     no_approval: bool,
+    whole_archive: bool | None,
 ) -> None:
-    """Set the terms of a grant: scheduled runs, and the approval its tools need."""
+    """Set the terms of a grant: scheduled runs, the approval its tools need, and the mail
+    its mail tools reach."""
     from protege.access import DEFAULT_APPROVAL_TIMEOUT, checked_policy
 
     approval_options = bool(approval_by or approval_to or approval_timeout) or (
         self_approval is not None
     )
-    if allow_proactive is None and not approval_options and not no_approval:
+    nothing_else = allow_proactive is None and not approval_options and not no_approval
+    if nothing_else and whole_archive is None:
         raise click.UsageError(
             "say what to set: --allow-proactive/--no-allow-proactive, "
-            "--approval-by ..., or --no-approval"
+            "--approval-by ..., --no-approval, or --whole-archive/--no-whole-archive"
         )
     if no_approval and approval_options:
         raise click.UsageError("--no-approval cannot go with other approval options")
@@ -121,6 +131,20 @@ def configure(
             grant.save()
         state = "offered" if allow_proactive else "not offered"
         lines.append(f"{found_toolkit.name} is {state} on {found_agent.name}'s scheduled runs")
+    if whole_archive is not None:
+        with audited(
+            "whole mail archive opened" if whole_archive else "mail scoped to the sender", grant
+        ):
+            grant.whole_archive = whole_archive
+            grant.save()
+        lines.append(describe_archive(found_toolkit.name, found_agent.name, whole_archive))
+        if whole_archive and not any(rule.kind == "allow" for rule in grant.rules):
+            click.echo(
+                f"warning: {found_toolkit.name}'s gate has no allow rule, so it admits "
+                "strangers: anyone who writes to "
+                f"{found_agent.name} can have its mail tools reach all of its mail",
+                err=True,
+            )
     if no_approval:
         with audited("approval no longer required", grant):
             grant.require_approval(None)
@@ -146,6 +170,13 @@ def configure(
         click.echo(line)
     if no_approval or approval_options:
         warn_of_skipped_approvals(found_agent, found_toolkit.name)
+
+
+def describe_archive(toolkit: str, agent: str, whole_archive: bool) -> str:
+    """One line saying which of the agent's mail a grant's mail tools reach."""
+    if whole_archive:
+        return f"{toolkit}'s mail tools reach all of {agent}'s mail, for any sender it admits"
+    return f"{toolkit}'s mail tools reach only the mail the run's sender took part in"
 
 
 def describe_approval(toolkit: str, agent: str, policy) -> str:

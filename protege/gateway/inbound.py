@@ -31,7 +31,7 @@ from protege.gateway.parse import (
     check_header_block,
     parse,
 )
-from protege.mail import SYNTHETIC_ID, new_message_id, redact_tokens, thread_key
+from protege.mail import SYNTHETIC_ID, new_message_id, redact_tokens, thread_for
 from protege.models import Agent, Blob, Message, MessageAttachment, Run
 from protege.models.messages import ACCEPTED, ANSWER, IGNORED, INBOUND, REFUSED
 from protege.queue import queue_reply
@@ -303,7 +303,14 @@ def _deliver_to(
         message_id=message_id,
         in_reply_to=redact_tokens(parsed.in_reply_to) if parsed.in_reply_to else None,
         reference_ids=[redact_tokens(r) for r in parsed.references],
-        thread_key=redact_tokens(thread_key(message_id, parsed.in_reply_to, parsed.references)),
+        thread_key=thread_for(
+            agent,
+            redact_tokens(message_id),
+            redact_tokens(parsed.in_reply_to) if parsed.in_reply_to else None,
+            [redact_tokens(r) for r in parsed.references],
+            sender=parsed.sender,
+            proven=proven,
+        ),
         flags=flags,
         raw_blob=raw_blob,
         authentication=json.dumps(verdict.as_json()),

@@ -97,7 +97,7 @@ def deliver(
             message_id=outgoing.message_id,
             in_reply_to=outgoing.in_reply_to,
             reference_ids=list(outgoing.references),
-            thread_key=thread_key(outgoing.message_id, outgoing.in_reply_to, outgoing.references),
+            thread_key=_thread(run, outgoing),
             run=run.id if run is not None else None,
             tool_call_id=call_id,
             raw_blob=raw_blob,
@@ -107,6 +107,15 @@ def deliver(
         for position, blob in enumerate(files):
             MessageAttachment.create(message=stored, blob=blob, position=position)
     return describe(stored)
+
+
+def _thread(run: Run | None, outgoing: Outgoing) -> str:
+    """A reply stays in the thread of the message it answers, whatever its References
+    say: those came from outside, and would file the reply in a thread of their naming."""
+    answered = run.message if run is not None and run.message_id is not None else None
+    if answered is not None and (outgoing.in_reply_to or outgoing.references):
+        return str(answered.thread_key)
+    return thread_key(outgoing.message_id, outgoing.in_reply_to, outgoing.references)
 
 
 def describe(message: Message) -> dict[str, Any]:

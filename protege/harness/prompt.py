@@ -56,7 +56,7 @@ def render_email(message: Message, fence: Fence, attachments: Sequence[Blob] = (
     if attachments:
         lines += ["", "Attachments (read_attachment reads one by its blob id, if you have it):"]
         lines += [
-            f"- {blob.filename} ({blob.content_type}, {blob.size} bytes, blob id {blob.id})"
+            f"- {blob.filename} ({blob.content_type}, {blob.size} bytes, blob id {blob.token})"
             for blob in attachments
         ]
     return fence.wrap("\n".join(lines), source="email")
@@ -134,8 +134,8 @@ def _viewable(attached: Sequence[Blob], config: Config) -> list[Shown]:
         kind = blobs.sniff(data)
         if kind is not None and malformed(data, kind) is not None:
             continue  # only listed: a model's API would refuse it, and the run fail
-        label = f"Attachment {blob.filename} (blob id {blob.id}):"
-        ours = f"The attachment with blob id {blob.id}"
+        label = f"Attachment {blob.filename} (blob id {blob.token}):"
+        ours = f"The attachment with blob id {blob.token}"
         if kind in IMAGE_TYPES:
             found.append(Shown(label, ours, Part(IMAGE, data, kind, blob.filename)))
         elif kind == PDF_TYPE:

@@ -429,6 +429,7 @@ class _Attempt:
         live = LiveCalls()
         context = self._context(live)
         resolution = run.agent.resolve_for(context, self.installation.manifest)
+        context = attrs.evolve(context, whole_archive=resolution.whole_archive)
         granted = resolution.tools
         tools = [
             {

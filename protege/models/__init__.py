@@ -6,6 +6,7 @@ from protege.models.audit import AuditEntry, Operator
 from protege.models.base import Record
 from protege.models.blobs import Blob, MessageAttachment
 from protege.models.messages import Message, SearchCriteria
+from protege.models.participants import MessageParticipant
 from protege.models.replays import UsedToken
 from protege.models.runs import Event, Responsibility, Run
 from protege.models.toolkits import AgentToolkit, AgentToolkitRule, RequiredApproval, Toolkit
@@ -22,6 +23,7 @@ __all__ = [
     "Event",
     "Message",
     "MessageAttachment",
+    "MessageParticipant",
     "Operator",
     "Record",
     "RequiredApproval",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -14,10 +15,17 @@ from protege.models.base import Record, utcnow
 from protege.models.messages import Message
 
 
+def new_token() -> str:
+    """A fresh reference to a stored file: random, so that no one can guess another's."""
+    return secrets.token_urlsafe(18)
+
+
 class Blob(Record):
     """One stored file: its name and type, and the content-addressed bytes on disk.
 
-    ``agent`` is set for files an agent created itself (``create_file``).
+    ``agent`` is set for files an agent created itself (``create_file``). Tools and models
+    name a file by its ``token``, which cannot be guessed; ``numbered`` files, stored
+    before tokens were, also answer to their id, which earlier runs may have written down.
     """
 
     if TYPE_CHECKING:  # peewee adds these: the primary key, foreign key ids and backrefs
@@ -30,6 +38,21 @@ class Blob(Record):
     filename = peewee.CharField(max_length=255)
     agent = peewee.ForeignKeyField(Agent, null=True, backref="blobs", on_delete="SET NULL")
     created_at = peewee.DateTimeField(default=utcnow)
+    token = peewee.CharField(max_length=64, unique=True, default=new_token)
+    numbered = peewee.BooleanField(default=False)
+
+    @classmethod
+    def named(cls, reference: str | int) -> Blob | None:
+        """The file ``reference`` names: its token, or the id of a file stored before
+        tokens were (a number, or a string of digits); None when it names none."""
+        text = str(reference).strip()
+        if not isinstance(reference, bool) and text:
+            found = cls.get_or_none(cls.token == text)
+            if found is not None:
+                return found
+            if text.isascii() and text.isdigit() and len(text) < 19:
+                return cls.get_or_none((cls.id == int(text)) & cls.numbered)
+        return None
 
 
 class MessageAttachment(Record):

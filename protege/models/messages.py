@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import datetime
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import attrs
 import peewee
 
+from protege.addresses import participant_keys
 from protege.authentication import Verdict
 from protege.config import AuthenticationSettings
+from protege.context import WHOLE_ARCHIVE, MailScope
 from protege.db import database
 from protege.models.agents import Agent
 from protege.models.base import JSONListField, Record, utcnow
@@ -80,6 +82,25 @@ class Message(Record):
     authentication = peewee.TextField(null=True)
     sender_authenticated = peewee.BooleanField(default=False)
 
+    @classmethod
+    def insert_new(cls, **values: Any) -> Self:
+        """Store a new message and who took part in it (its From, To and Cc), by which the
+        mail a run's tools may show its sender is found."""
+        message = super().insert_new(**values)
+        found = message.participants
+        if found:
+            rows = ", ".join([f"({database.param}, {database.param})"] * len(found))
+            database.execute_sql(
+                f"INSERT INTO message_participant (message_id, address) VALUES {rows}",
+                [value for address in found for value in (message.id, address)],
+            )
+        return message
+
+    @property
+    def participants(self) -> list[str]:
+        """The routing keys of the people this message was from, to and copied to."""
+        return participant_keys(self.sender, self.to_addresses or [], self.cc_addresses or [])
+
     @property
     def verdict(self) -> Verdict:
         """What the gateway found of this mail's sender (unauthenticated when nothing was
@@ -135,7 +156,8 @@ class SearchCriteria:
     ``recipient_words`` and ``subject_words`` only in the sender, the recipients (To, Cc,
     Bcc) and the subject. A word is matched as the run of tokens it spells ("jane@acme.com"
     is jane, acme, com in a row), never read as query syntax. ``after`` is inclusive and
-    ``before`` exclusive, both naive UTC like ``Message.created_at``.
+    ``before`` exclusive, both naive UTC like ``Message.created_at``. ``scope`` keeps out
+    the mail a run's sender did not take part in (the whole archive by default).
     """
 
     words: tuple[str, ...] = ()
@@ -146,6 +168,7 @@ class SearchCriteria:
     after: datetime.datetime | None = None
     before: datetime.datetime | None = None
     has_attachment: bool | None = None
+    scope: MailScope = WHOLE_ARCHIVE
 
     def fields(self) -> tuple[tuple[str | None, tuple[str, ...]], ...]:
         """Each searched field (None for any) with the words it must hold; fields without
@@ -189,6 +212,16 @@ def _row_filters(
     if criteria.has_attachment is not None:
         exists = "EXISTS (SELECT 1 FROM message_attachment a WHERE a.message_id = message.id)"
         clauses.append(exists if criteria.has_attachment else f"NOT {exists}")
+    scope = criteria.scope
+    if not scope.whole_archive:
+        if scope.participant is not None:
+            clauses.append(
+                f"message.id IN (SELECT message_id FROM message_participant WHERE address = {p})"
+            )
+            params.append(scope.participant)
+        else:  # nobody proven: the run's own message alone
+            clauses.append(f"message.id = {p}")
+            params.append(scope.message_id if scope.message_id is not None else 0)
     return clauses, params
 
 

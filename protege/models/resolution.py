@@ -38,6 +38,7 @@ class GrantDecision:
     reason: str
     tool_ids: tuple[str, ...]
     missing_ids: tuple[str, ...] = ()
+    whole_archive: bool = False
 
 
 class Resolution:
@@ -55,6 +56,7 @@ class Resolution:
         approvals: dict[str, ApprovalPolicy] | None = None,
         withheld: dict[str, str] | None = None,
         bypassed: tuple[ApprovalBypass, ...] = (),
+        whole_archive: frozenset[str] = frozenset(),
     ) -> None:
         if grants is None and explain is None:
             raise ValueError("a Resolution needs its grants or the means to explain them")
@@ -67,6 +69,8 @@ class Resolution:
         self.withheld: dict[str, str] = withheld or {}
         # Tools this sender gets without the approval another grant asks for (explain only).
         self.bypassed = bypassed
+        # The resolved tools an admitting grant gives with the whole mail archive open.
+        self.whole_archive = whole_archive
         self._grants = grants
         self._explain = explain
 
@@ -128,15 +132,18 @@ def resolve(
             )
             rows = database.execute_sql(sql + required, (agent.id, *candidates, agent.id, agent.id))
     admitted: set[str] = set()
+    opened: set[str] = set()
     guards = []
     requirements: dict[str, ApprovalPolicy] = {}
-    for source, members, *approval in rows:
+    for source, members, whole, *approval in rows:
         policy = _policy(*approval)
         if source == "required":
             if policy is not None:
                 requirements[members] = policy
             continue
         admitted |= _members(members)
+        if whole:
+            opened |= _members(members)
         guards.append((_members(members), policy))
     approvals, withheld = _approvals(agent, guards, admitted, manifest, requirements)
     return Resolution(
@@ -146,6 +153,7 @@ def resolve(
         ),
         approvals=approvals,
         withheld=withheld,
+        whole_archive=frozenset(opened),
     )
 
 
@@ -279,21 +287,21 @@ def _admitted_for_long_key(agent_id: int, key: str, authenticated: bool) -> list
     grants = database.execute_sql(_GATES_SQL.format(p=database.param), (agent_id,)).fetchall()
     denied: set[int] = set()
     allowed: set[int] = set()
-    if any(has_rules for _, _, has_rules, *_ in grants):
+    if any(has_rules for _, _, _, has_rules, *_ in grants):
         for grant_id, kind, _ in _rules_matching(agent_id, key):
             if kind == "deny":
                 denied.add(grant_id)
             elif authenticated:
                 allowed.add(grant_id)
     required = [
-        ("required", tool_id, *approval)
+        ("required", tool_id, False, *approval)
         for tool_id, *approval in database.execute_sql(
             _REQUIRED_SQL.format(p=database.param), (agent_id,)
         ).fetchall()
     ]
     return [
-        ("grant", members, *approval)
-        for grant_id, members, has_rules, allow_list, *approval in grants
+        ("grant", members, whole, *approval)
+        for grant_id, members, whole, has_rules, allow_list, *approval in grants
         if grant_id not in denied and (grant_id in allowed or not has_rules or not allow_list)
     ] + required
 
@@ -317,6 +325,7 @@ def explain(
     decisions = []
     admitted_ids: set[str] = set()
     admitting: list[tuple[frozenset[str], ApprovalPolicy | None]] = []
+    opened: set[str] = set()
     for grant in grants:
         if scheduled:
             decision = Decision(
@@ -341,10 +350,13 @@ def explain(
                 reason=decision.reason,
                 tool_ids=tuple(i for i in members if i in manifest),
                 missing_ids=tuple(i for i in members if i not in manifest),
+                whole_archive=grant.whole_archive,
             )
         )
         if decision.admitted:
             admitted_ids.update(members)
+            if grant.whole_archive:
+                opened.update(members)
             admitting.append((frozenset(members), grant.approval))
     approvals, withheld = _approvals(
         agent, admitting, admitted_ids, manifest, required_approvals(agent.id)
@@ -364,6 +376,7 @@ def explain(
         approvals=approvals,
         withheld=withheld,
         bypassed=bypassed,
+        whole_archive=frozenset(i for i in opened if i in manifest),
     )
 
 
@@ -386,7 +399,7 @@ def _givers_without_approval(
 # looked up by pattern first (CROSS JOIN and INDEXED BY keep SQLite from scanning every
 # rule of every grant instead).
 _ADMITTED_SQL = """
-SELECT 'grant', t.member_tool_ids,
+SELECT 'grant', t.member_tool_ids, g.whole_archive,
        g.approval_by, g.approval_to, g.approval_timeout, g.self_approval
 FROM agent_toolkit g
 JOIN toolkit t ON t.id = g.toolkit_id
@@ -404,7 +417,7 @@ WHERE g.agent_id = {p} AND CASE
 END
 """
 _OPEN_GATES_SQL = """
-SELECT 'grant', t.member_tool_ids,
+SELECT 'grant', t.member_tool_ids, g.whole_archive,
        g.approval_by, g.approval_to, g.approval_timeout, g.self_approval
 FROM agent_toolkit g
 JOIN toolkit t ON t.id = g.toolkit_id
@@ -412,7 +425,7 @@ WHERE g.agent_id = {p}
   AND NOT EXISTS (SELECT 1 FROM agent_toolkit_rule r WHERE r.grant_id = g.id)
 """
 _PROACTIVE_SQL = """
-SELECT 'grant', t.member_tool_ids,
+SELECT 'grant', t.member_tool_ids, g.whole_archive,
        g.approval_by, g.approval_to, g.approval_timeout, g.self_approval
 FROM agent_toolkit g
 JOIN toolkit t ON t.id = g.toolkit_id
@@ -421,7 +434,7 @@ WHERE g.agent_id = {p} AND g.allow_proactive
 # Whether a gate has rules, and allow rules: one index probe each, where counting them
 # would read them all.
 _GATES_SQL = """
-SELECT g.id, t.member_tool_ids,
+SELECT g.id, t.member_tool_ids, g.whole_archive,
        EXISTS (SELECT 1 FROM agent_toolkit_rule r WHERE r.grant_id = g.id),
        EXISTS (SELECT 1 FROM agent_toolkit_rule r WHERE r.grant_id = g.id AND r.kind = 'allow'),
        g.approval_by, g.approval_to, g.approval_timeout, g.self_approval
@@ -430,7 +443,7 @@ JOIN toolkit t ON t.id = g.toolkit_id
 WHERE g.agent_id = {p}
 """
 _GRANTS_SQL = """
-SELECT g.id, g.allow_proactive, t.name, t.member_tool_ids,
+SELECT g.id, g.allow_proactive, t.name, t.member_tool_ids, g.whole_archive,
        g.approval_by, g.approval_to, g.approval_timeout, g.self_approval,
        (SELECT COUNT(*) FROM agent_toolkit_rule r WHERE r.grant_id = g.id),
        (SELECT COUNT(*) FROM agent_toolkit_rule r WHERE r.grant_id = g.id AND r.kind = 'allow')
@@ -442,7 +455,7 @@ ORDER BY t.name
 # Appended to a run's grant query, so a run still reads its tools in one statement.
 _REQUIRED_UNION = """
 UNION ALL
-SELECT 'required', tool_id, approval_by, approval_to, approval_timeout, self_approval
+SELECT 'required', tool_id, FALSE, approval_by, approval_to, approval_timeout, self_approval
 FROM agent_tool_approval
 WHERE agent_id = {p}
 """
@@ -475,6 +488,7 @@ class _Grant:
     rule_count: int
     allow_count: int
     approval: ApprovalPolicy | None = None
+    whole_archive: bool = False
 
 
 @attrs.frozen
@@ -494,8 +508,9 @@ def _grants_with_rule_counts(agent_id: int) -> list[_Grant]:
             int(rules),
             int(allows),
             _policy(by, to, timeout, own),
+            bool(whole),
         )
-        for grant_id, proactive, name, members, by, to, timeout, own, rules, allows in (
+        for grant_id, proactive, name, members, whole, by, to, timeout, own, rules, allows in (
             cursor.fetchall()
         )
     ]

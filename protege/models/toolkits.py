@@ -105,7 +105,9 @@ class AgentToolkit(Record):
     """A grant: one toolkit attached to one agent, on terms of its own.
 
     The sender gate (``rules``) decides which senders unlock the toolkit on reply runs;
-    ``allow_proactive`` decides whether its tools are offered on scheduled runs. With
+    ``allow_proactive`` decides whether its tools are offered on scheduled runs;
+    ``whole_archive`` lets its mail tools show a sender any of the agent's mail, not only
+    the mail that sender took part in. With
     approvers (``approval_by``), a call to one of its tools waits for an approver's yes:
     the gate decides who may ask, approval who must agree.
     """
@@ -124,6 +126,9 @@ class AgentToolkit(Record):
     approval_to = JSONListField(default=list)  # where approval requests are mailed
     approval_timeout = peewee.IntegerField(default=DEFAULT_APPROVAL_TIMEOUT)  # seconds
     self_approval = peewee.BooleanField(default=True)
+    # Whether its mail tools reach the agent's whole archive, rather than only the mail
+    # the run's sender took part in.
+    whole_archive = peewee.BooleanField(default=False)
 
     class Meta:
         table_name = "agent_toolkit"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -35,6 +35,7 @@ def run_reply(
     subject: str = "",
     reply_to: Message | None = None,
     attachments: Sequence[tuple[str, str, bytes]] = (),
+    cc: Sequence[str] = (),
     installation: Installation | None = None,
     config: Config | None = None,
     manifest: Manifest | None = None,
@@ -43,14 +44,15 @@ def run_reply(
     """Deliver an email from ``sender`` to ``agent`` and run the agent on it to the end,
     then send the mail the run queued (unless ``send_mail`` is false: it stays pending).
 
-    ``reply_to`` threads the email as a reply to an earlier message; ``attachments`` are
-    (filename, declared content type, bytes), stored as the gateway stores them. The run uses
+    ``reply_to`` threads the email as a reply to an earlier message (it joins that thread
+    only if ``sender`` took part in it); ``attachments`` are (filename, declared content
+    type, bytes), stored as the gateway stores them; ``cc`` copies others on it. The run uses
     ``installation`` (the ``protege_app`` fixture), or one made of ``config`` and
     ``manifest``; nothing is read from the working directory.
     """
     app = _installation(installation, config, manifest, "run_reply")
     headers = reply_headers(reply_to) if reply_to is not None else {}
-    message = record_inbound(agent, sender=sender, body=body, subject=subject, **headers)
+    message = record_inbound(agent, sender=sender, body=body, subject=subject, cc=cc, **headers)
     attach_files(message, attachments, app.config)
     run = execute(queue_reply(message), app)
     if send_mail:
@@ -114,12 +116,19 @@ def make_context(
     config: Config,
     deliver: Callable[..., Any] | None = None,
     deliveries: list[dict[str, Any]] | None = None,
+    authenticated: bool = True,
+    whole_archive: Iterable[str] = (),
 ) -> RunContext:
     """A run context for calling a tool directly: a reply run from ``sender`` (or to
     ``message``) by default, a scheduled run when ``responsibility`` is given. Records need
     no database: an agent and message that are not saved do. Deliveries go to
     ``deliveries`` unless ``deliver`` is given. ``config`` is what the tool sees as
-    ``context.config`` (``protege_app.config`` in a test)."""
+    ``context.config`` (``protege_app.config`` in a test).
+
+    The made-up message's sender counts as proven (the test speaks for them) unless
+    ``authenticated`` is false. Mail tools show the mail that sender took part in; the
+    tools named in ``whole_archive`` show all of the agent's mail, as through a grant
+    that opens the whole archive."""
     agent = agent or Agent(name="Test Agent", address="agent@example.test")
     if responsibility is None and message is None:
         message = Message(
@@ -131,6 +140,7 @@ def make_context(
             body_text=body,
             message_id="<test@example.test>",
             thread_key="<test@example.test>",
+            sender_authenticated=authenticated,
         )
     recorded = deliveries if deliveries is not None else []
 
@@ -146,6 +156,7 @@ def make_context(
         config=config,
         logger=logging.getLogger("protege.testing"),
         correlation_id="test",
+        whole_archive=frozenset(whole_archive),
     )
 
 

@@ -80,6 +80,7 @@ def test_explain_shows_each_toolkit_decision_and_the_tools(scoop):
         "  admitted  Default Tools: no rules: open to every sender",
         "  refused   Finance: no allow rule matches (allow-list)",
         "  admitted  Support: no rules: open to every sender",
+        "  mail      mail tools reach only the mail jane@acme.com took part in (From, To, Cc)",
         (
             "tools: check_flavor_stock, create_file, lookup_order, read_attachment, "
             "search_emails, send_email, web_fetch, web_search"
@@ -98,6 +99,7 @@ def test_explain_json_for_mara_with_a_tag(scoop):
         "reason": "allow rule *@thescoop.com matches",
         "tools": ["process_refund"],
         "missing": [],
+        "whole_archive": False,
     }
     assert data["tools"] == [
         "check_flavor_stock",
@@ -501,3 +503,45 @@ def test_requiring_approval_of_a_tool_that_does_not_exist_says_what_is_close(sco
     assert "no tool 'proces_refund' in the manifest" in typo.output
     assert "process_refund" in typo.output
     assert "Traceback" not in typo.output
+
+
+def test_a_grant_opened_to_the_whole_archive_is_shown_in_explain(scoop):
+    said = scoop("grants", "configure", "Sundae", "Default Tools", "--whole-archive")
+    assert said.stdout == (
+        "Default Tools's mail tools reach all of Sundae's mail, for any sender it admits\n"
+    )
+    assert (
+        "warning: Default Tools's gate has no allow rule, so it admits strangers: anyone who "
+        "writes to Sundae can have its mail tools reach all of its mail"
+    ) in said.stderr
+    staff = scoop("grants", "configure", "Sundae", "Finance", "--whole-archive")
+    assert "warning" not in staff.stderr  # Finance admits only *@thescoop.com
+    out = scoop("access", "explain", "Sundae", "--sender", "jane@acme.com").stdout.splitlines()
+    assert "  admitted  Default Tools (whole mail archive): no rules: open to every sender" in out
+    assert out[-3:-1] == [
+        "  mail      mail tools reach only the mail jane@acme.com took part in (From, To, Cc)",
+        "            all of the agent's mail, through a grant: create_file, read_attachment, "
+        "search_emails, send_email, web_fetch, web_search",
+    ]
+    data = json.loads(
+        scoop("access", "explain", "Sundae", "--sender", "x@y.example", "--json").stdout
+    )
+    assert data["mail_scope"] == "sender's mail"
+    assert "search_emails" in data["whole_archive_tools"]
+    assert "lookup_order" not in data["whole_archive_tools"]
+    scoop("grants", "configure", "Sundae", "Default Tools", "--no-whole-archive")
+    data = json.loads(
+        scoop("access", "explain", "Sundae", "--sender", "x@y.example", "--json").stdout
+    )
+    assert data["whole_archive_tools"] == []
+
+
+def test_explain_says_an_unproven_sender_reaches_only_its_own_message(scoop):
+    out = scoop(
+        "access", "explain", "Sundae", "--sender", "jane@acme.com", "--unauthenticated"
+    ).stdout
+    assert "  mail      mail tools reach only the run's own message (the sender is not proven)" in (
+        out.splitlines()
+    )
+    scheduled = scoop("access", "explain", "Sundae", "--scheduled").stdout
+    assert "mail tools reach all of the agent's mail (a scheduled run has no sender)" in scheduled

@@ -118,6 +118,10 @@ def test_public_api_loads_on_first_use():
     assert RunContext.__name__ == "RunContext"
     assert hookimpl.project_name == "protege"
     assert set(protege.__all__) >= {"Tool", "Result", "success", "failure", "hookimpl"}
+    from protege import MailScope
+
+    assert MailScope.__module__ == "protege.context"
+    assert "MailScope" in protege.__all__
 
 
 def test_an_unexpected_error_is_one_line_unless_debugging(site, run_protege):

@@ -127,15 +127,15 @@ def test_the_answered_messages_images_and_pdfs_are_shown_within_the_run_cap(conf
     assert email.startswith(f"<<<UNTRUSTED {fence} source='email'>>>")
     assert (
         "Attachments (read_attachment reads one by its blob id, if you have it):\n"
-        f"- photo.png (image/png, {len(PNG)} bytes, blob id {blobs[0].id})\n"
-        f"- receipt.pdf (application/pdf, {len(PDF)} bytes, blob id {blobs[1].id})\n"
+        f"- photo.png (image/png, {len(PNG)} bytes, blob id {blobs[0].token})\n"
+        f"- receipt.pdf (application/pdf, {len(PDF)} bytes, blob id {blobs[1].token})\n"
         f"<<<END UNTRUSTED {fence}>>>\n"
-        f"(protege: The attachment with blob id {blobs[1].id} was not shown: a run "
+        f"(protege: The attachment with blob id {blobs[1].token} was not shown: a run "
         "shows the model at most 1 files (max_parts_per_run in [files]))"
     ) in email
     assert content[1:] == [
         {"type": "text", "text": f"<<<UNTRUSTED {fence} source='email attachments'>>>"},
-        {"type": "text", "text": f"Attachment photo.png (blob id {blobs[0].id}):"},
+        {"type": "text", "text": f"Attachment photo.png (blob id {blobs[0].token}):"},
         {"type": "image_url", "image_url": {"url": data_url("image/png", PNG)}},
         {"type": "text", "text": f"<<<END UNTRUSTED {fence}>>>"},
     ]

@@ -63,6 +63,7 @@ def test_the_thread_follows_whoever_is_talking(sundae, config, scoop_tools, scri
         sender="jane@acme.com",
         subject="Melted",
         body="SCP-1042 arrived melted. I'd like a refund.",
+        cc=["Mara <mara@thescoop.com>"],  # copied, Mara is on the thread and may join it
         config=config,
         manifest=scoop_tools,
     )

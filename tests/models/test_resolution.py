@@ -186,3 +186,22 @@ def test_a_required_approval_is_not_listed_as_skippable(protege_db, scoop_manife
     ]
     agent.require_approval("process_refund", ["*@thescoop.com"], ["mara@thescoop.com"])
     assert bypassed_approvals(agent, scoop_manifest) == []
+
+
+@pytest.mark.parametrize("explained", [False, True])
+@pytest.mark.parametrize("sender", ["mara@thescoop.com", LONG, "jane@acme.org", "not an address"])
+def test_only_an_admitting_grant_opens_the_whole_archive_to_its_tools(
+    protege_db, scoop_manifest, explained, sender
+):
+    agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    agent.grant(Toolkit.create(name="Support", member_tool_ids=["lookup_order"]))
+    staff = agent.grant(Toolkit.create(name="Staff", member_tool_ids=["check_flavor_stock"]))
+    staff.add_rule("allow", "*@thescoop.com")
+    staff.add_rule("allow", LONG)
+    staff.whole_archive = True
+    staff.save()
+    how = resolve if not explained else explain
+    found = how(agent, scoop_manifest, sender=sender, authenticated=True)
+    admitted = sender in ("mara@thescoop.com", LONG)
+    assert found.whole_archive == (frozenset({"check_flavor_stock"}) if admitted else frozenset())
+    assert how(agent, scoop_manifest, scheduled=True).whole_archive == frozenset()

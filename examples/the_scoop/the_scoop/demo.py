@@ -27,10 +27,10 @@ from protege import blobs, db
 from protege.config import AuthenticationSettings, Config, load_config
 from protege.gateway.smtp import free_port, start_gateway
 from protege.installation import Installation, open_installation
-from protege.models import Agent, Message, Responsibility, Run, Toolkit
+from protege.models import Agent, Blob, Message, Responsibility, Run, Toolkit
 from protege.scheduler import Scheduler
 from protege.testing import DkimKey
-from protege.testing.model import ScriptedModel
+from protege.testing.model import ScriptedModel, Step
 from protege.toolkits import sync
 from protege.worker import drain
 from the_scoop import scenario as story
@@ -165,8 +165,6 @@ def _run(config: Config, model: ScriptedModel | None, signer: DkimKey) -> None:
     try:
         previous: Message | None = None
         for number, (sender, subject, body) in enumerate(story.EMAILS):
-            if model is not None:
-                model.script(*story.SCRIPT[number])
             if sender in (story.ANSWER, story.FORGED):
                 raw = _answer(subject or "", body, _latest_request(), config)
             else:
@@ -178,6 +176,8 @@ def _run(config: Config, model: ScriptedModel | None, signer: DkimKey) -> None:
                 client.sendmail(story.ENVELOPE_SENDER, [str(raw["To"])], data)
             _show_email(number + 1, raw)
             _show_verdict()
+            if model is not None:  # scripted once the mail is in: it names its photo
+                model.script(*_with_photo(story.SCRIPT[number]))
             for run in drain(installation):
                 _show_run(run)
             previous = (
@@ -196,6 +196,23 @@ def _run(config: Config, model: ScriptedModel | None, signer: DkimKey) -> None:
 
 
 APPROVAL_SUBJECT = "Approval needed"
+
+
+def _with_photo(steps: list[Step]) -> list[Step]:
+    """``steps`` with the photo's token where the story names it."""
+    photo = Blob.select().where(Blob.filename == story.PHOTO).order_by(Blob.id).first()
+    if photo is None:
+        return steps
+    return [
+        attrs.evolve(
+            step,
+            calls=tuple(
+                (name, arguments.replace(story.PHOTO_BLOB_ID, photo.token))
+                for name, arguments in step.calls
+            ),
+        )
+        for step in steps
+    ]
 
 
 def _latest_request() -> Message:

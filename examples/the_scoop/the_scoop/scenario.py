@@ -34,8 +34,8 @@ EMAILS = [
 ]
 # Jane's first email carries a photo of the melted order (in this package).
 PHOTO = "melted-order.png"
-# In the demo's fresh database, the first email's raw source is blob 1 and its photo blob 2.
-PHOTO_BLOB_ID = 2
+# Files are named by unguessable tokens: the demo puts the photo's in, once Jane's mail is in.
+PHOTO_BLOB_ID = "{photo}"
 # What the scripted model does after each email when no real model is configured.
 SCRIPT = [
     [

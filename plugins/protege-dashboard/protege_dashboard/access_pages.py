@@ -397,6 +397,22 @@ async def grant_scheduled(request: Request) -> Response:
     )
 
 
+async def grant_archive(request: Request) -> Response:
+    """Set whether the toolkit's mail tools reach the agent's whole archive, or only the
+    mail the run's sender took part in."""
+    grant = _grant(request)
+    form = await checked_form(request)
+    whole = form.get("whole_archive") == "on"
+    action = "whole mail archive opened" if whole else "mail scoped to the sender"
+    with admin.change(actor(request), action, grant):
+        grant.whole_archive = whole
+        grant.save()
+    said = "all of the agent's mail" if whole else "only the mail the sender took part in"
+    return redirect(
+        f"/agents/{grant.agent_id}/grants/{grant.id}", f"mail tools reach {said}", request
+    )
+
+
 ROUTES = [
     Route("/tools", tools_page),
     Route("/toolkits", toolkits_page),
@@ -420,4 +436,5 @@ ROUTES = [
         methods=["POST"],
     ),
     Route("/agents/{id:int}/grants/{grant:int}/scheduled", grant_scheduled, methods=["POST"]),
+    Route("/agents/{id:int}/grants/{grant:int}/archive", grant_archive, methods=["POST"]),
 ]

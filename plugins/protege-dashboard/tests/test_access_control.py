@@ -42,6 +42,7 @@ FORMS = [
     "/agents/{agent}/grants/{grant}/rules",
     "/agents/{agent}/grants/{grant}/rules/1/remove",
     "/agents/{agent}/grants/{grant}/scheduled",
+    "/agents/{agent}/grants/{grant}/archive",
     "/responsibilities/{duty}/edit",
     "/responsibilities/{duty}/enable",
     "/responsibilities/{duty}/run",

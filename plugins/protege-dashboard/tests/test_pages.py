@@ -147,6 +147,22 @@ def test_gate_rules_are_checked_as_the_command_line_checks_them(signed_in, scoop
     assert AgentToolkit.get_by_id(grant.id).allow_proactive is False
 
 
+def test_a_grants_page_shows_and_sets_which_mail_its_tools_reach(signed_in, scoop, token_of):
+    grant = scoop.grant_of(Toolkit.named("Finance"))
+    here = f"/agents/{scoop.id}/grants/{grant.id}"
+    assert "reach only the mail the run's sender took part in" in _text(signed_in.get(here).text)
+    page = _post(signed_in, here, f"{here}/archive", token_of, whole_archive="on")
+    assert AgentToolkit.get_by_id(grant.id).whole_archive is True
+    assert "reach all of Sundae's mail" in _text(page.text)
+    assert "archive-open-to-strangers" not in page.text  # Finance admits only the shop
+    open_gate = scoop.grant(Toolkit.create(name="Lookups", member_tool_ids=["search_emails"]))
+    there = f"/agents/{scoop.id}/grants/{open_gate.id}"
+    opened = _post(signed_in, there, f"{there}/archive", token_of, whole_archive="on")
+    assert "anyone who writes can have the agent search all of its mail" in _text(opened.text)
+    _post(signed_in, here, f"{here}/archive", token_of)
+    assert AgentToolkit.get_by_id(grant.id).whole_archive is False
+
+
 def test_access_rules_are_added_and_removed(signed_in, scoop, token_of):
     here = f"/agents/{scoop.id}"
     _post(signed_in, here, f"{here}/access-rules", token_of, kind="deny", pattern="*@spam.example")

@@ -73,7 +73,7 @@ class CreateFileTool(Tool):
             config=context.config,
         )
         return self.success(
-            blob_id=blob.id, filename=blob.filename, size=blob.size, content_type=content_type
+            blob_id=blob.token, filename=blob.filename, size=blob.size, content_type=content_type
         )
 
 

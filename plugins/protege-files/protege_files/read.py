@@ -5,12 +5,15 @@ from __future__ import annotations
 from protege import Part, Result, RunContext, Tool, Trust
 from protege_files.pdftext import PDFTextFailed, pdf_text
 
+# A file's token; a number names a file stored before files had tokens.
+FILE_REFERENCE = {"type": ["string", "integer"], "minLength": 1, "maxLength": 64, "minimum": 1}
+
 
 class ReadAttachmentTool(Tool):
     """Reads a file attached to the agent's mail, or one it created."""
 
     description = (
-        "Reads a file by its blob id: a file attached to an email you received (the email "
+        "Reads a file by its blob id: a file attached to an email you may see (the email "
         "lists its attachments with their blob ids) or a file you created. Text files (plain "
         "text, CSV, Markdown, JSON, XML, HTML) come back as text, cut to a limit (truncated "
         "says so). Images and PDFs are shown to you as the files themselves when you can "
@@ -23,20 +26,20 @@ class ReadAttachmentTool(Tool):
         "type": "object",
         "additionalProperties": False,
         "required": ["blob_id"],
-        "properties": {"blob_id": {"type": "integer", "minimum": 1}},
+        "properties": {"blob_id": FILE_REFERENCE},
     }
     trust = Trust.UNTRUSTED  # files come from outside
 
-    def use(self, context: RunContext, blob_id: int) -> Result:
+    def use(self, context: RunContext, blob_id: str | int) -> Result:
         # The database layer and the PDF reader load on first use, not with the manifest.
         from protege.blobs import IMAGE_TYPES, PDF_TYPE, as_text, read, sniff
         from protege.mail import visible_blob
 
-        blob = visible_blob(context.agent, blob_id)
+        blob = visible_blob(context.agent, blob_id, context.mail_scope(self.id))
         if blob is None:  # the same words whether it is missing or someone else's
             return self.failure(f"no such attachment: {blob_id}")
         limits = context.config.files
-        about = {"blob_id": blob.id, "filename": blob.filename, "size": blob.size}
+        about = {"blob_id": blob.token, "filename": blob.filename, "size": blob.size}
         if blob.size > limits.max_read_bytes:
             return self.failure(
                 f"the file is {blob.size} bytes; read_attachment reads at most "

@@ -52,9 +52,11 @@ def mail_with(protege_app):
 
 @pytest.fixture
 def context_for(protege_app):
-    """A run context for ``agent`` answering ``message`` with ``config``."""
+    """A run context for ``agent`` answering ``message`` (by default a mail of Jane's, who
+    sent the files ``mail_with`` stores) with ``config``."""
 
     def build(agent, message=None, config=None):
-        return make_context(agent, message=message, config=config or protege_app.config)
+        config = config or protege_app.config
+        return make_context(agent, sender="jane@acme.com", message=message, config=config)
 
     return build

@@ -42,7 +42,7 @@ def test_each_format_is_stored_as_the_agents_own_file(
 ):
     result = create(format=format, filename="report", content=content)
     assert result.ok, result.reason
-    blob = Blob.get_by_id(result.data["blob_id"])
+    blob = Blob.get(Blob.token == result.data["blob_id"])
     assert (blob.filename, blob.content_type, blob.agent_id) == (
         f"report.{format}",
         content_type,
@@ -50,7 +50,7 @@ def test_each_format_is_stored_as_the_agents_own_file(
     )
     assert read_blob(blob, protege_app.config) == content.encode()
     assert result.data == {
-        "blob_id": blob.id,
+        "blob_id": blob.token,
         "filename": f"report.{format}",
         "size": len(content.encode()),
         "content_type": content_type,

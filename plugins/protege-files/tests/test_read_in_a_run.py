@@ -73,19 +73,19 @@ def test_a_multimodal_model_is_shown_the_pdf_it_asked_for_after_the_tool_message
     content = request["messages"][-1]["content"]
     assert content[1:] == [
         {"type": "text", "text": f"<<<UNTRUSTED {fence} source='email attachments'>>>"},
-        {"type": "text", "text": f"Attachment photo.png (blob id {photo.id}):"},
+        {"type": "text", "text": f"Attachment photo.png (blob id {photo.token}):"},
         {"type": "image_url", "image_url": {"url": data_url("image/png", PNG)}},
-        {"type": "text", "text": f"Attachment receipt.pdf (blob id {receipt.id}):"},
+        {"type": "text", "text": f"Attachment receipt.pdf (blob id {receipt.token}):"},
         {
             "type": "file",
             "file": {"filename": "receipt.pdf", "file_data": data_url("application/pdf", PDF)},
         },
         {"type": "text", "text": f"<<<END UNTRUSTED {fence}>>>"},
     ]
-    assert f"- photo.png (image/png, {len(PNG)} bytes, blob id {photo.id})" in content[0]["text"]
+    assert f"- photo.png (image/png, {len(PNG)} bytes, blob id {photo.token})" in content[0]["text"]
 
     # A reply in the same thread: the earlier files are listed only; reading one shows it.
-    scripted_model.script(tool_call("read_attachment", blob_id=receipt.id), say("Refund due."))
+    scripted_model.script(tool_call("read_attachment", blob_id=receipt.token), say("Refund due."))
     run = run_reply(
         reader,
         sender="jane@acme.com",
@@ -101,7 +101,7 @@ def test_a_multimodal_model_is_shown_the_pdf_it_asked_for_after_the_tool_message
     assert tool["role"] == "tool"
     assert unfenced(tool["content"]) == {
         "ok": True,
-        "blob_id": receipt.id,
+        "blob_id": receipt.token,
         "filename": "receipt.pdf",
         "size": len(PDF),
         "content_type": "application/pdf",
@@ -135,7 +135,7 @@ def test_the_run_cap_counts_attachments_and_tool_files_together(
     first = run_with(reader, app)
     photo, _ = attachments_of([first.message])[first.message.id]
     scripted_model.script(
-        tool_calls([tool_call("read_attachment", blob_id=photo.id)] * 3), say("Done.")
+        tool_calls([tool_call("read_attachment", blob_id=photo.token)] * 3), say("Done.")
     )
     run_reply(
         reader, sender="jane@acme.com", body="Again?", reply_to=first.message, installation=app
@@ -157,13 +157,14 @@ def test_a_text_only_model_gets_the_pdfs_text_and_a_clear_failure_for_the_image(
     request = scripted_model.requests[0]
     email_text = request["messages"][-1]["content"]
     assert isinstance(email_text, str)  # no parts for a text-only model
-    assert f"- receipt.pdf (application/pdf, {len(PDF)} bytes, blob id {receipt.id})" in email_text
+    listed = f"- receipt.pdf (application/pdf, {len(PDF)} bytes, blob id {receipt.token})"
+    assert listed in email_text
 
     scripted_model.script(
         tool_calls(
             [
-                tool_call("read_attachment", blob_id=receipt.id),
-                tool_call("read_attachment", blob_id=photo.id),
+                tool_call("read_attachment", blob_id=receipt.token),
+                tool_call("read_attachment", blob_id=photo.token),
             ]
         ),
         say("Refund due."),
@@ -180,7 +181,7 @@ def test_a_text_only_model_gets_the_pdfs_text_and_a_clear_failure_for_the_image(
     assert (pdf_result["role"], image_result["role"]) == ("tool", "tool")
     assert unfenced(pdf_result["content"]) == {
         "ok": True,
-        "blob_id": receipt.id,
+        "blob_id": receipt.token,
         "filename": "receipt.pdf",
         "size": len(PDF),
         "content_type": "application/pdf",
@@ -194,7 +195,7 @@ def test_a_text_only_model_gets_the_pdfs_text_and_a_clear_failure_for_the_image(
         "ok": False,
         "reason": "this file is an image and the model cannot see images (its [model] input "
         "is text)",
-        "blob_id": photo.id,
+        "blob_id": photo.token,
         "filename": "photo.png",
         "size": len(PNG),
         "content_type": "image/png",

@@ -16,15 +16,16 @@ class SearchEmailsTool(Tool):
     """Full-text search over the agent's own mail, with the filters mail search has."""
 
     description = (
-        "Searches your own mail (sent and received). query: words that must all appear in "
-        "the participants' addresses, the subject or the body. Filters, all optional and "
-        "combined: from (words or an address in the sender), to (in the To, Cc or Bcc "
-        "recipients), subject (words in the subject), direction (inbound: mail you "
-        "received; outbound: mail you sent), after and before (a date like 2026-03-01 or a "
-        "date and time like 2026-03-01T09:30:00Z; after includes that moment, before does "
-        "not; UTC unless an offset is given), has_attachment. Use it to recall earlier "
-        "conversations that are not in the current thread. Returns the newest matches "
-        "first, each with its body and its attachments (id, filename, type, size)."
+        "Searches your own mail (sent and received) that you may show the person you are "
+        "answering: the mail they took part in, unless you were given all of it. query: words"
+        " that must all appear in the participants' addresses, the subject or the body. "
+        "Filters, all optional and combined: from (words or an address in the sender), to (in"
+        " the To, Cc or Bcc recipients), subject (words in the subject), direction (inbound: "
+        "mail you received; outbound: mail you sent), after and before (a date like "
+        "2026-03-01 or a date and time like 2026-03-01T09:30:00Z; after includes that moment,"
+        " before does not; UTC unless an offset is given), has_attachment. Use it to recall "
+        "earlier conversations that are not in the current thread. Returns the newest matches"
+        " first, each with its body and its attachments (id, filename, type, size)."
     )
     summary = "Search the agent's own mail by words, sender, recipient, subject and date."
     input_schema = {
@@ -65,6 +66,7 @@ class SearchEmailsTool(Tool):
             subject=arguments.get("subject", ""),
             direction=arguments.get("direction"),
             has_attachment=arguments.get("has_attachment"),
+            scope=context.mail_scope(self.id),
             **dates,
         )
         attachments = attachments_of(matches)
@@ -82,7 +84,7 @@ class SearchEmailsTool(Tool):
                     "body": _capped(message.body_text),
                     "attachments": [
                         {
-                            "id": blob.id,
+                            "id": blob.token,
                             "filename": blob.filename,
                             "content_type": blob.content_type,
                             "size": blob.size,

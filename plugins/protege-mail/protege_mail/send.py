@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 _REPLY_PREFIX = re.compile(r"^\s*(re\s*(\[\d+\])?\s*:\s*)+", re.IGNORECASE)
 
 ADDRESSES = {"type": "array", "items": {"type": "string", "minLength": 3}, "maxItems": 50}
+# A file's token; a number names a file stored before files had tokens.
+FILE_REFERENCE = {"type": ["string", "integer"], "minLength": 1, "maxLength": 64, "minimum": 1}
 
 
 def reply_subject(subject: str) -> str:
@@ -59,14 +61,14 @@ class SendEmailTool(Tool):
     """Sends mail as the agent: a reply in the current conversation, or a new one."""
 
     description = (
-        "Sends an email from you. This is the only way to write to anyone: your plain replies "
-        'are never sent. mode "reply" answers the message you are handling: it goes to the '
+        "Sends an email from you. This is the only way to write to anyone: your plain replies"
+        ' are never sent. mode "reply" answers the message you are handling: it goes to the '
         "sender and everyone else on it (reply-all), keeps the subject and the thread; add "
         'people with to, cc or bcc. mode "new" starts a new conversation: give to and '
-        "subject. body is the full text. attachments are ids of files you may use (files "
-        "attached to your mail, or files you created). One mail goes to a limited number of "
-        "people. The result says the mail is queued: it goes out moments later, apart from "
-        "your work, and what the mail server answered is kept with the run."
+        "subject. body is the full text. attachments are blob ids of files you may use (files"
+        " attached to the mail you may see, or files you created). One mail goes to a limited"
+        " number of people. The result says the mail is queued: it goes out moments later, "
+        "apart from your work, and what the mail server answered is kept with the run."
     )
     summary = "Send mail as the agent: reply-all in the thread, or a new message."
     input_schema = {
@@ -80,7 +82,7 @@ class SendEmailTool(Tool):
             "bcc": ADDRESSES,
             "subject": {"type": "string", "maxLength": 500},
             "body": {"type": "string", "minLength": 1},
-            "attachments": {"type": "array", "items": {"type": "integer"}, "maxItems": 10},
+            "attachments": {"type": "array", "items": FILE_REFERENCE, "maxItems": 10},
         },
     }
     trust = Trust.UNTRUSTED  # the result carries the inbound subject, addresses, relay answers
@@ -94,14 +96,15 @@ class SendEmailTool(Tool):
         cc: Sequence[str] = (),
         bcc: Sequence[str] = (),
         subject: str | None = None,
-        attachments: Sequence[int] = (),
+        attachments: Sequence[str | int] = (),
     ) -> Result:
         from protege.mail import visible_blob
 
         agent = context.agent
         files = []
+        scope = context.mail_scope(self.id)
         for blob_id in attachments:
-            blob = visible_blob(agent, blob_id)
+            blob = visible_blob(agent, blob_id, scope)
             if blob is None:
                 return self.failure(f"there is no file {blob_id} that you may attach")
             files.append(blob)

@@ -37,7 +37,8 @@ def archive(sundae, tmp_path):
 def search(sundae, **arguments):
     result = run_tool(
         "search_emails",
-        context=make_context(sundae, config=sundae.app.config),
+        # The search itself, over the whole archive (as through a grant that opens it).
+        context=make_context(sundae, config=sundae.app.config, whole_archive=["search_emails"]),
         **arguments,
         manifest=sundae.app.manifest,
     )
@@ -73,7 +74,7 @@ def test_matches_carry_body_and_attachments(sundae, archive):
     assert match["from"] == "jane@acme.com"
     assert match["body"] == "My mango order arrived as soup."
     assert match["attachments"] == [
-        {"id": archive.id, "filename": "soup.jpg", "content_type": "image/jpeg", "size": 4}
+        {"id": archive.token, "filename": "soup.jpg", "content_type": "image/jpeg", "size": 4}
     ]
 
 

@@ -71,7 +71,8 @@ def mailbox(sundae, tmp_path):
 def tool(sundae, **arguments):
     return run_tool(
         "search_emails",
-        context=make_context(sundae, config=sundae.app.config),
+        # The search itself, over the whole archive (as through a grant that opens it).
+        context=make_context(sundae, config=sundae.app.config, whole_archive=["search_emails"]),
         **arguments,
         manifest=sundae.app.manifest,
     )

@@ -191,14 +191,14 @@ def test_attachments_must_be_files_the_agent_may_see(sundae, tmp_path):
     other = Agent.create(name="Scout", address="scout@thescoop.example")
     theirs = blobs.store(b"y", filename="theirs.txt", agent=other, data_dir=tmp_path)
     result, sent = send(
-        sundae, inbound_message(sundae), mode="reply", body="x", attachments=[own.id]
+        sundae, inbound_message(sundae), mode="reply", body="x", attachments=[own.token]
     )
     assert result.ok
     assert [blob.id for blob in sent[0][1]] == [own.id]
     result, sent = send(
-        sundae, inbound_message(sundae), mode="reply", body="x", attachments=[theirs.id]
+        sundae, inbound_message(sundae), mode="reply", body="x", attachments=[theirs.token]
     )
-    assert result.reason == f"there is no file {theirs.id} that you may attach"
+    assert result.reason == f"there is no file {theirs.token} that you may attach"
     assert sent == []
 
 
@@ -288,7 +288,24 @@ def test_attachments_of_refused_mail_cannot_be_sent(sundae, tmp_path):
     refused.save()
     MessageAttachment.create(message=refused, blob=blob, position=0)
     result, sent = send(
-        sundae, inbound_message(sundae), mode="reply", body="x", attachments=[blob.id]
+        sundae, inbound_message(sundae), mode="reply", body="x", attachments=[blob.token]
     )
-    assert result.reason == f"there is no file {blob.id} that you may attach"
+    assert result.reason == f"there is no file {blob.token} that you may attach"
     assert sent == []
+
+
+def test_a_stranger_cannot_have_another_senders_attachment_mailed_to_him(sundae, tmp_path):
+    from protege import blobs
+    from protege.models import MessageAttachment
+
+    janes = inbound_message(sundae)
+    photo = blobs.store(b"jpeg", filename="soup.jpg", data_dir=tmp_path)
+    MessageAttachment.create(message=janes, blob=photo, position=0)
+    eve = inbound_message(sundae, sender="eve@evil.example", body="Send me file 1")
+    for guess in (photo.token, photo.id):
+        result, sent = send(sundae, eve, mode="reply", body="Here.", attachments=[guess])
+        assert result.reason == f"there is no file {guess} that you may attach"
+        assert sent == []
+    result, sent = send(sundae, janes, mode="reply", body="Here.", attachments=[photo.token])
+    assert result.ok
+    assert [blob.id for blob in sent[0][1]] == [photo.id]
