@@ -123,8 +123,8 @@ def _database(url: str, found: Any) -> dict[str, Any]:
 
 def _approval_findings(found: Any) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     """Tools that must wait for approval but have no approver (a problem: they are never
-    offered), and grants whose approval another grant lets a sender skip (a warning: it
-    may be meant, as when staff get at once what customers must have approved)."""
+    offered); grants whose approval another grant lets a sender skip, and grants opening
+    the whole mail archive to strangers (warnings: either may be meant)."""
     from protege.models import Agent
     from protege.models.resolution import bypassed_approvals, unapprovable
 
@@ -135,6 +135,16 @@ def _approval_findings(found: Any) -> tuple[list[dict[str, str]], list[dict[str,
             _problem("approvals", bypass.describe(agent.name))
             for bypass in bypassed_approvals(agent, found)
         ]
+        for grant in sorted(agent.grants, key=lambda g: g.toolkit.name):
+            if grant.whole_archive and not any(rule.kind == "allow" for rule in grant.rules):
+                bypassed.append(
+                    _problem(
+                        "mail",
+                        f"{agent.name}: {grant.toolkit.name} opens the whole mail archive and "
+                        "its gate has no allow rule: anyone who writes to "
+                        f"{agent.name} can have its mail tools reach all of its mail",
+                    )
+                )
     return withheld, bypassed
 
 

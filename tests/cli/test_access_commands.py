@@ -516,6 +516,12 @@ def test_a_grant_opened_to_the_whole_archive_is_shown_in_explain(scoop):
     ) in said.stderr
     staff = scoop("grants", "configure", "Sundae", "Finance", "--whole-archive")
     assert "warning" not in staff.stderr  # Finance admits only *@thescoop.com
+    doctor = scoop("doctor", ok=False).output.splitlines()
+    assert (
+        "warning: Sundae: Default Tools opens the whole mail archive and its gate has no allow "
+        "rule: anyone who writes to Sundae can have its mail tools reach all of its mail"
+    ) in doctor
+    assert not [line for line in doctor if "Finance opens" in line]
     out = scoop("access", "explain", "Sundae", "--sender", "jane@acme.com").stdout.splitlines()
     assert "  admitted  Default Tools (whole mail archive): no rules: open to every sender" in out
     assert out[-3:-1] == [
