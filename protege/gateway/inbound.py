@@ -33,7 +33,7 @@ from protege.gateway.parse import (
 )
 from protege.mail import SYNTHETIC_ID, new_message_id, redact_tokens, thread_for
 from protege.models import Agent, Blob, Message, MessageAttachment, Run
-from protege.models.messages import ACCEPTED, ANSWER, IGNORED, INBOUND, REFUSED
+from protege.models.messages import ACCEPTED, ANSWER, FROM_AN_AGENT, IGNORED, INBOUND, REFUSED
 from protege.queue import queue_reply
 
 __all__ = ["LOOP_HEADER", "Delivered", "MailRejected", "StorageUnavailable", "agent_for", "ingest"]
@@ -123,6 +123,8 @@ def ingest(
             resolver=resolver,
         )
     verdict = _for_sender(verdict, parsed.sender)
+    if parsed.sender and agent_for(parsed.sender) is not None:
+        verdict = unverified(FROM_AN_AGENT, verdict.from_domain)
     try:
         return _store(raw, parsed, agents, config, addressed, verdict)
     except TRANSIENT_ERRORS as error:
@@ -270,7 +272,10 @@ def _deliver_to(
         flags.append(SYNTHETIC_ID)
     settings = config.mail.authentication
     flags += _authentication_flags(verdict, settings)
-    proven = verdict.authenticated or not settings.enforced
+    from_an_agent = verdict.reason == FROM_AN_AGENT
+    if from_an_agent:
+        flags.append(FROM_AN_AGENT)
+    proven = (verdict.authenticated or not settings.enforced) and not from_an_agent
     decision = agent.admits(parsed.sender, authenticated=proven) if parsed.sender else None
     if decision is not None and not decision.admitted:
         status = REFUSED

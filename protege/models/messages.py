@@ -27,6 +27,10 @@ PENDING = "pending"  # outbound, stored and waiting for the delivery loop
 SENT = "sent"  # outbound, the transport took it
 FAILED = "failed"  # outbound, the transport gave up
 SYNTHETIC_ID = "synthetic Message-ID"  # flag: protege made up the Message-ID
+# Flag: the From is one of the installation's own agents. Such mail (an agent's own words
+# come back, or a forgery of them) proves nobody: it opens no gate, approves nothing, and
+# its tools see no mail but itself, whatever DKIM or the mode says.
+FROM_AN_AGENT = "from an agent of this installation: it proves no sender"
 
 
 class Message(Record):
@@ -109,7 +113,10 @@ class Message(Record):
 
     def proves_sender(self, settings: AuthenticationSettings) -> bool:
         """Whether allow rules and approvers may take this mail's sender at its word: it
-        was authenticated, or ``settings`` do not enforce authentication."""
+        was authenticated, or ``settings`` do not enforce authentication; never for mail
+        from one of the installation's own agents (``FROM_AN_AGENT``), whatever proves it."""
+        if FROM_AN_AGENT in (self.flags or ()):
+            return False
         return bool(self.sender_authenticated) or not settings.enforced
 
     @property
