@@ -39,3 +39,9 @@ class UsedToken(Record):
         except peewee.IntegrityError:
             return False
         return True
+
+    @classmethod
+    def forget(cls, issuer: str, token: str) -> None:
+        """Take back ``first_use``: the request it let in was not taken after all (the
+        mail could not be stored, or was refused), so the sender's retry must be let in."""
+        cls.delete().where((cls.issuer == issuer) & (cls.token == token)).execute()

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import datetime
 import hashlib
 import hmac
@@ -273,14 +274,22 @@ class Mailgun(Ingress):
         check_type(request, "multipart/form-data", "application/x-www-form-urlencoded")
         # Mailgun signs inside the form: it can only be checked once the form is read.
         form = await read_form(request, _envelope_limit(request), files=True)
-        await self._check_signature(request, form, key)
-        # Only now are the big values decoded, in a worker thread: a URL-encoded message
-        # costs seconds of Python to decode, which no unsigned request gets to spend.
-        raw, recipients, sender = await run_in_threadpool(self._mail_of, form)
-        verdict = await verdict_for(
-            request, self.name, raw, lambda: mailgun_report(form.fields, raw, sender)
-        )
-        return await ingest_answered(request, raw, recipients, sender, verdict)
+        token = await self._check_signature(request, form, key)
+        taken = False
+        try:
+            # Only now are the big values decoded, in a worker thread: a URL-encoded message
+            # costs seconds of Python to decode, which no unsigned request gets to spend.
+            raw, recipients, sender = await run_in_threadpool(self._mail_of, form)
+            verdict = await verdict_for(
+                request, self.name, raw, lambda: mailgun_report(form.fields, raw, sender)
+            )
+            answer = await ingest_answered(request, raw, recipients, sender, verdict)
+            taken = answer.status_code < 300
+            return answer
+        finally:
+            if not taken:  # Mailgun sends the same signed fields again: let that retry in
+                with contextlib.suppress(Exception):
+                    await run_in_threadpool(UsedToken.forget, self.name, token)
 
     @staticmethod
     def _mail_of(form: Form) -> tuple[bytes, list[str], str | None]:
@@ -291,10 +300,11 @@ class Mailgun(Ingress):
         recipients = _recipients(named, "the form has no 'recipient'")
         return _field(form, "body-mime"), recipients, form.text("sender")
 
-    async def _check_signature(self, request: Request, form: Form, key: str) -> None:
-        """401 unless the form carries Mailgun's HMAC-SHA256, with ``key``, of its timestamp
-        followed by its token, the timestamp is within the window either side of now, and
-        the token was never taken before (by any process on this database)."""
+    async def _check_signature(self, request: Request, form: Form, key: str) -> str:
+        """The token, once the form is found to carry Mailgun's HMAC-SHA256, with ``key``,
+        of its timestamp followed by its token, the timestamp is within the window either
+        side of now, and the token was never taken before (by any process on this
+        database); 401 otherwise."""
         for name, longest in (("timestamp", 12), ("token", MAX_TOKEN_CHARS), ("signature", 128)):
             if form.size(name) > longest:  # before decoding it
                 raise Refused(401, f"the {name} is not one Mailgun makes")
@@ -320,6 +330,7 @@ class Mailgun(Ingress):
         )
         if not first:
             raise Refused(401, "this signed request was used already")
+        return token
 
 
 INGRESSES: tuple[Ingress, ...] = (Relay(), Postmark(), SendGrid(), Mailgun())

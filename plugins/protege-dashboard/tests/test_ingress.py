@@ -533,6 +533,19 @@ def test_mailgun_refuses_a_replay_after_a_restart_or_by_another_process(limited,
     assert len(stored()) == 1
 
 
+def test_a_signed_request_that_was_not_taken_may_come_again(web):
+    # Mail for an agent not made yet is refused; Mailgun sends the same signed fields again
+    # later, and by then the agent exists: the retry is taken, not refused as a replay.
+    fields = mailgun_fields(
+        mail(to="scout@thescoop.example").decode(), recipient="scout@thescoop.example"
+    )
+    assert mailgun(web, fields).status_code == 422
+    Agent.create(name="Scout", address="scout@thescoop.example")
+    assert mailgun(web, fields).status_code == 204
+    assert mailgun(web, fields).status_code == 401  # once taken, a replay is refused
+    assert [m.subject for m in stored()] == ["Order SCP-1042"]
+
+
 @pytest.mark.parametrize("offset", [-3600, 3600, -301, 301])
 def test_mailgun_refuses_a_timestamp_outside_the_window_either_side(web, offset):
     timestamp = str(int(time.time()) + offset)
