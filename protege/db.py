@@ -62,6 +62,17 @@ class _PostgresqlDatabase(peewee.PostgresqlDatabase):
         return super().cursor(*args, **kwargs)
 
 
+def connection_broken() -> bool:
+    """Whether this thread's connection is one the server ended (a restart, a failover,
+    ``pg_terminate_backend``): work that failed on it did nothing, and may be tried again
+    on a new one."""
+    obj = database.obj
+    if obj is None or obj.is_closed():
+        return False
+    state: Any = cast(Any, obj)._state
+    return bool(getattr(state.conn, "closed", 0))
+
+
 def _private_file(path: Path) -> None:
     """Make the database file, readable by its owner only (it holds everyone's mail and
     the approvals' tokens), in a folder made for its owner only when it is new."""

@@ -12,7 +12,7 @@ import uuid
 
 import peewee
 
-from protege.db import database
+from protege.db import connection_broken, database
 from protege.errors import ProtegeError
 from protege.models import Agent, Message, Responsibility, Run
 from protege.models.base import utcnow
@@ -129,15 +129,35 @@ def claim_next(
     claim = Run.claim_next(owner, now, lease_seconds, look=look, expired=expired)
     if claim is None:
         return None
-    # With its agent and message, so running it asks for neither again; plain SQL, since
-    # building this join with peewee cost more than the claim itself.
-    row = database.execute_sql(_claimed_sql(database.param), (claim.run_id,)).fetchone()
+    try:
+        row = _claimed_row(claim.run_id)
+    except BaseException:
+        # The claim is committed: a run this worker cannot read would sit leased to nobody
+        # until its lease ran out. Hand it back (on a new connection, if need be).
+        if not database.in_transaction():
+            database.close()
+        Run.hand_back(claim.run_id, owner)
+        raise
     runs, agents = len(Run._meta.sorted_fields), len(Agent._meta.sorted_fields)
     run = Run.from_row(row[:runs])
     run.agent = Agent.from_row(row[runs : runs + agents])
     if run.message_id is not None:
         run.message = Message.from_row(row[runs + agents :])
     return run, claim
+
+
+def _claimed_row(run_id: int) -> tuple:
+    """The claimed run with its agent and message, so running it asks for neither again
+    (plain SQL: building this join with peewee cost more than the claim itself); read again
+    on a new connection when the server had ended this one after the claim."""
+    for attempt in (1, 2):
+        try:
+            return database.execute_sql(_claimed_sql(database.param), (run_id,)).fetchone()
+        except (peewee.DatabaseError, peewee.InterfaceError):
+            if attempt == 2 or not connection_broken():
+                raise
+            database.close()
+    raise AssertionError("unreachable")
 
 
 @functools.cache

@@ -28,7 +28,7 @@ import peewee
 from protege import failpoints
 from protege.config import Config, RunSettings
 from protege.context import RunContext
-from protege.db import database
+from protege.db import connection_broken, database
 from protege.errors import ProtegeError
 from protege.harness import events
 from protege.harness.approval import Desk
@@ -259,9 +259,24 @@ class _Attempt:
         """Run database ``work`` off the event loop (or here, with no pool)."""
         if self.io is None:
             return work(*args)
-        return await asyncio.get_running_loop().run_in_executor(
-            self.io, functools.partial(_closing_on_error, work, *args)
-        )
+        loop = asyncio.get_running_loop()
+        # Each pool thread may hold a connection the server ended; each is replaced at its
+        # first failure, so a few tries reach a new one (a run need not wait for its lease
+        # to run out and another worker to take it over).
+        for attempt in range(1, RECONNECT_TRIES + 1):
+            try:
+                return await loop.run_in_executor(
+                    self.io, functools.partial(_closing_on_error, work, *args)
+                )
+            except _ConnectionBroken as broken:
+                if attempt == RECONNECT_TRIES:
+                    raise broken.__cause__ or broken from None
+                self.logger.warning(
+                    "the database connection is gone (%s); trying again", error_line(broken)
+                )
+                # A restarting server refuses connections for a few seconds.
+                await asyncio.sleep(min(2.0, 0.05 * 2**attempt))
+        raise AssertionError("unreachable")
 
     # -- the lease ------------------------------------------------------------------------
 
@@ -683,13 +698,31 @@ class _Attempt:
         )
 
 
+# More than a serve process's pool threads (``[serve] db_threads``), each of which may hold
+# a connection the server ended; with the waits between them, about half a minute.
+RECONNECT_TRIES = 20
+
+
+class _ConnectionBroken(Exception):
+    """Work failed because its connection had been ended by the server, or none could be
+    made: nothing was done, and it may be tried again."""
+
+    def __str__(self) -> str:
+        return str(self.__cause__ or "connection lost")
+
+
 def _closing_on_error(work: Callable[..., T], *args: Any) -> T:
     try:
         return work(*args)
-    except BaseException:
+    except BaseException as error:
+        broken = isinstance(error, peewee.DatabaseError | peewee.InterfaceError) and (
+            connection_broken() or database.is_closed()  # ended, or could not be opened
+        )
         # A broken connection stays broken for this pool thread: the next call opens anew.
         if not database.in_transaction():
             database.close()
+        if broken:
+            raise _ConnectionBroken() from error
         raise
 
 

@@ -64,6 +64,9 @@ def test_serve_goes_on_after_postgresql_ends_its_connections(
         "OPENAI_API_KEY": "k",
         "PROTEGE_MODEL": "scripted",
     }
+    # A run whose connection was ended under it goes on at once on a new one: it must not
+    # wait for its lease to run out and another worker to take it over.
+    (run_protege.project / "protege.toml").write_text("[runs]\nlease_seconds = 3600\n")
     port = free_port()
     process = start(run_protege, env, "serve", "--port", str(port), "--concurrency", "2")
     said = b""
@@ -178,6 +181,7 @@ def test_serve_goes_on_after_postgresql_restarts(run_protege, scripted_model, cl
     )
     assert made.returncode == 0, made.stderr
     scripted_model.script(*[say("Thanks!") for _ in range(20)])
+    (run_protege.project / "protege.toml").write_text("[runs]\nlease_seconds = 3600\n")
     port = free_port()
     process = start(run_protege, env, "serve", "--port", str(port), "--concurrency", "2")
     try:
