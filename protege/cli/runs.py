@@ -234,7 +234,9 @@ def _show(run, as_json: bool) -> None:
         )
         return
     subject = f"message from {run.message.sender}" if run.message_id else run.responsibility.name
-    click.echo(f"run {run.id}: {run.agent.name}, {run.kind} ({subject}), {run.status}")
+    click.echo(
+        events.printable(f"run {run.id}: {run.agent.name}, {run.kind} ({subject}), {run.status}")
+    )
     if verdict is not None:
         click.echo(events.printable(f"sender: {verdict.summary()}"))
     if run.error:

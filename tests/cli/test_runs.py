@@ -447,3 +447,15 @@ def test_show_says_why_mail_waits_how_often_it_was_tried_and_when_it_is_tried_ne
     assert (mail["status"], mail["attempts"], mail["waiting"]) == ("pending", 1, ["jane@acme.com"])
     assert mail["next_attempt_at"].endswith("+00:00")
     assert mail["error"].startswith("deferred: jane@acme.com (ConnectionRefusedError")
+
+
+def test_show_prints_a_senders_bidi_override_escaped(run_protege, env, scripted_model):
+    from protege.models import Message
+
+    scripted_model.script(say("Hello."))
+    run_protege("runs", "start", "Sundae", "--sender", "j@acme.com", "--message", "Hi", env=env)
+    # RFC 6532 lets a local part hold a right-to-left override, which would reorder the line.
+    Message.update(sender="\u202egnp.exe@acme.com").execute()
+    shown = run_protege("runs", "show", "1", env=env).stdout
+    assert "\u202e" not in shown
+    assert "\\u202egnp.exe@acme.com" in shown.splitlines()[0]
