@@ -10,6 +10,7 @@ from starlette.routing import Route
 
 from protege import ProtegeError, admin
 from protege.models import Agent, AgentToolkit, Approval, Run
+from protege_dashboard.access_pages import grant_view
 from protege_dashboard.security import checked_form
 from protege_dashboard.web import actor, found, redirect, render
 
@@ -66,8 +67,14 @@ async def grant_approval(request: Request) -> Response:
                 int(hours) * 3600,
                 form.get("self_approval") == "on",
             )
-    except ProtegeError as error:
-        return redirect(here, str(error), request, error=True)
+    except ProtegeError as error:  # said as an error, the form holding what was typed
+        typed = {
+            "approvers": str(form.get("approvers", "")),
+            "notify": str(form.get("notify", "")),
+            "timeout_hours": str(form.get("timeout_hours", "")),
+            "self_approval": form.get("self_approval") == "on",
+        }
+        return grant_view(request, grant, error=str(error), typed={"approval": typed})
     assert policy is not None
     return redirect(here, f"tools wait for approval by {', '.join(policy.approvers)}", request)
 

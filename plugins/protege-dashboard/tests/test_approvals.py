@@ -95,9 +95,17 @@ def test_a_policy_that_cannot_work_is_refused_and_nothing_changes(signed_in, sco
         token_of,
         action="save",
         approvers="*@thescoop.com",
-        timeout_hours="72",
+        timeout_hours="48",
     )
+    assert answer.status_code == 422
     assert "say where approval requests go" in _text(answer.text)
+    assert 'class="flash"' not in answer.text  # an error, never a green notice
+    # The form holds what was typed, to be put right rather than typed again.
+    assert 'id="approval-approvers" placeholder="*@example.com" value="*@thescoop.com"' in (
+        answer.text
+    )
+    assert 'id="approval-timeout" type="number" min="1" value="48"' in answer.text
+    assert 'id="approval-self" >' in answer.text  # unchecked, as it was sent
     assert AgentToolkit.get_by_id(grant.id).approval is None
     assert AuditEntry.select().count() == 0
 
