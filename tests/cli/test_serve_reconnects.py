@@ -46,6 +46,26 @@ def send(port: int, number: int) -> tuple[int, bytes] | None:
     return None
 
 
+def wait_for_runs(process: subprocess.Popen, count: int) -> None:
+    """Read what serve prints until ``count`` runs have ended."""
+    ended: set[str] = set()
+    while len(ended) < count:
+        line = read_line(process, WAIT)
+        if line.startswith("run ") and line.endswith((": done", ": failed")):
+            ended.add(line.split(" ")[1])
+
+
+def stop(process: subprocess.Popen) -> None:
+    """End serve, and show what it logged (pytest prints it when the test fails)."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        said = process.communicate(timeout=WAIT)[1]
+    except subprocess.TimeoutExpired:
+        process.kill()
+        said = process.communicate()[1]
+    print(said.decode()[-6000:])
+
+
 def test_serve_goes_on_after_postgresql_ends_its_connections(
     run_protege, protege_db, scripted_model, tmp_path
 ):
@@ -69,7 +89,6 @@ def test_serve_goes_on_after_postgresql_ends_its_connections(
     (run_protege.project / "protege.toml").write_text("[runs]\nlease_seconds = 3600\n")
     port = free_port()
     process = start(run_protege, env, "serve", "--port", str(port), "--concurrency", "2")
-    said = b""
     try:
         assert read_line(process, WAIT).startswith("protege: listening for mail on ")
         assert send(port, 1) is None
@@ -80,19 +99,9 @@ def test_serve_goes_on_after_postgresql_ends_its_connections(
         ).fetchone()[0]
         assert ended >= 1
         refusals = [send(port, number) for number in range(2, 7)]
-        ended_runs: set[str] = set()
-        while len(ended_runs) < 6:
-            line = read_line(process, WAIT)
-            if line.startswith("run ") and line.endswith((": done", ": failed")):
-                ended_runs.add(line.split(" ")[1])
+        wait_for_runs(process, 6)
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            said = process.communicate(timeout=WAIT)[1]
-        except subprocess.TimeoutExpired:
-            process.kill()
-            said = process.communicate()[1]
-        print(said.decode()[-6000:])  # shown when the test fails: what serve logged
+        stop(process)
     assert refusals == [None] * 5  # each taken at once: the gateway tried on a new connection
     subjects = sorted(m.subject for m in Message.select().where(Message.direction == "inbound"))
     assert subjects == [f"Mail {n}" for n in range(1, 7)]  # nothing lost, nothing doubled
@@ -190,19 +199,9 @@ def test_serve_goes_on_after_postgresql_restarts(run_protege, scripted_model, cl
         assert read_line(process, WAIT).startswith("mail ")
         cluster.pg_ctl("restart")  # every connection serve holds is ended by the server
         refusals = [send(port, number) for number in range(2, 6)]
-        ended_runs: set[str] = set()
-        while len(ended_runs) < 5:
-            line = read_line(process, WAIT)
-            if line.startswith("run ") and line.endswith((": done", ": failed")):
-                ended_runs.add(line.split(" ")[1])
+        wait_for_runs(process, 5)
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            said = process.communicate(timeout=WAIT)[1]
-        except subprocess.TimeoutExpired:
-            process.kill()
-            said = process.communicate()[1]
-        print(said.decode()[-6000:])  # shown when the test fails: what serve logged
+        stop(process)
     assert refusals == [None] * 4  # taken at once, on new connections
     subjects = cluster.query(
         "SELECT subject FROM message WHERE direction = 'inbound' ORDER BY subject"
