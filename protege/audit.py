@@ -52,6 +52,7 @@ def snapshot(record: Record | None) -> dict[str, Any] | None:
             "members": list(record.member_tool_ids),
         }
     if isinstance(record, Agent):
+        required = record.approvals_required()
         return {
             "name": record.name,
             "address": record.address,
@@ -60,11 +61,10 @@ def snapshot(record: Record | None) -> dict[str, Any] | None:
             **(
                 {
                     "approvals_required": {
-                        tool: _policy_snapshot(policy)
-                        for tool, policy in record.approvals_required().items()
+                        tool: _policy_snapshot(policy) for tool, policy in required.items()
                     }
                 }
-                if record.approvals_required()
+                if required
                 else {}
             ),
             **({"archived": True} if record.archived_at is not None else {}),

@@ -189,6 +189,7 @@ def _agent(
     typed: dict[str, Any] | None = None,
 ) -> Response:
     manifest = installation(request).manifest
+    catalogue = agent.available_tools(manifest)
     grants = sorted(agent.grants, key=lambda g: g.toolkit.name)
     attached = {g.toolkit_id for g in grants}
     typed = typed or {}
@@ -205,10 +206,8 @@ def _agent(
         grants=grants,
         access_rules=sorted(agent.access_rules, key=lambda r: r.id),
         attachable=[t for t in Toolkit.select().order_by(Toolkit.name) if t.id not in attached],
-        catalogue=agent.available_tools(manifest),
-        required={
-            entry.id: None for entry in agent.available_tools(manifest) if entry.requires_approval
-        }
+        catalogue=catalogue,
+        required={entry.id: None for entry in catalogue if entry.requires_approval}
         | agent.approvals_required(),
         withheld=admin.unapprovable(agent, manifest),
         skipped=admin.bypassed_approvals(agent, manifest),
