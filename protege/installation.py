@@ -33,6 +33,9 @@ class Installation:
     # The database protege's records are bound to (through the proxy ``protege.db.database``,
     # which peewee models need); blobs and the outbox live under ``data_dir``.
     database: peewee.Database
+    # The plugins loaded for it (protege's internal ones included): call hooks through
+    # ``plugins.hook``.
+    plugins: PluginHost
 
     @property
     def data_dir(self) -> Path:
@@ -52,8 +55,9 @@ def open_installation(
     mail sent through its transport."""
     if connect:
         db.connect(config.database_url)
+    plugins = plugin_host() if plugins is None else plugins
     if manifest is None:
-        manifest = build_manifest(config, plugin_host() if plugins is None else plugins)
+        manifest = build_manifest(config, plugins)
     # From here on, each plugin's table is its checked settings (what its tools read).
     config = attrs.evolve(config, plugins=manifest.settings)
     return Installation(
@@ -61,4 +65,5 @@ def open_installation(
         manifest=manifest,
         deliver=functools.partial(deliver_by_transport, config=config),
         database=db.database.obj,
+        plugins=plugins,
     )

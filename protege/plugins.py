@@ -25,6 +25,10 @@ logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "protege"
 BUILTIN_DISTRIBUTIONS = frozenset({"protege-mail", "protege-files", "protege-web"})
+# protege's own defaults (transports, blob stores, ingresses...), each a module implementing
+# hooks as any plugin does, registered before the installed plugins, as datasette registers
+# its default plugins.
+INTERNAL_PLUGINS: tuple[str, ...] = ()
 LOAD_VARIABLE = "PROTEGE_LOAD_PLUGINS"
 DISABLE_VARIABLE = "PROTEGE_DISABLE_PLUGINS"
 
@@ -246,10 +250,17 @@ class PluginHost:
         self.selection = Selection.from_environment() if selection is None else selection
         self.manager = _Manager(hookspecs.PROJECT_NAME)
         self.manager.add_hookspecs(hookspecs)
+        for module_name in INTERNAL_PLUGINS:
+            self.manager.register(importlib.import_module(module_name), name=module_name)
         self.plugins: list[LoadedPlugin] = []
         claimed: dict[str, PluginSource] = {}
         for source in discover() if sources is None else sources:
             self.plugins.append(self._load(source, claimed))
+
+    @property
+    def hook(self) -> Any:
+        """The hooks, to call as pluggy calls them: ``host.hook.on_event(app=..., ...)``."""
+        return self.manager.hook
 
     @property
     def installed(self) -> tuple[str, ...]:
