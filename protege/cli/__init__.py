@@ -156,9 +156,17 @@ class _CommandSink(click.Group):
         if owner is None:  # kept by a plugin and called after its hook returned
             raise RuntimeError("commands are added while register_commands runs")
         name = name or cmd.name or ""
-        if name not in self.collected:
+        earlier = self.owners.get(name)
+        # pluggy calls plugins in its own order; the first by distribution name keeps a name.
+        if earlier is None or _sort_key(owner) < _sort_key(earlier):
             self.collected[name] = cmd
             self.owners[name] = owner
+
+
+def _sort_key(plugin: Any) -> str:
+    from protege.plugins import normalize
+
+    return normalize(plugin.source.distribution)
 
 
 def _version() -> str:
