@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 import pluggy
 
-from protege import hookspecs
+from protege import __version__, hookspecs
 from protege.errors import REPORTED
 from protege.reprs import fields_repr
 
@@ -121,12 +121,6 @@ def error_line(error: BaseException) -> str:
     """The one-line form of an exception, as reports show it."""
     message = " ".join(str(error).split())
     return f"{type(error).__name__}: {message}" if message else type(error).__name__
-
-
-def _protege_version() -> str:
-    from protege import __version__
-
-    return __version__
 
 
 def _debugging(topic: str) -> bool:
@@ -403,7 +397,7 @@ class PluginHost:
     def _load_internal(self, module_name: str) -> LoadedPlugin:
         source = PluginSource(
             distribution=INTERNAL_DISTRIBUTION,
-            version=_protege_version(),
+            version=__version__,
             entry_point=module_name,
             value=module_name,
         )
