@@ -92,8 +92,9 @@ def register_ingresses(register: Callable[[Ingress], Any]) -> None:
     intake.deliver(raw, recipients, envelope_sender)``, which answers 204 (taken), 413, 422
     or 503 as the SMTP gateway answers 250, 552, 550 and 451. It refuses by raising
     ``protege.IngressRefused(status, reason)``; anything else it raises is logged with its
-    traceback and answered 500, and the dashboard goes on serving. If this hook raises, the
-    plugin's ingresses are not served; the dashboard's own always are.
+    traceback and answered 500, and the dashboard goes on serving. An implementation that
+    raises is logged with its traceback; what was registered before it raised is served, and
+    the dashboard's own ingresses always are.
 
     Example::
 
@@ -140,8 +141,9 @@ def dashboard_pages(app: Installation, register: Callable[..., Any]) -> None:
     ``csrf_field`` for the page's own forms, and the checked ``form`` of a POST). It returns
     HTML text, shown inside the dashboard's layout under `title` (the plugin escapes what it
     puts in that text), or a Starlette response, sent as it is. A page that raises answers
-    an error page (500), its traceback in the log, and the dashboard goes on serving; if
-    this hook raises, the plugin's pages are not served.
+    an error page (500), its traceback in the log, and the dashboard goes on serving. An
+    implementation of this hook that raises is logged with its traceback; the pages
+    registered before it raised are served.
 
     Example::
 

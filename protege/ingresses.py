@@ -81,7 +81,8 @@ class Intake(Protocol):
 
     async def read_body(self, limit: int | None = None) -> bytes:
         """The raw body, refused (413) as soon as it passes ``limit`` bytes (the message
-        limit by default), or at once when its declared length does."""
+        limit by default), or at once when its declared length does. A ``limit`` may lower
+        a read's cap, never raise it past twice the message limit and 1 MiB."""
 
     async def read_json(self, limit: int | None = None) -> Any:
         """The body as JSON, parsed in a worker thread; 422 when it is not JSON."""

@@ -94,19 +94,25 @@ class RequestIntake:
         """415 unless the body is one of ``allowed``, with no content coding."""
         ingress_requests.check_type(self.request, *allowed)
 
+    def _cap(self, limit: int | None, default: int) -> int:
+        # An ingress may read less than the default, never more than a message of the
+        # installation's limit wrapped in JSON or a form.
+        return min(limit or default, self.envelope_limit)
+
     async def read_body(self, limit: int | None = None) -> bytes:
         """The raw body, capped at ``limit`` (the message limit by default)."""
-        return await ingress_requests.read_body(self.request, limit or self.max_message_bytes)
+        cap = self._cap(limit, self.max_message_bytes)
+        return await ingress_requests.read_body(self.request, cap)
 
     async def read_json(self, limit: int | None = None) -> Any:
         """The body as JSON, capped at ``limit`` (room for an escaped message by default)."""
-        return await ingress_requests.read_json(self.request, limit or self.envelope_limit)
+        cap = self._cap(limit, self.envelope_limit)
+        return await ingress_requests.read_json(self.request, cap)
 
     async def read_form(self, limit: int | None = None, *, files: bool = False) -> Form:
         """The posted form, capped at ``limit`` (room for an encoded message by default)."""
-        return await ingress_requests.read_form(
-            self.request, limit or self.envelope_limit, files=files
-        )
+        cap = self._cap(limit, self.envelope_limit)
+        return await ingress_requests.read_form(self.request, cap, files=files)
 
     async def deliver(
         self, raw: bytes, recipients: Sequence[str], envelope_sender: str | None = None

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from email import policy
 from email.message import EmailMessage
+from pathlib import Path
 
 import attrs
 import pytest
@@ -26,22 +28,22 @@ ENVIRON = {
     "ACME_MAIL_PASSWORD": ACME[1],
 }
 
-# Written as a plugin author would: protege's public API and the request it is handed.
-ACME_PLUGIN = """
-from protege import Ingress, IngressRefused, hookimpl
+README = Path(__file__).parents[3] / "README.md"
 
 
-class AcmeIngress(Ingress):
-    name = "acme"
-    secret_env = "ACME_MAIL_PASSWORD"
+def readme_block(name: str) -> str:
+    """The README's Python block marked ``readme-test: NAME``."""
+    pattern = rf"<!-- readme-test: {name} -->\n```python\n(.*?)```"
+    match = re.search(pattern, README.read_text(), re.DOTALL)
+    assert match, f"no readme-test block named {name}"
+    return match.group(1)
 
-    async def receive(self, request, intake):
-        intake.check_password()
-        intake.check_type("application/json")
-        payload = await intake.read_json()
-        if not isinstance(payload, dict) or not isinstance(payload.get("mime"), str):
-            raise IngressRefused(422, "no mime field")
-        return await intake.deliver(payload["mime"].encode(), payload.get("to", []))
+
+# The README's example, as a plugin author would publish it.
+ACME_PLUGIN = readme_block("ingress-plugin")
+
+FAILING_PLUGIN = """
+from protege import Ingress, hookimpl
 
 
 class FailingIngress(Ingress):
@@ -55,7 +57,6 @@ class FailingIngress(Ingress):
 
 @hookimpl
 def register_ingresses(register):
-    register(AcmeIngress())
     register(FailingIngress())
 """
 
@@ -104,12 +105,18 @@ def mail(body="Where is my order?"):
     return message.as_bytes(policy=policy.SMTP).decode()
 
 
-@pytest.fixture
-def web(plugin_site, scoop):
+def limit_messages(plugin_site):
+    """Give the site's installation a small message limit, so oversized mail is cheap."""
     config = plugin_site.installation.config
     small = attrs.evolve(config, mail=attrs.evolve(config.mail, max_message_bytes=LIMIT))
     plugin_site.installation = attrs.evolve(plugin_site.installation, config=small)
+
+
+@pytest.fixture
+def web(plugin_site, scoop):
+    limit_messages(plugin_site)
     plugin_site.add("acme-mail", ACME_PLUGIN)
+    plugin_site.add("acme-failing", FAILING_PLUGIN)
     with TestClient(plugin_site.app(environ=ENVIRON), base_url="http://127.0.0.1") as client:
         yield client
 
@@ -150,6 +157,43 @@ def test_a_plugin_ingress_reads_with_the_dashboards_caps(web):
         "/ingress/acme", content=b"{}", auth=ACME, headers={"Content-Type": "text/plain"}
     )
     assert text.status_code == 415
+    assert Message.select().count() == 0
+
+
+def test_a_plugin_ingress_checks_the_password_before_reading_the_body(web):
+    too_big = {"mime": "x" * (LIMIT * 2 + 1024 * 1024), "to": [SUNDAE]}
+    assert acme(web, too_big, auth=("acme", "wrong")).status_code == 401
+
+
+def test_a_plugin_ingress_cannot_read_past_the_dashboards_cap(plugin_site, scoop):
+    plugin_site.add(
+        "greedy-mail",
+        """
+        from protege import Ingress, hookimpl
+
+        class Greedy(Ingress):
+            name = "greedy"
+            secret_env = "ACME_MAIL_PASSWORD"
+
+            async def receive(self, request, intake):
+                intake.check_password()
+                raw = await intake.read_body(limit=10**12)
+                return await intake.deliver(raw, ["sundae@thescoop.example"])
+
+        @hookimpl
+        def register_ingresses(register):
+            register(Greedy())
+        """,
+    )
+    limit_messages(plugin_site)
+    cap = LIMIT * 2 + 1024 * 1024
+    with TestClient(plugin_site.app(environ=ENVIRON), base_url="http://127.0.0.1") as web:
+        answer = web.post("/ingress/greedy", content=b"x" * (cap + 1), auth=ACME)
+    # Refused by the read's cap, before ingest could refuse it as too large.
+    assert (answer.status_code, answer.text) == (
+        413,
+        f"the body is over the limit of {cap} bytes\n",
+    )
     assert Message.select().count() == 0
 
 
