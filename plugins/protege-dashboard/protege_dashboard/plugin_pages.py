@@ -104,7 +104,7 @@ class PageRegistry:
         menu: object,
         methods: Sequence[str],
     ) -> str | None:
-        if not isinstance(path, str) or not PATH.match(path) or "//" in path:
+        if not isinstance(path, str) or not PATH.match(path) or {".", ".."} & set(path.split("/")):
             return "its path is not a path of letters, digits, '._~-' and {parameters}"
         if path.startswith(PUBLIC_STEMS):
             return "the dashboard answers that path without a login"

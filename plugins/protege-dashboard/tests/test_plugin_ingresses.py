@@ -244,3 +244,26 @@ def test_the_dashboards_own_ingresses_are_served_without_it_among_the_plugins(in
     bare = attrs.evolve(installation, plugins=PluginHost((), Selection()))
     app = create_app(bare, DashboardSettings(), ENVIRON)
     assert [i.name for i in app.state.ingresses] == ["relay", "postmark", "sendgrid", "mailgun"]
+
+
+def test_a_raising_register_ingresses_leaves_the_dashboards_own_served(plugin_site, scoop):
+    plugin_site.add(
+        "broken-mail",
+        """
+        from protege import hookimpl
+
+        @hookimpl(tryfirst=True)
+        def register_ingresses(register):
+            raise RuntimeError("no ingresses today")
+        """,
+    )
+    limit_messages(plugin_site)
+    with TestClient(plugin_site.app(environ=ENVIRON), base_url="http://127.0.0.1") as web:
+        answer = web.post(
+            "/ingress/relay",
+            content=mail().encode(),
+            auth=("protege", ENVIRON["PROTEGE_RELAY_PASSWORD"]),
+            headers={"Content-Type": "message/rfc822", "Protege-Envelope-To": SUNDAE},
+        )
+    assert answer.status_code == 204
+    assert Message.select().count() == 1

@@ -48,6 +48,7 @@ def dashboard_pages(app, register):
     register("/ingress/stock", stock, title="Would be public")
     register("/stock", stock, title="Twice")
     register("/stock/delete", stock, title="Delete", methods=["DELETE"])
+    register("/stock/..", stock, title="Up")
 """
 
 
@@ -124,6 +125,7 @@ def test_a_page_in_place_of_a_builtin_or_public_one_is_refused_and_reported(
     assert "'/stock/delete' from acme-stock is left out: it may answer GET and POST only" in (
         refused
     )
+    assert "'/stock/..' from acme-stock is left out: its path is not a path" in refused
     # The dashboard's own pages answer as before.
     agents = signed_in.get("/agents")
     assert "<h1>Stock</h1>" not in agents.text
@@ -161,3 +163,19 @@ def test_pages_get_the_installation(plugin_site, operator, sign_in):
     with TestClient(plugin_site.app(), base_url="http://127.0.0.1") as client:
         assert sign_in(client).status_code == 303
         assert "<p id='names'>Sundae</p>" in client.get("/acme/agents").text
+
+
+def test_a_raising_dashboard_pages_leaves_the_dashboard_serving(plugin_site, operator, sign_in):
+    plugin_site.add(
+        "broken-pages",
+        """
+        from protege import hookimpl
+
+        @hookimpl
+        def dashboard_pages(app, register):
+            raise RuntimeError("no pages today")
+        """,
+    )
+    with TestClient(plugin_site.app(), base_url="http://127.0.0.1") as client:
+        assert sign_in(client).status_code == 303
+        assert client.get("/agents").status_code == 200
