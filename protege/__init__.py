@@ -14,6 +14,10 @@ __version__ = "0.1.0"
 
 # Names load on first use, so `import protege` (and so `protege --help`) stays cheap.
 _EXPORTS = {
+    "DashboardView": "protege.dashboard",
+    "Ingress": "protege.ingresses",
+    "IngressRefused": "protege.ingresses",
+    "Intake": "protege.ingresses",
     "MailScope": "protege.context",
     "Part": "protege.result",
     "ProtegeError": "protege.errors",
@@ -27,6 +31,10 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "DashboardView",
+    "Ingress",
+    "IngressRefused",
+    "Intake",
     "MailScope",
     "Part",
     "ProtegeError",
@@ -41,8 +49,10 @@ __all__ = [
 
 if TYPE_CHECKING:
     from protege.context import MailScope, RunContext
+    from protege.dashboard import DashboardView
     from protege.errors import ProtegeError
     from protege.hookspecs import hookimpl
+    from protege.ingresses import Ingress, IngressRefused, Intake
     from protege.result import Part, Result, Trust, failure, success
     from protege.tool import Tool
 
