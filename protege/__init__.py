@@ -14,12 +14,17 @@ __version__ = "0.1.0"
 
 # Names load on first use, so `import protege` (and so `protege --help`) stays cheap.
 _EXPORTS = {
+    "BlobStore": "protege.blobs.stores",
+    "Envelope": "protege.delivery.transports",
+    "MailRefused": "protege.delivery.transports",
     "MailScope": "protege.context",
+    "Outcome": "protege.delivery.transports",
     "Part": "protege.result",
     "ProtegeError": "protege.errors",
     "Result": "protege.result",
     "RunContext": "protege.context",
     "Tool": "protege.tool",
+    "Transport": "protege.delivery.transports",
     "Trust": "protege.result",
     "failure": "protege.result",
     "hookimpl": "protege.hookspecs",
@@ -27,12 +32,17 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "BlobStore",
+    "Envelope",
+    "MailRefused",
     "MailScope",
+    "Outcome",
     "Part",
     "ProtegeError",
     "Result",
     "RunContext",
     "Tool",
+    "Transport",
     "Trust",
     "failure",
     "hookimpl",
@@ -40,7 +50,9 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from protege.blobs.stores import BlobStore
     from protege.context import MailScope, RunContext
+    from protege.delivery.transports import Envelope, MailRefused, Outcome, Transport
     from protege.errors import ProtegeError
     from protege.hookspecs import hookimpl
     from protege.result import Part, Result, Trust, failure, success

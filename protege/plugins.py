@@ -28,7 +28,10 @@ BUILTIN_DISTRIBUTIONS = frozenset({"protege-mail", "protege-files", "protege-web
 # protege's own defaults (transports, blob stores, ingresses...), each a module implementing
 # hooks as any plugin does, registered before the installed plugins, as datasette registers
 # its default plugins.
-INTERNAL_PLUGINS: tuple[str, ...] = ()
+INTERNAL_PLUGINS: tuple[str, ...] = (
+    "protege.delivery.default_transports",
+    "protege.blobs.default_stores",
+)
 LOAD_VARIABLE = "PROTEGE_LOAD_PLUGINS"
 DISABLE_VARIABLE = "PROTEGE_DISABLE_PLUGINS"
 
