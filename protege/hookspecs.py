@@ -71,8 +71,8 @@ def plugin_settings() -> Any:
 
 @hookspec
 def register_transports(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    """Called once each time an installation opens, to offer outbound mail transports by
-    name: call ``register(name, TransportClass)`` for each.
+    """Called once each time an installation opens (and by ``protege doctor``), to offer
+    outbound mail transports by name: call ``register(name, TransportClass)`` for each.
 
     ``name`` is what ``[mail] transport`` (or ``PROTEGE_MAIL_TRANSPORT``) chooses: a
     lower-case letter, then lower-case letters, digits, ``-`` and ``_``. ``TransportClass``
@@ -110,8 +110,9 @@ def register_transports(register: Callable[[str, Callable[..., Any]], None]) -> 
 
 @hookspec
 def register_blob_stores(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    """Called once each time an installation opens, to offer blob stores (where stored
-    files keep their bytes) by name: call ``register(name, factory)`` for each.
+    """Called once each time an installation opens (and by ``protege doctor``), to offer
+    blob stores (where stored files keep their bytes) by name: call ``register(name,
+    factory)`` for each.
 
     ``name`` is what ``[blobs] store`` (or ``PROTEGE_BLOB_STORE``) chooses: a lower-case
     letter, then lower-case letters, digits, ``-`` and ``_``. ``factory`` is called once per

@@ -14,7 +14,7 @@ import attrs
 import peewee
 
 from protege import db
-from protege.blobs import with_blob_store
+from protege.blobs import BlobStore, blob_store_for, with_blob_store
 from protege.config import Config
 from protege.delivery.transports import Transport
 from protege.errors import ConfigError
@@ -48,6 +48,12 @@ class Installation:
     def data_dir(self) -> Path:
         """Where blobs and the outbox live."""
         return self.config.data_dir
+
+    @property
+    def blob_store(self) -> BlobStore:
+        """Where stored files keep their bytes: the store ``[blobs] store`` names, made when
+        the installation opened and carried by its ``config`` (what tools are handed)."""
+        return blob_store_for(self.config)
 
 
 def open_installation(

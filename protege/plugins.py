@@ -29,8 +29,8 @@ BUILTIN_DISTRIBUTIONS = frozenset({"protege-mail", "protege-files", "protege-web
 # hooks as any plugin does, registered before the installed plugins, as datasette registers
 # its default plugins.
 INTERNAL_PLUGINS: tuple[str, ...] = (
-    "protege.delivery.default_transports",
-    "protege.blobs.default_stores",
+    "protege.defaults.transports",
+    "protege.defaults.blob_stores",
 )
 LOAD_VARIABLE = "PROTEGE_LOAD_PLUGINS"
 DISABLE_VARIABLE = "PROTEGE_DISABLE_PLUGINS"

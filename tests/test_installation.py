@@ -18,6 +18,7 @@ def test_protege_s_own_transport_and_store_are_chosen_by_default(site, tmp_path)
     assert isinstance(app.transport, OutboxTransport)
     assert app.transport.folder == app.data_dir / "outbox"
     store = blobs.blob_store_for(app.config)
+    assert app.blob_store is store
     assert isinstance(store, LocalBlobStore)
     assert store.data_dir == app.data_dir
 

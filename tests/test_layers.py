@@ -21,7 +21,9 @@ LAYERS = [
     ("harness", {"harness"}),
     ("tools on offer", {"toolkits", "registry", "plugins"}),
     ("records", {"models", "mail", "blobs", "audit"}),
-    ("tool contract", {"tool", "result", "context", "schema", "hookspecs"}),
+    # protege's own hook implementations (internal plugins) import what they make only
+    # when they make it, so that loading the plugins stays light.
+    ("tool contract", {"tool", "result", "context", "schema", "hookspecs", "defaults"}),
     (
         "foundation",
         {

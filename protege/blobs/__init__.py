@@ -23,10 +23,10 @@ from pathlib import Path
 
 import attrs
 
-from protege.blobs.default_stores import BUILTIN_STORES
 from protege.blobs.s3 import S3BlobStore
 from protege.blobs.stores import BlobStore, LocalBlobStore, blob_path
 from protege.config import BlobSettings, Config
+from protege.defaults.blob_stores import BUILTIN_STORES
 from protege.errors import BlobMissingError, BlobStoreError, ConfigError, did_you_mean
 from protege.filetypes import IMAGE_TYPES, PDF_TYPE, as_text, sniff
 from protege.models import Agent, Blob

@@ -32,7 +32,7 @@ import peewee
 from protege import blobs, failpoints
 from protege.config import Config
 from protege.db import database, put_down_connection, take_up_connection
-from protege.delivery.default_transports import BUILTIN_TRANSPORTS
+from protege.defaults.transports import BUILTIN_TRANSPORTS
 from protege.delivery.outbox import write_eml
 from protege.delivery.transports import Envelope, MailRefused, Transport, handover_of
 from protege.errors import ConfigError, did_you_mean
