@@ -14,16 +14,21 @@ __version__ = "0.1.0"
 
 # Names load on first use, so `import protege` (and so `protege --help`) stays cheap.
 _EXPORTS = {
+    "BlobStore": "protege.blobs.stores",
     "DashboardView": "protege.dashboard",
+    "Envelope": "protege.delivery.transports",
     "Ingress": "protege.ingresses",
     "IngressRefused": "protege.ingresses",
     "Intake": "protege.ingresses",
+    "MailRefused": "protege.delivery.transports",
     "MailScope": "protege.context",
+    "Outcome": "protege.delivery.transports",
     "Part": "protege.result",
     "ProtegeError": "protege.errors",
     "Result": "protege.result",
     "RunContext": "protege.context",
     "Tool": "protege.tool",
+    "Transport": "protege.delivery.transports",
     "Trust": "protege.result",
     "failure": "protege.result",
     "hookimpl": "protege.hookspecs",
@@ -31,16 +36,21 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "BlobStore",
     "DashboardView",
+    "Envelope",
     "Ingress",
     "IngressRefused",
     "Intake",
+    "MailRefused",
     "MailScope",
+    "Outcome",
     "Part",
     "ProtegeError",
     "Result",
     "RunContext",
     "Tool",
+    "Transport",
     "Trust",
     "failure",
     "hookimpl",
@@ -48,8 +58,10 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from protege.blobs.stores import BlobStore
     from protege.context import MailScope, RunContext
     from protege.dashboard import DashboardView
+    from protege.delivery.transports import Envelope, MailRefused, Outcome, Transport
     from protege.errors import ProtegeError
     from protege.hookspecs import hookimpl
     from protege.ingresses import Ingress, IngressRefused, Intake

@@ -162,6 +162,19 @@ def _check_port(instance: object, attribute: attrs.Attribute, value: int) -> Non
         raise ValueError(f"{attribute.name}: {value} is not a TCP port (1 to 65535)")
 
 
+# A transport's or blob store's name, as plugins register it and protege.toml chooses it;
+# whether something has that name is known only once the plugins are loaded.
+_IMPLEMENTATION_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+
+
+def _check_implementation_name(instance: object, attribute: attrs.Attribute, value: str) -> None:
+    if not isinstance(value, str) or not _IMPLEMENTATION_NAME.fullmatch(value):
+        raise ValueError(
+            f"{attribute.name}: {value!r} is not a name (a lower-case letter, then lower-case "
+            "letters, digits, - and _)"
+        )
+
+
 AUTHENTICATION_MODES = ("enforce", "report", "off")
 
 _HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
@@ -258,10 +271,12 @@ class AuthenticationSettings:
 class MailSettings:
     """``[mail]``: the SMTP gateway, outbound transport, and limits on what mail may carry.
 
-    ``transport = "outbox"`` (the default) writes outgoing mail as ``.eml`` files in the
-    data directory's ``outbox``; ``"smtp"`` hands it to ``smtp_host``, verifying its
-    certificate against the system's authorities or ``smtp_ca_file`` (relative to the
-    project root). Mail is sent by the delivery loop, apart from the run that queued it;
+    ``transport`` names the transport outgoing mail goes through: ``"outbox"`` (the
+    default) writes it as ``.eml`` files in the data directory's ``outbox``; ``"smtp"``
+    hands it to ``smtp_host``, verifying its certificate against the system's authorities or
+    ``smtp_ca_file`` (relative to the project root); a plugin may register others
+    (``register_transports``), and a name nothing registers stops the installation from
+    opening. Mail is sent by the delivery loop, apart from the run that queued it;
     temporary failures are retried ``smtp_retries`` times, waiting ``smtp_backoff_seconds``,
     then twice as long each time. Inbound mail whose header block is over
     ``max_header_bytes`` (Postfix's default) or names more than ``max_header_addresses``
@@ -279,9 +294,7 @@ class MailSettings:
 
     listen_host: str = "127.0.0.1"
     listen_port: int = attrs.field(default=2525, validator=_check_port)
-    transport: str = attrs.field(
-        default="outbox", validator=attrs.validators.in_(("outbox", "smtp"))
-    )
+    transport: str = attrs.field(default="outbox", validator=_check_implementation_name)
     smtp_host: str = "127.0.0.1"
     smtp_port: int = attrs.field(default=587, validator=_check_port)
     smtp_starttls: bool = True
@@ -372,7 +385,9 @@ class BlobSettings:
     ``store = "local"`` (the default) keeps them under the data directory's ``blobs``
     folder; ``"s3"`` in the S3 bucket ``bucket`` (any S3-compatible service, at
     ``endpoint_url`` when it is not AWS), under the key prefix ``prefix``, so that several
-    machines share them. ``PROTEGE_BLOB_STORE`` overrides ``store``. The credentials are read
+    machines share them; a plugin may register other stores (``register_blob_stores``),
+    which read their own ``[plugins.NAME]`` settings, and a name nothing registers stops the
+    installation from opening. ``PROTEGE_BLOB_STORE`` overrides ``store``. The credentials are read
     from the environment variables ``access_key_id_env``, ``secret_access_key_env`` and
     ``session_token_env`` name; when the first two are unset, boto3 finds its own (an
     instance role, ``~/.aws``). They are never written in ``protege.toml``.
@@ -380,7 +395,7 @@ class BlobSettings:
 
     __repr__ = fields_repr
 
-    store: str = attrs.field(default=LOCAL, validator=attrs.validators.in_((LOCAL, S3)))
+    store: str = attrs.field(default=LOCAL, validator=_check_implementation_name)
     bucket: str | None = attrs.field(default=None, validator=_check_bucket)
     prefix: str = attrs.field(default="", validator=_check_prefix)
     endpoint_url: str | None = attrs.field(default=None, validator=_check_optional_http_url)
@@ -431,8 +446,8 @@ class Config:
     none); relative paths in the file, and host tool modules, are found from there.
 
     These environment variables override the file: ``PROTEGE_DATABASE_URL``,
-    ``PROTEGE_DATA_DIR``, ``PROTEGE_MAIL_TRANSPORT`` (``outbox`` or ``smtp``),
-    ``PROTEGE_BLOB_STORE`` (``local`` or ``s3``), and the model
+    ``PROTEGE_DATA_DIR``, ``PROTEGE_MAIL_TRANSPORT`` (``outbox``, ``smtp`` or a plugin's),
+    ``PROTEGE_BLOB_STORE`` (``local``, ``s3`` or a plugin's), and the model
     variables ``ModelSettings`` lists. ``protege.testing``'s fixtures set them, so that a
     test of a host app uses its own database, data directory, local blobs, outbox and
     scripted model whatever the app's ``protege.toml`` says.
@@ -456,6 +471,9 @@ class Config:
     # ``[plugins.NAME]`` tables by normalized distribution name: as the file has them when
     # loaded; in an installation, each plugin's settings as its declaration made them.
     plugins: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
+    # The blob store the installation resolved from ``[blobs] store`` when it opened (see
+    # ``protege.blobs.with_blob_store``); None in a configuration read from the file alone.
+    blob_store: Any = attrs.field(default=None, eq=False, hash=False, repr=False)
 
     def plugin_settings(self, distribution: str) -> Any:
         """The settings of the plugin ``distribution`` (``[plugins.NAME]`` in

@@ -222,3 +222,79 @@ def dashboard_pages(app: Installation, register: Callable[..., Any]) -> None:
 
             register("/stock", stock, title="Stock", menu="Stock")
     """
+
+
+@hookspec
+def register_transports(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Called once each time an installation opens (and by ``protege doctor``), to offer
+    outbound mail transports by name: `register` takes each, as
+    ``register(name, TransportClass)``.
+
+    ``name`` is what ``[mail] transport`` (or ``PROTEGE_MAIL_TRANSPORT``) chooses: a
+    lower-case letter, then lower-case letters, digits, ``-`` and ``_``. ``TransportClass``
+    subclasses ``protege.Transport``; only the chosen one is made, once per installation,
+    called with the installation's ``Config`` (its ``plugin_settings(DISTRIBUTION)`` holds
+    the plugin's own ``[plugins.DISTRIBUTION]`` settings). The delivery loop then calls its
+    ``send(message, envelope)`` once per attempt at a mail, from its own threads and several
+    at once, with the exact bytes to send and a ``protege.Envelope`` (sender, recipients,
+    whether SMTPUTF8 is needed, Message-ID, attempt); ``send`` returns a
+    ``protege.Outcome`` per recipient: delivered, deferred (tried again after the backoff)
+    or refused (for good), each with its reason. ``send`` raising ``protege.MailRefused``
+    refuses everyone still waiting; raising anything else fails that attempt only (counted,
+    and tried again as a deferral is) and never stops the delivery loop.
+
+    protege's own ``outbox`` and ``smtp`` are registered through this hook; their names
+    cannot be taken. A name two plugins register cannot be chosen. A name nothing registers
+    stops the installation from opening (``protege serve`` refuses to start; ``protege
+    doctor`` reports it), naming the known ones. This hook should only register.
+
+    Example::
+
+        from protege import Outcome, Transport, hookimpl
+
+        class PigeonTransport(Transport):
+            def send(self, message, envelope):
+                loft = self.config.plugin_settings("protege-pigeon")["loft"]
+                release(loft, message)
+                return [Outcome.delivered(address) for address in envelope.recipients]
+
+        @hookimpl
+        def register_transports(register):
+            register("pigeon", PigeonTransport)
+    """
+
+
+@hookspec
+def register_blob_stores(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Called once each time an installation opens (and by ``protege doctor``), to offer
+    blob stores (where stored files keep their bytes) by name: `register` takes each, as
+    ``register(name, factory)``.
+
+    ``name`` is what ``[blobs] store`` (or ``PROTEGE_BLOB_STORE``) chooses: a lower-case
+    letter, then lower-case letters, digits, ``-`` and ``_``. ``factory`` is called once per
+    installation, and only for the chosen name, with the installation's ``Config`` (read
+    the plugin's own settings from ``config.plugin_settings(DISTRIBUTION)``), and returns an
+    object that keeps the ``protege.BlobStore`` contract: bytes put, got, checked and deleted
+    by their SHA-256 digest, from any thread. The installation hands the store down in its
+    config, so ``protege.blobs.store(..., config=context.config)`` and
+    ``protege.blobs.read(blob, context.config)`` reach it from tools and plugins. A factory
+    that raises stops the installation from opening, with its error.
+
+    protege's own ``local`` and ``s3`` are registered through this hook; their names cannot
+    be taken. A name two plugins register cannot be chosen; a name nothing registers stops
+    the installation from opening, naming the known ones. This hook should only register.
+
+    Example::
+
+        from protege import hookimpl
+
+        class VaultStore:
+            def __init__(self, settings):
+                self.settings = settings
+
+            # put, get, exists, delete, mark, check: see protege.BlobStore
+
+        @hookimpl
+        def register_blob_stores(register):
+            register("vault", lambda config: VaultStore(config.plugin_settings("protege-vault")))
+    """

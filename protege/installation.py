@@ -14,18 +14,22 @@ import attrs
 import peewee
 
 from protege import db
+from protege.blobs import BlobStore, blob_store_for, with_blob_store
 from protege.config import Config
+from protege.delivery.transports import Transport
+from protege.errors import ConfigError
 from protege.gateway.outbound import deliver as deliver_by_transport
 from protege.harness.runner import SendMail
-from protege.plugins import PluginHost, plugin_host
+from protege.plugins import PluginHost, normalize, plugin_host
 from protege.registry import Manifest, build_manifest
+from protege.registry.offered import offered
 
 
 @attrs.frozen
 class Installation:
     """Everything one protege installation runs with: its configuration (and with it the
-    database and the data directory holding blobs and the outbox), the tools it offers, and
-    the means to send mail."""
+    database, the data directory, and the blob store it resolved), the tools it offers, the
+    means to queue mail, and the transport that sends it."""
 
     config: Config
     manifest: Manifest
@@ -36,11 +40,20 @@ class Installation:
     # The plugins loaded for it (protege's internal ones included): call hooks through
     # ``plugins.hook``.
     plugins: PluginHost
+    # What sends its mail: the transport ``[mail] transport`` names, made once for it; hand
+    # it to ``protege.delivery`` (``send_pending(config, transport=...)``, ``DeliveryLoop``).
+    transport: Transport
 
     @property
     def data_dir(self) -> Path:
         """Where blobs and the outbox live."""
         return self.config.data_dir
+
+    @property
+    def blob_store(self) -> BlobStore:
+        """Where stored files keep their bytes: the store ``[blobs] store`` names, made when
+        the installation opened and carried by its ``config`` (what tools are handed)."""
+        return blob_store_for(self.config)
 
 
 def open_installation(
@@ -51,19 +64,42 @@ def open_installation(
     connect: bool = True,
 ) -> Installation:
     """The installation ``config`` describes: its database connected (unless told not to),
-    its manifest built from its host modules and the installed plugins (unless given), and
-    mail sent through its transport."""
+    its manifest built from its host modules and the installed plugins (unless given), its
+    blob store and mail transport found by name among those the plugins register (protege's
+    own included) and made once.
+
+    ``ConfigError`` (one line) when ``[mail] transport`` or ``[blobs] store`` names nothing
+    registered, or the chosen one cannot be made."""
+    plugins = plugin_host() if plugins is None else plugins
+    transports = offered(
+        plugins, "register_transports", kind="mail transport", setting="[mail] transport"
+    )
+    stores = offered(plugins, "register_blob_stores", kind="blob store", setting="[blobs] store")
+    # Refused before anything is connected or imported for tools.
+    for refusal in (
+        transports.refusal(config.mail.transport),
+        stores.refusal(config.blobs.store),
+    ):
+        if refusal is not None:
+            raise ConfigError(refusal)
     if connect:
         db.connect(config.database_url)
-    plugins = plugin_host() if plugins is None else plugins
     if manifest is None:
         manifest = build_manifest(config, plugins)
-    # From here on, each plugin's table is its checked settings (what its tools read).
+    # From here on, each plugin's table is its checked settings (what its tools read, and
+    # what a plugin's transport or blob store is made with).
     config = attrs.evolve(config, plugins=manifest.settings)
+    refused = {
+        normalize(report.plugin.source.distribution): report.settings_error
+        for report in manifest.plugins
+        if report.settings_error
+    }
+    config = with_blob_store(config, stores.build(config.blobs.store, config, refused))
     return Installation(
         config=config,
         manifest=manifest,
         deliver=functools.partial(deliver_by_transport, config=config),
         database=db.database.obj,
         plugins=plugins,
+        transport=transports.build(config.mail.transport, config, refused),
     )

@@ -60,7 +60,7 @@ def drain(installation: Installation, *, clock: Clock = utcnow) -> list[Run]:
     while (claimed := claim_next(new_owner(), clock(), lease)) is not None:
         run, claim = claimed
         done.append(execute(run, installation, claim=claim))
-    send_pending(installation.config, clock=clock)
+    send_pending(installation.config, clock=clock, transport=installation.transport)
     return done
 
 
@@ -133,7 +133,9 @@ class Workers:
             config.serve.max_concurrent_deliveries, thread_name_prefix="protege-delivery"
         )
         await self._loop.run_in_executor(io, preload, self.installation)
-        delivery = DeliveryLoop(config, mail_io, clock=self.clock)
+        delivery = DeliveryLoop(
+            config, mail_io, clock=self.clock, transport=self.installation.transport
+        )
         delivering = asyncio.create_task(delivery.run())
         in_flight: set[asyncio.Task] = set()
         self._ready.set()

@@ -21,9 +21,11 @@ LAYERS = [
     ("harness", {"harness"}),
     ("tools on offer", {"toolkits", "registry", "plugins"}),
     ("records", {"models", "mail", "blobs", "audit"}),
+    # protege's own hook implementations (internal plugins) import what they make only
+    # when they make it, so that loading the plugins stays light.
     (
         "tool contract",
-        {"tool", "result", "context", "schema", "hookspecs", "ingresses", "dashboard"},
+        {"tool", "result", "context", "schema", "hookspecs", "ingresses", "dashboard", "defaults"},
     ),
     (
         "foundation",

@@ -1,10 +1,12 @@
 """Stored files (public API): put bytes in, get a ``Blob`` row; read them back by blob.
 
 The bytes are content-addressed (the same content is kept once) in the blob store
-``protege.toml`` chooses under ``[blobs]``: files under ``<data_dir>/blobs/`` (the default)
-or objects in an S3-compatible bucket several machines share. Each stored file is still its
-own ``Blob`` row, with its own name and type. Pass the ``Config`` (``context.config`` in a
-tool) to ``store`` and ``read``; a ``data_dir`` path, as before, means the local store there.
+``protege.toml`` chooses by name with ``[blobs] store``: files under ``<data_dir>/blobs/``
+(``local``, the default), objects in an S3-compatible bucket several machines share (``s3``),
+or a store a plugin registers through ``register_blob_stores``. Each stored file is still
+its own ``Blob`` row, with its own name and type. Pass the ``Config`` (``context.config`` in
+a tool) to ``store`` and ``read``: an installation's config carries the store it resolved
+when it opened. A ``data_dir`` path, as before, means the local store there.
 ``sniff`` and ``as_text`` tell what stored bytes really are, whatever type they were sent as.
 """
 
@@ -12,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import hashlib
 import os
 import re
@@ -20,10 +21,13 @@ import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
+
 from protege.blobs.s3 import S3BlobStore
 from protege.blobs.stores import BlobStore, LocalBlobStore, blob_path
-from protege.config import S3, BlobSettings, Config
-from protege.errors import BlobMissingError, BlobStoreError
+from protege.config import BlobSettings, Config
+from protege.defaults.blob_stores import BUILTIN_STORES
+from protege.errors import BlobMissingError, BlobStoreError, ConfigError, did_you_mean
 from protege.filetypes import IMAGE_TYPES, PDF_TYPE, as_text, sniff
 from protege.models import Agent, Blob
 
@@ -68,18 +72,42 @@ def sanitize_filename(name: str | None, default: str = "attachment") -> str:
     return name[:MAX_FILENAME]
 
 
+@attrs.frozen
+class _Resolved:
+    """The blob store an installation resolved, with the settings it was made for."""
+
+    settings: BlobSettings
+    data_dir: Path
+    store: BlobStore
+
+
+def with_blob_store(config: Config, store: BlobStore) -> Config:
+    """``config`` carrying ``store`` as its blob store: what the installation hands down, so
+    that ``store(..., config=context.config)`` and ``read(blob, config)`` reach the store it
+    resolved by name (a plugin's too)."""
+    return attrs.evolve(config, blob_store=_Resolved(config.blobs, Path(config.data_dir), store))
+
+
 def blob_store_for(config: Config) -> BlobStore:
-    """The blob store ``config`` chooses (``[blobs]``): the same object for the same settings,
-    so that an S3 client and its connections are made once, not per file."""
-    settings = config.blobs
-    return _built(settings, None if settings.store == S3 else config.data_dir)
-
-
-@functools.lru_cache(maxsize=64)
-def _built(settings: BlobSettings, data_dir: Path | None) -> BlobStore:
-    if data_dir is None:
-        return S3BlobStore.from_settings(settings)
-    return LocalBlobStore(data_dir)
+    """The blob store ``config`` chooses (``[blobs] store``): the one its installation
+    resolved, or else protege's own of that name, the same object for the same settings
+    (an S3 client and its connections are made once, not per file)."""
+    resolved = config.blob_store
+    if (
+        isinstance(resolved, _Resolved)
+        and resolved.settings == config.blobs
+        and resolved.data_dir == Path(config.data_dir)
+    ):
+        return resolved.store
+    name = config.blobs.store
+    factory = BUILTIN_STORES.get(name)
+    if factory is None:
+        raise ConfigError(
+            f"[blobs] store {name!r} is not one of protege's own "
+            f"({', '.join(sorted(BUILTIN_STORES))}){did_you_mean(name, BUILTIN_STORES)}; "
+            "a plugin's blob store is reached through the installation's config"
+        )
+    return factory(config)
 
 
 def _store_of(

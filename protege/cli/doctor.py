@@ -11,6 +11,8 @@ from protege.cli.output import echo_json
 
 if TYPE_CHECKING:
     from protege.config import Config
+    from protege.plugins import PluginHost
+    from protege.registry.offered import Offered
 
 NO_MODEL = (
     "no model is set: runs cannot answer anyone until [model] model in protege.toml (or "
@@ -27,13 +29,26 @@ NO_REPLY = (
 def doctor(as_json: bool) -> None:
     """Report broken plugins, rejected tool classes, shadowed tools, plugin settings,
     toolkit members nothing offers and a missing send_email; exit 1 if any."""
+    import attrs
+
     from protege.config import load_config
+    from protege.plugins import plugin_host
     from protege.registry import manifest
 
     config = load_config()
-    blobs, blob_problem = _blob_store(config)
     found = manifest()
+    transports, stores = _offered(plugin_host())
+    # A plugin's store is made as the installation makes it: with its checked settings.
+    blobs, blob_problem = _blob_store(attrs.evolve(config, plugins=found.settings), stores)
     problems = [{"kind": "blobs", "message": blob_problem}] if blob_problem else []
+    transport_problem = transports.refusal(config.mail.transport)
+    if transport_problem:
+        problems.append({"kind": "mail", "message": transport_problem})
+    problems += [
+        {"kind": kind, "message": line}
+        for kind, offered in (("mail", transports), ("blobs", stores))
+        for line in offered.problems
+    ]
     if not config.model.model:
         problems.append({"kind": "model", "message": NO_MODEL})
     problems += [{"kind": "tools", "message": line} for line in found.problems()]
@@ -169,20 +184,37 @@ def _problem(kind: str, message: object) -> dict[str, str]:
     return {"kind": kind, "message": str(message)}
 
 
-def _blob_store(config: Config) -> tuple[str, str | None]:
-    """Where files are kept, and for S3 whether the service lets the bucket be used."""
-    from protege.blobs import blob_store_for
-    from protege.config import S3
+def _offered(host: PluginHost) -> tuple[Offered, Offered]:
+    """The mail transports and blob stores the plugins (protege's own included) register."""
+    from protege.registry.offered import offered
+
+    return (
+        offered(host, "register_transports", kind="mail transport", setting="[mail] transport"),
+        offered(host, "register_blob_stores", kind="blob store", setting="[blobs] store"),
+    )
+
+
+def _blob_store(config: Config, stores: Offered) -> tuple[str, str | None]:
+    """Where files are kept, and for S3 (or a plugin's store) whether it can be reached."""
+    from protege.config import LOCAL, S3
     from protege.errors import ProtegeError
+    from protege.plugins import error_line
 
     settings = config.blobs
-    if settings.store != S3:
+    refusal = stores.refusal(settings.store)
+    if refusal is not None:
+        return f"{settings.store}, unknown", refusal
+    if settings.store == LOCAL:
         return f"local, in {config.data_dir / 'blobs'}", None
-    where = f"s3://{settings.bucket}/{settings.prefix}"
-    if settings.endpoint_url:
-        where += f" at {settings.endpoint_url}"
+    where = f"the {settings.store} store"
+    if settings.store == S3:
+        where = f"s3://{settings.bucket}/{settings.prefix}"
+        if settings.endpoint_url:
+            where += f" at {settings.endpoint_url}"
     try:
-        blob_store_for(config).check()
+        stores.build(settings.store, config).check()
     except ProtegeError as error:
         return f"{where}, not reachable", f"blob store: {error}"
+    except Exception as error:  # a plugin's store, failing in its own way
+        return f"{where}, not reachable", f"blob store: {error_line(error)}"
     return f"{where}, reachable", None

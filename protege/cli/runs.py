@@ -92,7 +92,8 @@ def carried_out(run, installation):
     from protege.harness import execute
 
     ended = execute(run, installation)
-    send_pending(installation.config, run=ended)  # its own mail only, not other processes'
+    # Its own mail only, not other processes'.
+    send_pending(installation.config, run=ended, transport=installation.transport)
     return ended
 
 
@@ -305,9 +306,11 @@ def _where_mail_goes(config, transport: str) -> str:
 
     configured = load_config().mail
     relay = f"SMTP through {configured.smtp_host}:{configured.smtp_port}"
+    if configured.transport != "smtp":
+        relay = f"the {configured.transport} transport"
     if config.mail.transport == "outbox":
         line = f"mail from this run goes to the outbox {config.data_dir / 'outbox'}, not sent"
-        if configured.transport == "smtp":
+        if configured.transport != "outbox":
             line += f"; --transport configured sends it by {relay}"
         return line
     return f"mail from this run is sent by {relay} (--transport configured): people get it"

@@ -56,7 +56,7 @@ def run_reply(
     attach_files(message, attachments, app.config)
     run = execute(queue_reply(message), app)
     if send_mail:
-        send_pending(app.config)
+        send_pending(app.config, transport=app.transport)
     return run
 
 
@@ -85,7 +85,7 @@ def run_scheduled(
     app = _installation(installation, config, manifest, "run_scheduled")
     run = execute(queue_scheduled(responsibility), app)
     if send_mail:
-        send_pending(app.config)
+        send_pending(app.config, transport=app.transport)
     return run
 
 

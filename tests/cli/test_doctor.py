@@ -65,3 +65,22 @@ def test_doctor_reports_a_bucket_that_does_not_exist(run_protege, s3_server):
         "does not exist ([blobs] bucket)"
     ) in result.stdout.splitlines()
     assert "Traceback" not in result.stderr
+
+
+def test_doctor_reports_a_transport_and_a_blob_store_nothing_registers(run_protege):
+    env = {
+        "PROTEGE_MODEL": "test-model",
+        "PROTEGE_MAIL_TRANSPORT": "smpt",
+        "PROTEGE_BLOB_STORE": "locl",
+    }
+    result = run_protege("doctor", env=env)
+    assert result.returncode == 1
+    problems = [line for line in result.stdout.splitlines() if line.startswith("problem: ")]
+    assert problems == [
+        "problem: [blobs] store = 'locl': no blob store has that name (did you mean local?); "
+        "the known ones: local, s3",
+        "problem: [mail] transport = 'smpt': no mail transport has that name "
+        "(did you mean smtp?); the known ones: outbox, smtp",
+    ]
+    assert "blobs: locl, unknown" in result.stdout.splitlines()
+    assert "Traceback" not in result.stderr

@@ -270,3 +270,12 @@ def test_receive_takes_a_mail_with_a_non_ascii_byte_in_an_unrelated_header(
     result = run_protege("receive", str(eml), env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("Sundae: ")
+
+
+def test_serve_with_a_transport_nothing_registers_refuses_to_start_in_one_line(run_protege, env):
+    result = run_protege("serve", env={**env, "PROTEGE_MAIL_TRANSPORT": "pigeon"})
+    assert result.returncode == 1
+    assert result.stderr == (
+        "Error: [mail] transport = 'pigeon': no mail transport has that name; "
+        "the known ones: outbox, smtp\n"
+    )

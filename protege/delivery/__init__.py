@@ -2,9 +2,11 @@
 
 ``send_email`` stores its mail as pending, with the exact bytes to send, in the same
 transaction as the event that records it. Here those mails are claimed (with a lease, so a
-delivery loop that dies lets another take them over), handed to the outbox or the SMTP
-relay, and marked sent only once the transport has them. Recipients a relay defers are tried
-again later with backoff; the Message-ID and bytes never change between tries.
+delivery loop that dies lets another take them over), handed to the installation's transport
+(``protege.delivery.transports``: the outbox, the SMTP relay, or a plugin's), and marked sent
+only once the transport has them. Recipients a transport defers are tried again later with
+backoff; the Message-ID and bytes never change between tries. A transport that raises fails
+that attempt only: it is counted, and the mail is tried again.
 
 The outbox delivers each mail exactly once: its file name is fixed by the mail, and a file
 already there is never written again. SMTP delivers at least once: a crash between the
@@ -20,9 +22,6 @@ import contextlib
 import datetime
 import functools
 import logging
-import os
-import re
-import tempfile
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -33,6 +32,10 @@ import peewee
 from protege import blobs, failpoints
 from protege.config import Config
 from protege.db import database, put_down_connection, take_up_connection
+from protege.defaults.transports import BUILTIN_TRANSPORTS
+from protege.delivery.outbox import write_eml
+from protege.delivery.transports import Envelope, MailRefused, Transport, handover_of
+from protege.errors import ConfigError, did_you_mean
 from protege.gateway import relay
 from protege.models import Blob, Message, Run
 from protege.models.base import utcnow
@@ -130,55 +133,80 @@ def claim_due(
     return sorted(row[0] for row in cursor.fetchall())
 
 
+def builtin_transport(config: Config) -> Transport:
+    """protege's own transport that ``[mail] transport`` names, made from ``config``: for
+    scripts and tests that hold a ``Config`` and no installation. A plugin's transport is
+    found only by opening the installation (``installation.transport``)."""
+    name = config.mail.transport
+    transport = BUILTIN_TRANSPORTS.get(name)
+    if transport is None:
+        raise ConfigError(
+            f"[mail] transport {name!r} is not one of protege's own "
+            f"({', '.join(sorted(BUILTIN_TRANSPORTS))}){did_you_mean(name, BUILTIN_TRANSPORTS)}; "
+            "a plugin's transport is used through the installation: pass "
+            "transport=installation.transport"
+        )
+    return transport(config)
+
+
 def hand_off(
     message_id: int,
     config: Config,
     now: datetime.datetime | None = None,
     *,
     clock: Clock = utcnow,
+    transport: Transport | None = None,
 ) -> Message:
-    """Send one claimed pending mail to its waiting recipients and record the outcome; the
-    claim is renewed (``clock`` tells the time) for as long as the hand-off takes."""
+    """Send one claimed pending mail to its waiting recipients through ``transport`` (the
+    installation's; by default protege's own that ``config`` names) and record the outcome;
+    the claim is renewed (``clock`` tells the time) for as long as the hand-off takes. What
+    the transport raises, other than ``MailRefused``, is raised here: nothing is recorded."""
     now = clock() if now is None else now
-    message = _with_its_bytes(message_id)
+    transport = builtin_transport(config) if transport is None else transport
+    message, sender = _with_its_bytes(message_id)
     if message.status != PENDING:
         return message
     held = message.delivery_lease_expires_at  # this loop's claim; recorded only while it holds
     raw = blobs.read(message.raw_blob, config)
     waiting = list(message.pending_recipients)
+    envelope = Envelope(
+        sender=sender,
+        recipients=tuple(waiting),
+        smtputf8=not all(a.isascii() for a in (sender, *waiting)),
+        message_id=message.message_id,
+        queued_at=message.created_at,
+        attempt=message.delivery_attempts + 1,
+    )
     failpoints.reached("delivery.handoff")  # claimed and committed, not handed over yet
     with _Renewal(message.id, held, config, clock) as renewal:
-        if config.mail.transport == "outbox":
-            write_to_outbox(raw, message, Path(config.data_dir) / "outbox")
-            handover = relay.Handover(delivered=tuple(waiting))
-        else:
-            sender = message.agent.address
-            international = not all(a.isascii() for a in (sender, *waiting))
-            handover = relay.send(
-                raw, sender, waiting, config.mail, root=config.root, international=international
-            )
-    _record(message, handover, config, now, renewal.held)
+        try:
+            outcome = handover_of(transport.send(raw, envelope), waiting, transport)
+        except MailRefused as refused:
+            outcome = relay.Handover(error=str(refused))
+    _record(message, outcome, config, now, renewal.held)
     return message
 
 
-def _with_its_bytes(message_id: int) -> Message:
-    """Message ``message_id`` with its raw blob loaded in the same query."""
+def _with_its_bytes(message_id: int) -> tuple[Message, str]:
+    """Message ``message_id`` with its raw blob loaded, and its agent's address (the
+    envelope's sender), in the same query."""
     row = database.execute_sql(_with_bytes_sql(database.param), (message_id,)).fetchone()
     if row is None:
         raise peewee.DoesNotExist(f"no message {message_id}")
     fields = len(Message._meta.sorted_fields)
     message = Message.from_row(row[:fields])
     if row[fields] is not None:
-        message.raw_blob = Blob.from_row(row[fields:])
+        message.raw_blob = Blob.from_row(row[fields:-1])
         message._dirty.discard("raw_blob")  # as loaded
-    return message
+    return message, row[-1]
 
 
 @functools.cache
 def _with_bytes_sql(param: str) -> str:
     return (
-        f"SELECT {Message.columns()}, {Blob.columns()} FROM message "
-        f"LEFT JOIN blob ON blob.id = message.raw_blob_id WHERE message.id = {param}"
+        f"SELECT {Message.columns()}, {Blob.columns()}, agent.address FROM message "
+        "LEFT JOIN blob ON blob.id = message.raw_blob_id "
+        f"JOIN agent ON agent.id = message.agent_id WHERE message.id = {param}"
     )
 
 
@@ -293,24 +321,36 @@ def _backoff(config: Config, attempts: int) -> datetime.timedelta:
 
 
 def send_pending(
-    config: Config, *, clock: Clock = utcnow, limit: int = 100, run: Run | None = None
+    config: Config,
+    *,
+    clock: Clock = utcnow,
+    limit: int = 100,
+    run: Run | None = None,
+    transport: Transport | None = None,
 ) -> list[Message]:
-    """Hand every pending mail whose time has come (of ``run`` only, if given) to the
-    transport, in this thread; the mails it tried, as they are now. For the command line,
-    scripts and tests; ``serve`` runs ``DeliveryLoop``."""
+    """Hand every pending mail whose time has come (of ``run`` only, if given) to
+    ``transport`` (the installation's; by default protege's own that ``config`` names), in
+    this thread; the mails it tried, as they are now. For the command line, scripts and
+    tests; ``serve`` runs ``DeliveryLoop``."""
+    transport = builtin_transport(config) if transport is None else transport
     tried: list[Message | None] = []
     run_id = None if run is None else run.id
     while ids := claim_due(config, clock(), limit, run_id):
-        tried += [_safely(message_id, config, clock(), clock) for message_id in ids]
+        tried += [_safely(message_id, config, clock(), clock, transport) for message_id in ids]
     return [m for m in tried if m is not None]
 
 
 def _safely(
-    message_id: int, config: Config, now: datetime.datetime, clock: Clock
+    message_id: int,
+    config: Config,
+    now: datetime.datetime,
+    clock: Clock,
+    transport: Transport,
 ) -> Message | None:
-    """``hand_off``, with a failure of protege's own side counted as an attempt."""
+    """``hand_off``, with a failure of protege's own side or of the transport counted as
+    an attempt."""
     try:
-        return hand_off(message_id, config, now, clock=clock)
+        return hand_off(message_id, config, now, clock=clock, transport=transport)
     except Exception as error:
         logger.exception("mail %s could not be handed to the transport", message_id)
         try:
@@ -323,25 +363,13 @@ def _safely(
 def write_to_outbox(raw: bytes, message: Message, outbox: Path) -> Path:
     """Put ``raw`` in the outbox under a name fixed by ``message``, once: a mail whose file
     is there already (written before a crash) is not written again."""
-    outbox.mkdir(mode=0o700, parents=True, exist_ok=True)  # names hold approvals' tokens
-    # The name sorts in queueing order: the second, then microseconds within it.
-    stamp = message.created_at.strftime("%Y%m%d-%H%M%S-%f")
-    name = re.sub(r"[^\w.@-]+", "_", message.message_id.strip("<>"))
-    path = outbox / f"{stamp}-{name}.eml"
-    with tempfile.NamedTemporaryFile(dir=outbox, prefix=".", suffix=".tmp", delete=False) as tmp:
-        tmp.write(raw)
-    try:
-        os.link(tmp.name, path)  # atomic, and refuses to replace what is there
-    except FileExistsError:
-        logger.info("mail %s was in the outbox already", message.message_id)
-    finally:
-        os.unlink(tmp.name)
-    return path
+    return write_eml(raw, message.message_id, message.created_at, outbox)
 
 
 class DeliveryLoop:
-    """Hands pending mail to the transport from a running event loop, a few at a time,
-    looking again every ``poll_interval`` seconds or when ``wake`` is called."""
+    """Hands pending mail to ``transport`` (the installation's; by default protege's own that
+    ``config`` names) from a running event loop, a few at a time, looking again every
+    ``poll_interval`` seconds or when ``wake`` is called."""
 
     def __init__(
         self,
@@ -350,8 +378,10 @@ class DeliveryLoop:
         *,
         clock: Clock = utcnow,
         poll_interval: float | None = None,
+        transport: Transport | None = None,
     ) -> None:
         self.config = config
+        self.transport = builtin_transport(config) if transport is None else transport
         self.io = io
         self.clock = clock
         self.poll_interval = config.serve.poll_interval if poll_interval is None else poll_interval
@@ -386,7 +416,13 @@ class DeliveryLoop:
                 sent = await asyncio.gather(
                     *(
                         loop.run_in_executor(
-                            self.io, _safely, i, self.config, self.clock(), self.clock
+                            self.io,
+                            _safely,
+                            i,
+                            self.config,
+                            self.clock(),
+                            self.clock,
+                            self.transport,
                         )
                         for i in ids
                     )
