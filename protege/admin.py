@@ -14,6 +14,9 @@ exactly as the command line does:
   ``protege runs show`` reads them.
 - ``change``, ``snapshot``, ``audit_entries``: the audit log (``protege.audit``).
 - ``normalize_pattern``: the check and normal form of an allow/deny pattern.
+- ``current_plugin``: the plugin whose hook implementation is running, for a plugin that
+  calls a registration hook of its own (the dashboard's ingresses and pages) to tell whose
+  each registration is.
 - ``queue_responsibility``: queue a run of a responsibility now, for the workers of
   ``protege serve`` to carry out.
 """
@@ -41,6 +44,7 @@ from protege.models import Agent
 from protege.models.messages import REFUSED
 from protege.models.resolution import ApprovalBypass, Resolution, bypassed_approvals, unapprovable
 from protege.models.resolution import explain as explain_resolution
+from protege.plugins import current_plugin
 from protege.queue import queue_scheduled as queue_responsibility
 from protege.registry import Manifest
 
@@ -59,6 +63,7 @@ __all__ = [
     "bypassed_approvals",
     "change",
     "command_line_actor",
+    "current_plugin",
     "explain",
     "ingest",
     "load_config",

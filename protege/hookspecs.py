@@ -155,8 +155,8 @@ def register_ingresses(register: Callable[[Ingress], Any]) -> None:
     or 503 as the SMTP gateway answers 250, 552, 550 and 451. It refuses by raising
     ``protege.IngressRefused(status, reason)``; anything else it raises is logged with its
     traceback and answered 500, and the dashboard goes on serving. An implementation that
-    raises is logged with its traceback; what was registered before it raised is served, and
-    the dashboard's own ingresses always are.
+    raises is logged with its traceback and what its plugin registered is withdrawn; the
+    dashboard's own ingresses are always served.
 
     Example::
 

@@ -13,7 +13,7 @@ from starlette.routing import Route
 
 from protege import Ingress, admin
 from protege_dashboard import ingress_intake
-from protege_dashboard.owners import Owner, owner_of
+from protege_dashboard.owners import OWN, Owner, current_owner, normalized
 from protege_dashboard.settings import INGRESSES as BUILTIN_INGRESSES
 from protege_dashboard.settings import DashboardSettings, IngressSecrets
 
@@ -61,7 +61,9 @@ class IngressRegistry:
 
     def register(self, ingress: Ingress) -> None:
         """``register`` as the hook hands it to implementations."""
-        owner = owner_of(ingress, self.app)
+        self._offer(ingress, current_owner())
+
+    def _offer(self, ingress: Ingress, owner: Owner) -> None:
         problem = ingress_problem(ingress)
         if problem is not None:
             self._refuse(f"an ingress from {owner} is left out: {problem}")
@@ -79,11 +81,18 @@ class IngressRegistry:
         try:
             self.app.plugins.hook.register_ingresses(register=self.register)
         except Exception:
-            logger.exception("register_ingresses failed: ingresses registered before it are served")
+            logger.exception("register_ingresses failed (a wrapper raised)")
+        # What a plugin registered before its implementation raised goes with the plugin.
+        broken = {
+            normalized(p.source.distribution)
+            for p in self.app.plugins.plugins
+            if p.status == "error"
+        }
+        self.offered = [r for r in self.offered if r.owner.distribution not in broken]
         present = {id(r.ingress) for r in self.offered}
         for ingress in builtin:
             if id(ingress) not in present:
-                self.register(ingress)
+                self._offer(ingress, OWN)
         served: dict[str, Registered] = {}
         for entry in sorted(self.offered, key=lambda r: (r.owner, r.order)):
             holder = served.get(entry.ingress.name)

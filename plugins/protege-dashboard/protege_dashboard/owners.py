@@ -1,6 +1,6 @@
-"""Whose code a registered ingress or page is: the dashboard's own, or which plugin's, told by
-the module its class or function comes from. It ranks what two registrations of one name or
-path contend for, and names the loser's plugin in the report."""
+"""Whose registration an ingress or page is: the dashboard's own, or which plugin's, as
+protege attributes the hook call. It ranks what two registrations of one name or path
+contend for, and names the loser's plugin in the report."""
 
 from __future__ import annotations
 
@@ -31,19 +31,20 @@ class Owner:
         return self.distribution
 
 
-def owner_of(registered: object, app: admin.Installation) -> Owner:
-    """The owner of ``registered`` (an instance, a class or a function), among the plugins
-    loaded for ``app``."""
-    module = getattr(registered, "__module__", None) or type(registered).__module__ or ""
-    package = module.partition(".")[0]
-    if package == PACKAGE:
-        return Owner(0, DISTRIBUTION)
-    for plugin in app.plugins.plugins:
-        plugin_module = getattr(plugin.module, "__name__", None)
-        if plugin_module is not None and plugin_module.partition(".")[0] == package:
-            return Owner(1, _normalized(plugin.source.distribution))
-    return Owner(2, f"module {module or 'unknown'}")
+OWN = Owner(0, DISTRIBUTION)
 
 
-def _normalized(distribution: str) -> str:
+def current_owner() -> Owner:
+    """Whose hook implementation is registering now: protege tells, by the plugin it is
+    calling, so a class or function claiming another module cannot pass for the dashboard's.
+    A ``register`` kept and called after its hook returned is refused."""
+    plugin = admin.current_plugin()
+    if plugin is None:
+        raise RuntimeError("register is for the hook's implementations, while they run")
+    name = normalized(plugin.source.distribution)
+    return OWN if name == DISTRIBUTION else Owner(1, name)
+
+
+def normalized(distribution: str) -> str:
+    """A distribution name in canonical form (PEP 503), as Owner names them."""
     return re.sub(r"[-_.]+", "-", distribution).lower()

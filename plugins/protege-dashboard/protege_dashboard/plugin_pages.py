@@ -18,7 +18,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, Route, compile_path
 
 from protege import DashboardView, admin
-from protege_dashboard.owners import Owner, owner_of
+from protege_dashboard.owners import Owner, current_owner
 from protege_dashboard.security import PUBLIC_PREFIXES, checked_form, csrf_token
 from protege_dashboard.web import render
 
@@ -88,7 +88,7 @@ class PageRegistry:
         methods: Sequence[str] = ("GET",),
     ) -> None:
         """``register`` as the hook hands it to implementations."""
-        owner = owner_of(page, self.app)
+        owner = current_owner()
         problem = self._problem(path, page, title, menu, methods)
         if problem is not None:
             self._refuse(f"the page {path!r} from {owner} is left out: {problem}")

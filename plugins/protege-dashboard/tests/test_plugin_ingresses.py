@@ -267,3 +267,35 @@ def test_a_raising_register_ingresses_leaves_the_dashboards_own_served(plugin_si
         )
     assert answer.status_code == 204
     assert Message.select().count() == 1
+
+
+def test_an_ingress_claiming_the_dashboards_module_does_not_pass_for_its_own(plugin_site, scoop):
+    # Ownership is whose hook implementation registered it, never what a class says of itself.
+    plugin_site.add(
+        "zzz-spoof",
+        SQUATTER_PLUGIN.replace(
+            'class PostmarkIngress(Ingress):\n    name = "postmark"',
+            'class PostmarkIngress(Ingress):\n    __module__ = "protege_dashboard.ingress"\n'
+            '    name = "postmark"',
+        ),
+    )
+    app = plugin_site.app(environ=ENVIRON)
+    assert "postmark ingress from zzz-spoof is left out" in "\n".join(app.state.refused_extensions)
+    with TestClient(app, base_url="http://127.0.0.1") as web:
+        wrong = web.post("/ingress/postmark", content=b"{}", auth=("postmark", "nope"))
+    assert wrong.status_code == 401  # the built-in's password check, not the squatter's code
+
+
+def test_what_a_raising_register_ingresses_registered_first_is_withdrawn(plugin_site, scoop):
+    assert "    register(AcmeIngress())\n" in ACME_PLUGIN
+    plugin_site.add(
+        "half-mail",
+        ACME_PLUGIN.replace(
+            "    register(AcmeIngress())\n",
+            "    register(AcmeIngress())\n    raise RuntimeError('then it broke')\n",
+        ),
+    )
+    app = plugin_site.app(environ=ENVIRON)
+    assert "acme" not in [ingress.name for ingress in app.state.ingresses]
+    with TestClient(app, base_url="http://127.0.0.1") as web:
+        assert acme(web, {"mime": mail(), "to": [SUNDAE]}).status_code == 404
