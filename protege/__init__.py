@@ -20,7 +20,9 @@ _EXPORTS = {
     "Intake": "protege.ingresses",
     "MailScope": "protege.context",
     "Part": "protege.result",
+    "PromptSection": "protege.sections",
     "ProtegeError": "protege.errors",
+    "Resolver": "protege.sections",
     "Result": "protege.result",
     "RunContext": "protege.context",
     "Tool": "protege.tool",
@@ -37,7 +39,9 @@ __all__ = [
     "Intake",
     "MailScope",
     "Part",
+    "PromptSection",
     "ProtegeError",
+    "Resolver",
     "Result",
     "RunContext",
     "Tool",
@@ -54,6 +58,7 @@ if TYPE_CHECKING:
     from protege.hookspecs import hookimpl
     from protege.ingresses import Ingress, IngressRefused, Intake
     from protege.result import Part, Result, Trust, failure, success
+    from protege.sections import PromptSection, Resolver
     from protege.tool import Tool
 
 

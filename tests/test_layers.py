@@ -19,11 +19,11 @@ LAYERS = [
     ("gateway", {"gateway", "scheduler", "delivery"}),
     ("run queue", {"queue"}),
     ("harness", {"harness"}),
-    ("tools on offer", {"toolkits", "registry", "plugins"}),
+    ("tools on offer", {"toolkits", "registry", "plugins", "current_time"}),
     ("records", {"models", "mail", "blobs", "audit"}),
     (
         "tool contract",
-        {"tool", "result", "context", "schema", "hookspecs", "ingresses", "dashboard"},
+        {"tool", "result", "context", "schema", "hookspecs", "ingresses", "dashboard", "sections"},
     ),
     (
         "foundation",
