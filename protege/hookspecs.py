@@ -25,8 +25,10 @@ import pluggy
 if TYPE_CHECKING:
     import click
 
+    from protege.context import RunContext
     from protege.ingresses import Ingress
     from protege.installation import Installation
+    from protege.sections import PromptSection
     from protege.tool import Tool
 
 PROJECT_NAME = "protege"
@@ -221,4 +223,41 @@ def dashboard_pages(app: Installation, register: Callable[..., Any]) -> None:
                 return f"<h1>Stock</h1><ul>{items}</ul>"
 
             register("/stock", stock, title="Stock", menu="Stock")
+    """
+
+
+@hookspec
+def prompt_sections(
+    app: Installation, context: RunContext
+) -> PromptSection | list[PromptSection] | None:
+    """Called once at the start of each attempt at a run, to add sections to the run's
+    system prompt: return a ``PromptSection``, a list of them, or None for none.
+
+    It runs in the worker thread that prepares the run (it may use the database), before
+    the model is first asked, so every turn of the attempt sees the same prompt; a run
+    resumed later (after an approval, or by another worker) is asked again. Sections come
+    in the order the implementations are called (``tryfirst``/``trylast`` move one), after
+    the host app's own ``Resolver`` sections. A section whose name a host resolver declares
+    is never used (the host's wins), nor a second section of a name already taken. Each
+    section is cut to ``[runs] max_prompt_section_chars`` and all of them together to
+    ``max_prompt_sections_chars``, with a note saying so. An implementation that raises,
+    or returns anything but sections, has what it gave left out and logged; the run goes
+    on. The model request records which sections the prompt carried.
+
+    ``app`` is the installation the run belongs to. ``context`` is the run's frozen
+    ``RunContext``, the object its tools get: compute the sections from it alone, so that
+    nothing of one run reaches another. Mark text that came from outside (mail, records
+    customers wrote, web pages) ``Trust.UNTRUSTED``: it is fenced as untrusted tool results
+    are.
+
+    Example::
+
+        from protege import PromptSection, Trust, hookimpl
+
+        @hookimpl
+        def prompt_sections(app, context):
+            if context.message is None:
+                return None
+            notes = customer_notes(context.message.sender)
+            return PromptSection("customer_notes", notes, Trust.UNTRUSTED) if notes else None
     """

@@ -31,7 +31,7 @@ INTERNAL_DISTRIBUTION = "protege"
 # protege's own defaults (transports, blob stores, ingresses...), each a module implementing
 # hooks as any plugin does, registered before the installed plugins, as datasette registers
 # its default plugins.
-INTERNAL_PLUGINS: tuple[str, ...] = ()
+INTERNAL_PLUGINS: tuple[str, ...] = ("protege.current_time",)
 LOAD_VARIABLE = "PROTEGE_LOAD_PLUGINS"
 DEBUG_VARIABLE = "PROTEGE_DEBUG"
 DISABLE_VARIABLE = "PROTEGE_DISABLE_PLUGINS"
