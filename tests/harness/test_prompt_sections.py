@@ -13,10 +13,11 @@ from textwrap import dedent
 import pytest
 
 from protege.config import load_config
+from protege.harness import execute
 from protege.installation import open_installation
 from protege.models import Agent, Responsibility, Run
-from protege.testing import run_reply, run_scheduled
-from protege.testing.model import say, tool_call
+from protege.queue import requeue
+from protege.testing import http_error, run_reply, run_scheduled, say, tool_call
 
 
 @pytest.fixture
@@ -372,3 +373,33 @@ def test_a_scheduled_run_tells_the_time_in_its_responsibilitys_zone(project, age
     prompt = system_prompt(scripted_model)
     assert "Asia/Kathmandu" not in prompt
     assert before <= _shown_time(prompt, "America/St_Johns") <= after
+
+
+def test_a_resumed_run_computes_its_sections_again(project, agent, scripted_model):
+    notice = project.root / "notice.txt"
+    notice.write_text("The shop is closed today.")
+    config = project.config(
+        host=f"""
+        from pathlib import Path
+
+        class NoticeResolver(Resolver):
+            def resolve(self, context):
+                return Path({str(notice)!r}).read_text()
+        """
+    )
+    app = open_installation(config, connect=False)
+    scripted_model.script(http_error(401))
+    run = run_reply(agent, sender="jane@acme.example", body="Open?", installation=app)
+    assert run.status == "failed"
+
+    notice.write_text("The shop is open again.")
+    scripted_model.script(say("It is open."))
+    run = execute(requeue(run), app)
+
+    assert run.status == "done"
+    assert "The shop is closed today." in system_prompt(scripted_model, 0)
+    assert "The shop is open again." in system_prompt(scripted_model, 1)
+    recorded = [e.payload for e in Run.get_by_id(run.id).timeline() if e.kind == "model_request"]
+    assert [[s["name"] for s in r["sections"]] for r in recorded] == [
+        ["notice", "current_time"]
+    ] * 2
