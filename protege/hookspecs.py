@@ -235,14 +235,18 @@ def prompt_sections(
 
     It runs in the worker thread that prepares the run (it may use the database), before
     the model is first asked, so every turn of the attempt sees the same prompt; a run
-    resumed later (after an approval, or by another worker) is asked again. Sections come
+    resumed later (after an approval, or by another worker) is asked again. Keep it quick:
+    the run waits for it before its first model request. Sections come
     in the order the implementations are called (``tryfirst``/``trylast`` move one), after
     the host app's own ``Resolver`` sections. A section whose name a host resolver declares
     is never used (the host's wins), nor a second section of a name already taken. Each
     section is cut to ``[runs] max_prompt_section_chars`` and all of them together to
-    ``max_prompt_sections_chars``, with a note saying so. An implementation that raises,
-    or returns anything but sections, has what it gave left out and logged; the run goes
-    on. The model request records which sections the prompt carried.
+    ``max_prompt_sections_chars``, with a note saying so. Each section is taken from the
+    implementation that returned it, so that it is attributed to its plugin: a wrapper sees
+    the call and the sections but cannot change them. An implementation that raises is
+    recorded against its plugin; anything returned that is not a section is left out and
+    logged with the plugin's name; the run goes on either way. Each model request records
+    which sections its prompt carried, from where, and which were left out and why.
 
     ``app`` is the installation the run belongs to. ``context`` is the run's frozen
     ``RunContext``, the object its tools get: compute the sections from it alone, so that

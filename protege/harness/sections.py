@@ -26,7 +26,6 @@ from protege.tool import titleize
 logger = logging.getLogger(__name__)
 
 HOST = "host"
-PLUGIN = "plugin"
 HOOK = "prompt_sections"
 
 
@@ -50,8 +49,8 @@ class Included:
     how long it was as given."""
 
     section: PromptSection
-    origin: str  # "host" or "plugin"
-    source: str  # the resolver class, or the plugins
+    origin: str  # "host", "builtin" (protege's own included) or "plugin"
+    source: str  # the resolver class, or the plugin
     chars: int
     truncated: bool = False
 
@@ -61,6 +60,7 @@ class Included:
             "name": self.section.name,
             "trust": str(self.section.trust),
             "origin": self.origin,
+            "source": self.source,
             "chars": self.chars,
             "truncated": self.truncated,
         }
@@ -134,9 +134,7 @@ def gather(app: SectionSources, context: RunContext) -> RunSections:
             left_out.append(LeftOut(resolver.name, source, reason))
             continue
         offered.append((PromptSection(resolver.name, text, resolver.trust), HOST, source))
-    offered += [
-        (section, PLUGIN, source) for section, source in _from_plugins(app, context, left_out)
-    ]
+    offered += _from_plugins(app, context, left_out)
     sections = _within_limits(offered, {r.name for r in resolvers}, app.config, left_out)
     for out in left_out:
         run_logger.warning(
@@ -147,25 +145,22 @@ def gather(app: SectionSources, context: RunContext) -> RunSections:
 
 def _from_plugins(
     app: SectionSources, context: RunContext, left_out: list[LeftOut]
-) -> Iterator[tuple[PromptSection, str]]:
-    """The sections the plugins' implementations return, with the plugins they came from."""
-    hook = getattr(app.plugins.hook, HOOK)
-    implementers = ", ".join(impl.plugin_name for impl in hook.get_hookimpls()) or "none"
-    source = f"plugins ({implementers})"
+) -> Iterator[tuple[PromptSection, str, str]]:
+    """The sections the plugins' implementations return, each with its origin and the
+    plugin it came from, in the order pluggy called them."""
     try:
-        returned = hook(app=app, context=context)
-    except Exception as error:  # a wrapper, or an implementation before isolation: logged
-        context.logger.exception("the %s hook raised; no plugin sections this run", HOOK)
-        left_out.append(LeftOut(None, source, f"the hook raised {error_line(error)}"))
+        returned = app.plugins.call_with_plugins(HOOK, app=app, context=context)
+    except Exception as error:  # each implementation is guarded; a wrapper's bug lands here
+        context.logger.exception("the %s hook failed; no plugin sections this run", HOOK)
+        left_out.append(LeftOut(None, "plugins", f"the hook raised {error_line(error)}"))
         return
-    for value in returned if isinstance(returned, list) else [returned]:
-        values = value if isinstance(value, list | tuple) else [value]
-        for item in values:
+    for plugin, value in returned:
+        for item in value if isinstance(value, list | tuple) else [value]:
             if isinstance(item, PromptSection):
-                yield item, source
+                yield item, plugin.source.origin, plugin.name
             elif item is not None:
-                reason = f"an implementation returned {_kind(item)}, not a PromptSection"
-                left_out.append(LeftOut(None, source, reason))
+                reason = f"returned {_kind(item)}, not a PromptSection"
+                left_out.append(LeftOut(None, plugin.name, reason))
 
 
 def _kind(value: object) -> str:
@@ -188,7 +183,7 @@ def _within_limits(
     spent = 0
     for section, origin, source in offered:
         name = section.name
-        if origin == PLUGIN and name in host_names:
+        if origin != HOST and name in host_names:
             left_out.append(LeftOut(name, source, "the host app's resolver of this name wins"))
             continue
         if name in taken:

@@ -221,13 +221,15 @@ def test_a_raising_resolver_and_a_plugin_returning_garbage_leave_the_run_going(
     reasons = {o["name"]: o["reason"] for o in request["sections_left_out"]}
     assert reasons["broken"] == "raised RuntimeError: the orders database is down"
     assert reasons["wrong_type"] == "returned a int (42), not text"
-    assert "an implementation returned a str ('not a section')" in reasons[None]
-    assert "garbage" in next(o["source"] for o in request["sections_left_out"] if not o["name"])
+    assert reasons[None] == "returned a str ('not a section'), not a PromptSection"
+    assert next(o["source"] for o in request["sections_left_out"] if not o["name"]) == "garbage"
+    fine = next(s for s in request["sections"] if s["name"] == "fine")
+    assert (fine["origin"], fine["source"]) == ("plugin", "garbage")
     assert "the orders database is down" in caplog.text  # logged, with its source
     assert "BrokenResolver" in caplog.text
 
 
-def test_a_raising_plugin_leaves_the_run_and_the_host_sections_going(
+def test_a_raising_plugin_is_recorded_against_it_and_the_other_sections_stay(
     project, site, agent, scripted_model
 ):
     site.add(
@@ -247,14 +249,18 @@ def test_a_raising_plugin_leaves_the_run_and_the_host_sections_going(
                 return "The shop opens at nine."
         """
     )
-    app = open_installation(config, plugins=site.host(), connect=False)
+    plugins = site.host()
+    app = open_installation(config, plugins=plugins, connect=False)
     scripted_model.script(say("ok"))
 
     run = run_reply(agent, sender="jane@acme.example", body="Hi", installation=app)
 
     assert run.status == "done"
-    assert "The shop opens at nine." in system_prompt(scripted_model)
     assert "boom" not in system_prompt(scripted_model)
+    names = [s["name"] for s in first_request(run)["sections"]]
+    assert names == ["shop_hours", "current_time"]
+    (raiser,) = plugins.plugins
+    assert raiser.failures["prompt_sections"].error == "RuntimeError: boom"
 
 
 def test_sections_come_in_pluggy_order_after_the_host_sections(
@@ -403,3 +409,39 @@ def test_a_resumed_run_computes_its_sections_again(project, agent, scripted_mode
     assert [[s["name"] for s in r["sections"]] for r in recorded] == [
         ["notice", "current_time"]
     ] * 2
+
+
+def test_a_wrapper_around_the_hook_sees_the_call_and_the_sections_still_arrive(
+    project, site, agent, scripted_model
+):
+    site.add(
+        "watcher",
+        plugin_source(
+            """
+            seen = []
+
+            @hookimpl(wrapper=True)
+            def prompt_sections(app, context):
+                sections = yield
+                seen.append(sorted(s.name for s in sections))
+                return sections
+            """
+        ),
+    )
+    site.add(
+        "rules",
+        plugin_source(
+            """
+            @hookimpl
+            def prompt_sections(app, context):
+                return PromptSection("rules", "Be kind.")
+            """
+        ),
+    )
+    app = open_installation(project.config(), plugins=site.host(), connect=False)
+    scripted_model.script(say("ok"))
+
+    run = run_reply(agent, sender="jane@acme.example", body="Hi", installation=app)
+
+    assert sys.modules["watcher"].seen == [["current_time", "rules"]]
+    assert [s["name"] for s in first_request(run)["sections"]] == ["rules", "current_time"]
