@@ -24,7 +24,9 @@ _EXPORTS = {
     "MailScope": "protege.context",
     "Outcome": "protege.delivery.transports",
     "Part": "protege.result",
+    "PromptSection": "protege.sections",
     "ProtegeError": "protege.errors",
+    "Resolver": "protege.sections",
     "Result": "protege.result",
     "RunContext": "protege.context",
     "Tool": "protege.tool",
@@ -46,7 +48,9 @@ __all__ = [
     "MailScope",
     "Outcome",
     "Part",
+    "PromptSection",
     "ProtegeError",
+    "Resolver",
     "Result",
     "RunContext",
     "Tool",
@@ -66,6 +70,7 @@ if TYPE_CHECKING:
     from protege.hookspecs import hookimpl
     from protege.ingresses import Ingress, IngressRefused, Intake
     from protege.result import Part, Result, Trust, failure, success
+    from protege.sections import PromptSection, Resolver
     from protege.tool import Tool
 
 

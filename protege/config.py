@@ -8,6 +8,7 @@ import os
 import re
 import types
 import typing
+import zoneinfo
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -93,6 +94,15 @@ class ModelSettings:
         return kind in self.input
 
 
+def _check_zone(instance: object, attribute: attrs.Attribute, value: str) -> None:
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError):
+        raise ValueError(
+            f"timezone: unknown time zone {value!r}: use an IANA name such as Europe/Berlin or UTC"
+        ) from None
+
+
 @attrs.frozen(kw_only=True, repr=False)
 class RunSettings:
     """``[runs]``: the budgets and limits of one agent run.
@@ -103,6 +113,11 @@ class RunSettings:
     A run shows the model at most ``max_parts_per_run`` files as themselves (images, PDFs,
     from attachments or tool results), of ``max_part_bytes_per_run`` bytes together; an
     attachment over ``max_shown_attachment_bytes`` is only listed, never read to be shown.
+
+    ``timezone`` is the IANA zone agents tell the time in (the current date and time in
+    their prompt; a scheduled run uses its responsibility's zone). Each prompt section is
+    cut to ``max_prompt_section_chars`` characters, and all of a run's sections together to
+    ``max_prompt_sections_chars``.
     """
 
     __repr__ = fields_repr
@@ -127,6 +142,9 @@ class RunSettings:
     max_shown_attachment_bytes: int = attrs.field(
         default=10 * MIB, validator=attrs.validators.ge(1)
     )
+    timezone: str = attrs.field(default="UTC", validator=_check_zone)
+    max_prompt_section_chars: int = attrs.field(default=4000, validator=attrs.validators.ge(100))
+    max_prompt_sections_chars: int = attrs.field(default=16000, validator=attrs.validators.ge(100))
 
 
 @attrs.frozen(kw_only=True, repr=False)

@@ -25,8 +25,10 @@ import pluggy
 if TYPE_CHECKING:
     import click
 
+    from protege.context import RunContext
     from protege.ingresses import Ingress
     from protege.installation import Installation
+    from protege.sections import PromptSection
     from protege.tool import Tool
 
 PROJECT_NAME = "protege"
@@ -297,4 +299,47 @@ def register_blob_stores(register: Callable[[str, Callable[..., Any]], None]) ->
         @hookimpl
         def register_blob_stores(register):
             register("vault", lambda config: VaultStore(config.plugin_settings("protege-vault")))
+    """
+
+
+@hookspec
+def prompt_sections(
+    app: Installation, context: RunContext
+) -> PromptSection | list[PromptSection] | None:
+    """Called once at the start of each attempt at a run, to add sections to the run's
+    system prompt: return a ``PromptSection``, a list of them, or None for none.
+
+    `app` is the installation the run belongs to; `context` is the run's frozen
+    ``RunContext``, the object its tools get. Compute the sections from `context` alone, so
+    that nothing of one run reaches another, and mark text that came from outside (mail,
+    records customers wrote, web pages) ``Trust.UNTRUSTED``: it is fenced as untrusted tool
+    results are, so nothing in it can close its fence or pass for an instruction.
+
+    It runs in the worker thread that prepares the run (it may use the database), before
+    the model is first asked, so every turn of the attempt sees the same prompt; a run
+    resumed later (after an approval, or by another worker) is asked again. Keep it quick:
+    the run waits for it before its first model request. Sections come in the order the
+    implementations are called (``tryfirst``/``trylast`` move one), after the host app's
+    own ``Resolver`` sections. A section whose name a host resolver declares is never used
+    (the host's wins), nor a second section of a name already taken. Each section is cut to
+    ``[runs] max_prompt_section_chars`` and all of them together to
+    ``max_prompt_sections_chars``, with a note saying so.
+
+    Each section is taken from the implementation that returned it, so that it is
+    attributed to its plugin: a wrapper sees the call and the sections but cannot change
+    them. An implementation that raises is recorded against its plugin; anything returned
+    that is not a section is left out and logged with the plugin's name; the run goes on
+    either way. Each model request records which sections its prompt carried, from where,
+    and which were left out and why.
+
+    Example::
+
+        from protege import PromptSection, Trust, hookimpl
+
+        @hookimpl
+        def prompt_sections(app, context):
+            if context.message is None:
+                return None
+            notes = customer_notes(context.message.sender)
+            return PromptSection("customer_notes", notes, Trust.UNTRUSTED) if notes else None
     """

@@ -34,6 +34,7 @@ INTERNAL_DISTRIBUTION = "protege"
 INTERNAL_PLUGINS: tuple[str, ...] = (
     "protege.defaults.transports",
     "protege.defaults.blob_stores",
+    "protege.defaults.current_time",
 )
 LOAD_VARIABLE = "PROTEGE_LOAD_PLUGINS"
 DEBUG_VARIABLE = "PROTEGE_DEBUG"

@@ -115,6 +115,8 @@ def test_whole_numbers_are_read_as_the_floats_their_settings_hold(tmp_path):
         ("[mail]\nsmtp_port = 0", "smtp_port: 0 is not a TCP port (1 to 65535)"),
         ('[model]\napi_key = "sk-1"', "api_key may not be written in protege.toml"),
         ('[mail]\nsmtp_password = "x"', "smtp_password may not be written in protege.toml"),
+        ('[runs]\ntimezone = "Mars/Olympus"', "timezone: unknown time zone 'Mars/Olympus'"),
+        ("[runs]\nmax_prompt_section_chars = 10", "'max_prompt_section_chars' must be >= 100"),
     ],
 )
 def test_a_value_of_another_type_is_refused_saying_what_was_expected(tmp_path, setting, said):

@@ -25,7 +25,17 @@ LAYERS = [
     # when they make it, so that loading the plugins stays light.
     (
         "tool contract",
-        {"tool", "result", "context", "schema", "hookspecs", "ingresses", "dashboard", "defaults"},
+        {
+            "tool",
+            "result",
+            "context",
+            "schema",
+            "hookspecs",
+            "ingresses",
+            "dashboard",
+            "defaults",
+            "sections",
+        },
     ),
     (
         "foundation",

@@ -65,18 +65,29 @@ class RunEvent:
 
 @attrs.frozen(kw_only=True)
 class ModelRequest(RunEvent):
-    """A call to the model: which turn, how many messages, which tools were offered."""
+    """A call to the model: which turn, how many messages, which tools were offered, and
+    which prompt sections its system prompt carried (name, trust, origin, length, whether
+    it was cut) or left out (name, source, reason)."""
 
     kind: ClassVar[str] = MODEL_REQUEST
     turn: int | None = None
     model: str | None = None
     messages: int | None = None
     tools: list[str] = attrs.Factory(list)
+    sections: list[dict[str, Any]] = attrs.Factory(list)
+    sections_left_out: list[dict[str, Any]] = attrs.Factory(list)
 
     def line(self) -> str:
         tools = ", ".join(_listed(self.tools)) or "none"
         turn, messages = _shown(self.turn), _shown(self.messages)
-        return f"model request, turn {turn}: {messages} messages; tools: {tools}"
+        line = f"model request, turn {turn}: {messages} messages; tools: {tools}"
+        included = [_section_name(s) for s in _items(self.sections)]
+        if included:
+            line += f"; sections: {', '.join(included)}"
+        left_out = [_section_name(s) for s in _items(self.sections_left_out)]
+        if left_out:
+            line += f"; left out: {', '.join(left_out)}"
+        return line
 
 
 @attrs.frozen(kw_only=True)
@@ -497,3 +508,23 @@ def _refused(refused: Any) -> str:
         f"{item.get('address')} ({item.get('code')})" if isinstance(item, Mapping) else str(item)
         for item in refused
     )
+
+
+def _items(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def _section_name(section: Any) -> str:
+    """A recorded prompt section as a model request's line names it: its name, and whether
+    it was untrusted or cut (or, for one left out, why)."""
+    if not isinstance(section, Mapping):
+        return str(section)
+    notes = []
+    if section.get("trust") == "untrusted":
+        notes.append("untrusted")
+    if section.get("truncated"):
+        notes.append("cut")
+    if section.get("reason"):
+        notes.append(excerpt(str(section["reason"])))
+    name = _shown(section.get("name"))
+    return f"{name} ({', '.join(notes)})" if notes else name

@@ -31,8 +31,9 @@ FILES_NOT_SHOWN_AGAIN = {
 }
 
 
-def system_prompt(run: Run, fence: Fence) -> str:
-    """The agent's instructions, the security policy, and the facts of this run."""
+def system_prompt(run: Run, fence: Fence, sections: Sequence[str] = ()) -> str:
+    """The agent's instructions, the security policy, the facts of this run, and its
+    prompt ``sections`` (rendered, untrusted ones fenced)."""
     agent = run.agent
     parts = [agent.instructions.strip()] if agent.instructions.strip() else []
     parts.append(
@@ -40,6 +41,7 @@ def system_prompt(run: Run, fence: Fence) -> str:
         "never sent to anyone: to write to someone, call send_email if you have it."
     )
     parts.append(fence.policy())
+    parts += sections
     return "\n\n".join(parts)
 
 
@@ -86,14 +88,20 @@ def _duty(run: Run, responsibility: Responsibility) -> str:
 
 
 def build_messages(
-    run: Run, fence: Fence, config: Config | None = None, budget: PartBudget | None = None
+    run: Run,
+    fence: Fence,
+    config: Config | None = None,
+    budget: PartBudget | None = None,
+    sections: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    """The full conversation for the first model call of ``run``.
+    """The full conversation for the first model call of ``run``, its system prompt ending
+    with the rendered prompt ``sections``.
 
     With ``config`` and ``budget``, the images and PDFs attached to the message being
     answered are shown as themselves, as far as the model accepts them and the budget
     allows; otherwise they are only listed."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt(run, fence)}]
+    system = system_prompt(run, fence, sections)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
     message = run.message
     if message is None:
         responsibility = run.responsibility

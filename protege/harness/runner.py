@@ -40,11 +40,12 @@ from protege.harness.fence import Fence
 from protege.harness.model import ModelClient, close_clients
 from protege.harness.parts import PartBudget, Shown, fenced_parts
 from protege.harness.prompt import build_messages, replay
+from protege.harness.sections import RunSections, gather
 from protege.models import Agent, Blob, Run
 from protege.models.approvals import pending_of, unsettled, wake
 from protege.models.base import utcnow
 from protege.models.runs import CANCELLED, DONE, FAILED, QUEUED, WAITING, Claim
-from protege.plugins import error_line
+from protege.plugins import PluginHost, error_line
 from protege.registry import Manifest
 from protege.result import failure
 
@@ -68,7 +69,8 @@ class SendMail(Protocol):
 
 class RunResources(Protocol):
     """What a run is handed by whoever carries it out (``protege.installation`` builds the
-    real one): the configuration, the tools on offer, and the means to send mail."""
+    real one): the configuration, the tools on offer, the means to send mail, and the
+    plugins (whose hooks give the run's prompt sections)."""
 
     @property
     def config(self) -> Config: ...
@@ -78,6 +80,9 @@ class RunResources(Protocol):
 
     @property
     def deliver(self) -> SendMail: ...
+
+    @property
+    def plugins(self) -> PluginHost: ...
 
 
 logger = logging.getLogger("protege.run")
@@ -222,6 +227,7 @@ class _Setup:
     messages: list[dict[str, Any]]
     budget: PartBudget
     desk: Desk
+    sections: RunSections = attrs.Factory(RunSections)
     first_turn: int = 0
     failures: int = 0
     pending: list[dict[str, Any]] = attrs.Factory(list)
@@ -384,6 +390,7 @@ class _Attempt:
             if failures > limits.max_tool_failures:
                 return await self._exhausted("max_tool_failures", limits.max_tool_failures)
         failures += await self._settle(setup, resumed=True) or 0
+        included, left_out = setup.sections.records()
         for turn in range(setup.first_turn + 1, limits.max_model_turns + 1):
             if self.cancellation.is_set():
                 raise _Cancelled("cancelled by an operator")
@@ -393,6 +400,8 @@ class _Attempt:
                     model=config.model.model,
                     messages=len(messages),
                     tools=list(dispatcher.granted),
+                    sections=included,
+                    sections_left_out=left_out,
                 )
             )
             reply = await self._ask(model, messages, setup.tools)
@@ -459,7 +468,10 @@ class _Attempt:
         ]
         fence = Fence()
         budget = PartBudget(config.model, config.runs)  # files shown as themselves, per run
-        messages = build_messages(run, fence, config, budget)
+        # Once per attempt, before the first turn: each turn shows the same prompt, and a
+        # resumed run (maybe days later, after an approval) is told the world as it is now.
+        sections = gather(self.installation, context)
+        messages = build_messages(run, fence, config, budget, sections.render(fence))
         dispatcher = Dispatcher(
             granted, context, fence, config.runs.max_result_bytes, live, config.runs.tool_threads
         )
@@ -473,7 +485,7 @@ class _Attempt:
             authenticated=context.message is not None
             and context.message.proves_sender(config.mail.authentication),
         )
-        setup = _Setup(context, tools, dispatcher, messages, budget, desk)
+        setup = _Setup(context, tools, dispatcher, messages, budget, desk, sections)
         if self.log.seq:  # a run resumed: nothing done is done again
             timeline = run.timeline()
             replayed, pending = replay(timeline, fence)

@@ -1,4 +1,4 @@
-"""Collecting the tool classes of the host application's own modules."""
+"""Collecting the tool and resolver classes of the host application's own modules."""
 
 from __future__ import annotations
 
@@ -6,9 +6,13 @@ import importlib
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import TypeVar
 
 from protege.plugins import error_line
+from protege.sections import Resolver
 from protege.tool import Tool
+
+_Declared = TypeVar("_Declared", Tool, Resolver)
 
 
 def host_tool_classes(module_name: str, root: Path) -> tuple[list[type[Tool]], list[str]]:
@@ -19,16 +23,28 @@ def host_tool_classes(module_name: str, root: Path) -> tuple[list[type[Tool]], l
     the module that defines it. ``root`` (the folder of ``protege.toml``) is put on
     ``sys.path`` so the host's modules import as they do in the app.
     """
+    return _defined_in(module_name, root, Tool)
+
+
+def host_resolver_classes(module_name: str, root: Path) -> tuple[list[type[Resolver]], list[str]]:
+    """The concrete ``Resolver`` subclasses defined in a module and its submodules, in the
+    order they are defined, and the import errors met on the way (as ``host_tool_classes``)."""
+    return _defined_in(module_name, root, Resolver)
+
+
+def _defined_in(
+    module_name: str, root: Path, base: type[_Declared]
+) -> tuple[list[type[_Declared]], list[str]]:
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
-    classes: list[type[Tool]] = []
+    classes: list[type[_Declared]] = []
     errors: list[str] = []
     for module in _modules_of(module_name, errors):
         classes.extend(
             value
             for value in list(vars(module).values())
             if isinstance(value, type)
-            and issubclass(value, Tool)
+            and issubclass(value, base)
             and value.__module__ == module.__name__
             and not value.abstract
         )

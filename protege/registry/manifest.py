@@ -20,9 +20,10 @@ from protege.plugins import (
     normalize,
 )
 from protege.registry.entries import Origin, Rejected, Shadowed, ToolEntry
-from protege.registry.host import host_tool_classes
+from protege.registry.host import host_resolver_classes, host_tool_classes
 from protege.registry.settings import read_plugin_settings
 from protege.reprs import fields_repr
+from protege.sections import Resolver, resolver_problems
 from protege.tool import Tool, check_tool_class
 
 logger = logging.getLogger(__name__)
@@ -94,6 +95,8 @@ class Manifest:
     # Each plugin's checked settings, and the [plugins.NAME] tables no plugin takes.
     settings: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
     settings_problems: tuple[str, ...] = ()
+    # The host app's prompt-section resolvers, one per name, in the order declared.
+    resolvers: tuple[type[Resolver], ...] = ()
     _by_id: dict[str, ToolEntry] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
@@ -194,6 +197,7 @@ def build_manifest(config: Config, plugins: PluginHost) -> Manifest:
         collector.rejected.extend(Rejected(Origin.HOST, module_name, e) for e in errors)
         for tool_class in classes:
             collector.offer(tool_class, Origin.HOST, tool_class.__module__, None)
+    resolvers = _host_resolvers(config, collector)
     settings = read_plugin_settings(config, plugins)
     reports = _register_plugin_tools(plugins, collector, settings.errors)
     tools, shadowed = _resolve(collector.candidates)
@@ -218,7 +222,27 @@ def build_manifest(config: Config, plugins: PluginHost) -> Manifest:
         overrides=config.overrides,
         settings=settings.values,
         settings_problems=settings.problems,
+        resolvers=resolvers,
     )
+
+
+def _host_resolvers(config: Config, collector: _Collector) -> tuple[type[Resolver], ...]:
+    """The resolvers of the host's modules that keep the contract, the first of each name
+    (the modules' import errors are reported with their tools already)."""
+    taken: dict[str, type[Resolver]] = {}
+    for module_name in config.tool_modules:
+        classes, _errors = host_resolver_classes(module_name, config.root)
+        for resolver in classes:
+            problems = resolver_problems(resolver)
+            first = taken.get(resolver.name) if not problems else None
+            if first is not None:
+                problems = [f"its name {resolver.name!r} is taken by {first.__qualname__}"]
+            if problems:
+                reason = f"resolver {resolver.__qualname__}: " + "; ".join(problems)
+                collector.rejected.append(Rejected(Origin.HOST, resolver.__module__, reason))
+                continue
+            taken[resolver.name] = resolver
+    return tuple(taken.values())
 
 
 def _register_plugin_tools(

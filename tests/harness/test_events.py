@@ -252,3 +252,28 @@ def test_a_turn_writes_its_events_in_one_statement_before_its_tools_and_one_afte
     assert len(done.timeline()) == 7  # request, response, call, result, request, response...
     # ...written as: the first turn's ask, its tool's answer, the last turn with the run's end.
     assert len(inserts) == 3
+
+
+def test_a_model_request_names_the_prompt_sections_it_carried_and_left_out():
+    line = render(
+        events.MODEL_REQUEST,
+        {
+            "turn": 1,
+            "messages": 2,
+            "tools": [],
+            "sections": [
+                {"name": "current_time", "trust": "trusted", "truncated": False},
+                {"name": "notes", "trust": "untrusted", "truncated": True},
+            ],
+            "sections_left_out": [{"name": "policy", "reason": "the host app's resolver wins"}],
+        },
+    )
+    assert line == (
+        "model request, turn 1: 2 messages; tools: none; sections: current_time, "
+        "notes (untrusted, cut); left out: policy (the host app's resolver wins)"
+    )
+
+
+def test_odd_recorded_sections_still_render():
+    line = render(events.MODEL_REQUEST, {"sections": "oops", "sections_left_out": [7, {}]})
+    assert line.endswith("tools: none; left out: 7, ?")
