@@ -28,7 +28,7 @@ BUILTIN_DISTRIBUTIONS = frozenset({"protege-mail", "protege-files", "protege-web
 # protege's own defaults (transports, blob stores, ingresses...), each a module implementing
 # hooks as any plugin does, registered before the installed plugins, as datasette registers
 # its default plugins.
-INTERNAL_PLUGINS: tuple[str, ...] = ()
+INTERNAL_PLUGINS: tuple[str, ...] = ("protege.gateway.sender_decision",)
 LOAD_VARIABLE = "PROTEGE_LOAD_PLUGINS"
 DISABLE_VARIABLE = "PROTEGE_DISABLE_PLUGINS"
 

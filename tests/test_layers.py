@@ -19,7 +19,7 @@ LAYERS = [
     ("gateway", {"gateway", "scheduler", "delivery"}),
     ("run queue", {"queue"}),
     ("harness", {"harness"}),
-    ("tools on offer", {"toolkits", "registry", "plugins"}),
+    ("tools on offer", {"toolkits", "registry", "plugins", "hookcalls"}),
     ("records", {"models", "mail", "blobs", "audit"}),
     ("tool contract", {"tool", "result", "context", "schema", "hookspecs"}),
     (

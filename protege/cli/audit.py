@@ -14,7 +14,7 @@ from protege.cli.output import echo_json
 @click.option("--limit", default=50, show_default=True, help="How many entries, newest first.")
 @click.option(
     "--kind",
-    type=click.Choice(["toolkit", "agent", "grant", "responsibility", "run"]),
+    type=click.Choice(["toolkit", "agent", "grant", "responsibility", "run", "message"]),
     help="Only changes to this kind of subject.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
