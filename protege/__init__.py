@@ -14,11 +14,14 @@ __version__ = "0.1.0"
 
 # Names load on first use, so `import protege` (and so `protege --help`) stays cheap.
 _EXPORTS = {
+    "CommittedEvent": "protege.harness.events",
+    "InboundMail": "protege.gateway.inspection",
     "MailScope": "protege.context",
     "Part": "protege.result",
     "ProtegeError": "protege.errors",
     "Result": "protege.result",
     "RunContext": "protege.context",
+    "RunSnapshot": "protege.harness.listeners",
     "Tool": "protege.tool",
     "Trust": "protege.result",
     "failure": "protege.result",
@@ -27,11 +30,14 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "CommittedEvent",
+    "InboundMail",
     "MailScope",
     "Part",
     "ProtegeError",
     "Result",
     "RunContext",
+    "RunSnapshot",
     "Tool",
     "Trust",
     "failure",
@@ -42,6 +48,9 @@ __all__ = [
 if TYPE_CHECKING:
     from protege.context import MailScope, RunContext
     from protege.errors import ProtegeError
+    from protege.gateway.inspection import InboundMail
+    from protege.harness.events import CommittedEvent
+    from protege.harness.listeners import RunSnapshot
     from protege.hookspecs import hookimpl
     from protege.result import Part, Result, Trust, failure, success
     from protege.tool import Tool

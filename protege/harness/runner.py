@@ -35,8 +35,9 @@ from protege.harness.approval import Desk
 from protege.harness.approval import note as approval_note
 from protege.harness.cancels import Cancellation, CancelWatch
 from protege.harness.dispatch import CallOver, Dispatcher, LiveCalls, Outcome
-from protege.harness.events import EventLog
+from protege.harness.events import CommittedEvent, EventLog
 from protege.harness.fence import Fence
+from protege.harness.listeners import EventDispatcher, snapshot
 from protege.harness.model import ModelClient, close_clients
 from protege.harness.parts import PartBudget, Shown, fenced_parts
 from protege.harness.prompt import build_messages, replay
@@ -116,6 +117,7 @@ def execute(
     *,
     model: ModelClient | None = None,
     claim: Claim | None = None,
+    listeners: EventDispatcher | None = None,
 ) -> Run:
     """Carry out ``run`` to the end in this thread and return it, done, failed or cancelled;
     nothing the run does raises out of here (in the main thread, an operator's Ctrl-C still
@@ -125,6 +127,10 @@ def execute(
     model's plain text is stored as an event and never delivered: mail goes out only
     through tools, by the installation's ``deliver`` (which queues it for the delivery
     loop, or ``protege.delivery.send_pending``).
+
+    The run's events go to the ``on_event`` listeners through ``listeners``; without one, a
+    dispatcher of its own is started and closed (the listeners heard the whole run) before
+    this returns.
     """
     if claim is None:
         if run.status != QUEUED:
@@ -136,10 +142,12 @@ def execute(
         run.status, run.attempts, run.started_at = "running", claim.attempts, started
         run.lease_owner = owner
     taken = claim
+    own = EventDispatcher(installation).start() if listeners is None else None
+    dispatcher = listeners if own is None else own
 
     async def carried_out() -> Run:
         try:
-            return await carry_out(run, taken, installation, model=model)
+            return await carry_out(run, taken, installation, model=model, listeners=dispatcher)
         finally:
             await close_clients()
 
@@ -149,6 +157,9 @@ def execute(
         if threading.current_thread() is threading.main_thread():
             raise
         return run
+    finally:
+        if own is not None:
+            own.close()
 
 
 async def carry_out(
@@ -161,6 +172,7 @@ async def carry_out(
     clock: Callable[[], datetime.datetime] = utcnow,
     stopping: asyncio.Event | None = None,
     cancels: CancelWatch | None = None,
+    listeners: EventDispatcher | None = None,
 ) -> Run:
     """Carry out the claimed ``run`` on the running event loop; returns it ended, or
     queued again when it was handed back.
@@ -169,9 +181,10 @@ async def carry_out(
     time the lease is measured in. When ``stopping`` is set and the task is cancelled, the
     run is handed back to the queue instead of failed: it resumes elsewhere from its events.
     ``cancels`` looks for operators' cancels of every run on this loop (default: one of the
-    run's own).
+    run's own). Each batch of events, once committed, is published to ``listeners`` (the
+    application's ``on_event`` dispatcher), if any.
     """
-    attempt = _Attempt(run, claim, installation, io, clock)
+    attempt = _Attempt(run, claim, installation, io, clock, listeners)
     limits = attempt.config.runs
     if cancels is None:
         cancels = CancelWatch(limits.cancel_check_seconds, io)
@@ -239,6 +252,7 @@ class _Attempt:
         installation: RunResources,
         io: Executor | None,
         clock: Callable[[], datetime.datetime],
+        listeners: EventDispatcher | None = None,
     ) -> None:
         self.run = run
         self.claim = claim
@@ -254,6 +268,11 @@ class _Attempt:
         self.renewed_at = -math.inf  # time.monotonic() of the last renewal
         self.logger = _CorrelatedLogger(logger, run.correlation_id)
         self.desk: Desk | None = None
+        self.listeners = listeners if listeners is not None and listeners.listening else None
+        # Held from a transaction's start until its events are published: listeners hear a
+        # run's batches in the order they were committed, whichever thread committed them.
+        self.committing = threading.RLock()
+        self._agent_name: str | None = None
 
     async def db(self, work: Callable[..., T], *args: Any) -> T:
         """Run database ``work`` off the event loop (or here, with no pool)."""
@@ -310,9 +329,23 @@ class _Attempt:
         lost, the events are not written. The lease comes first: its row lock keeps a
         worker taking the run over waiting, and a worker that took it over already may have
         written events under the same numbers."""
-        with database.atomic():
-            self._renew()
-            self.log.write()
+        with self.committing:
+            with database.atomic():
+                self._renew()
+                written = self.log.write()
+            self.published(written)
+
+    def published(self, written: list[CommittedEvent]) -> None:
+        """Hand events just committed to the listeners, with the run as it stands now (the
+        caller holds ``committing``). Never fails the run."""
+        if self.listeners is None or not written:
+            return
+        try:
+            if self._agent_name is None:
+                self._agent_name = self.run.agent.name
+            self.listeners.publish(snapshot(self.run, self._agent_name), written)
+        except Exception:
+            self.logger.exception("run %s: could not hand events to listeners", self.run.id)
 
     async def step(self) -> None:
         """Between two steps: write what happened, and stop if the run was cancelled.
@@ -327,11 +360,13 @@ class _Attempt:
     # -- the end --------------------------------------------------------------------------
 
     def _end(self, status: str, error: str | None) -> None:
-        with database.atomic():  # the end first, for the same reason as in _commit
-            if not self.run.finish(status, error, self.claim.owner):
-                self.lost = True
-                raise LeaseLost(f"run {self.run.id} was taken over by another worker")
-            self.log.write()
+        with self.committing:
+            with database.atomic():  # the end first, for the same reason as in _commit
+                if not self.run.finish(status, error, self.claim.owner):
+                    self.lost = True
+                    raise LeaseLost(f"run {self.run.id} was taken over by another worker")
+                written = self.log.write()
+            self.published(written)
 
     async def end(self, status: str, error: str | None, event: events.RunEvent | None) -> None:
         """Record the run's end (with ``event``, if any) together with its last events."""
@@ -620,10 +655,12 @@ class _Attempt:
         return failures
 
     def _commit_settled(self, approvals: list[Any]) -> None:
-        with database.atomic():
-            self.log.write()
-            Desk.mark_settled(approvals)
-            self._renew()
+        with self.committing:
+            with database.atomic():
+                written = self.log.write()
+                Desk.mark_settled(approvals)
+                self._renew()
+            self.published(written)
 
     async def _done_or_waiting(self) -> None:
         """The model gave its final answer: the run is done, or waits for approvals."""
@@ -641,13 +678,15 @@ class _Attempt:
         """End this attempt with the run waiting for ``approval_ids``; if one was answered
         meanwhile, the run goes back to the queue at once."""
         self.log.record(events.RunWaiting(approvals=approval_ids))
-        with database.atomic():
-            self.log.write()
-            if not self.run.finish(WAITING, None, self.claim.owner):
-                self.lost = True
-                raise LeaseLost(f"run {self.run.id} was taken over by another worker")
-            if unsettled(self.run.id) and wake(self.run.id):
-                self.run.status = QUEUED
+        with self.committing:
+            with database.atomic():
+                written = self.log.write()
+                if not self.run.finish(WAITING, None, self.claim.owner):
+                    self.lost = True
+                    raise LeaseLost(f"run {self.run.id} was taken over by another worker")
+                if unsettled(self.run.id) and wake(self.run.id):
+                    self.run.status = QUEUED
+            self.published(written)
 
     async def _exhausted(self, budget: str, limit: int) -> None:
         await self.end(
@@ -674,13 +713,18 @@ class _Attempt:
             # The pending mail and the event that asked for it land in one transaction, and
             # only while this worker still holds the run: one that lost it sends nothing.
             try:
-                with database.atomic():
-                    self._renew()
-                    outcome = installation.deliver(
-                        agent=agent, run=run, mail=dict(mail), attachments=attachments
-                    )
-                    if not outcome.get("repeated"):
-                        log.write_now(events.Delivery.from_payload(outcome))
+                with self.committing:
+                    with database.atomic():
+                        self._renew()
+                        outcome = installation.deliver(
+                            agent=agent, run=run, mail=dict(mail), attachments=attachments
+                        )
+                        written = (
+                            []
+                            if outcome.get("repeated")
+                            else log.write_now(events.Delivery.from_payload(outcome))
+                        )
+                    self.published(written)
             except peewee.IntegrityError:  # another worker wrote this run's next event
                 self.lost = True
                 raise LeaseLost(f"run {run.id} was taken over by another worker") from None
