@@ -115,7 +115,8 @@ def inspect_inbound(app: Any, message: Any) -> None:
     asks for reject or quarantine is held, and a failed DNS lookup is flagged.
 
     ``app`` is the installation. ``message`` is a ``protege.InboundMail``: the stored mail's
-    ``id``, ``agent``, ``sender``, ``to``, ``cc``, ``subject``, ``body``, ``message_id``,
+    ``id``, ``agent``, ``sender`` (the From as written) and ``sender_address``, ``to``,
+    ``cc``, ``subject``, ``body``, ``message_id``,
     ``status`` (``accepted``, or ``refused``/``ignored`` when it starts no run anyway) and
     ``verdict`` (the sender authentication's ``Verdict``); ``flags`` and ``holds`` so far.
 
@@ -125,6 +126,6 @@ def inspect_inbound(app: Any, message: Any) -> None:
         def inspect_inbound(app, message):
             if "wire transfer" in message.body.lower():
                 message.flag("mentions a wire transfer")
-            if message.sender.endswith("@competitor.example"):
+            if message.sender_address.endswith("@competitor.example"):
                 message.hold("mail from a competitor waits for an operator")
     """

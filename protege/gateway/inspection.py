@@ -11,6 +11,7 @@ let through what it might have stopped.
 
 from __future__ import annotations
 
+import email.utils
 import logging
 from typing import Any
 
@@ -50,7 +51,8 @@ class InboundMail:
     id: int
     agent: str
     agent_address: str
-    sender: str
+    sender: str  # the From as written (a name and an address)
+    sender_address: str  # its address alone, as written ("" when there is none)
     to: tuple[str, ...]
     cc: tuple[str, ...]
     subject: str
@@ -166,6 +168,7 @@ def _mail_for(
         agent=agent.name,
         agent_address=agent.address,
         sender=message.sender,
+        sender_address=email.utils.parseaddr(message.sender or "")[1],
         to=tuple(message.to_addresses or ()),
         cc=tuple(message.cc_addresses or ()),
         subject=message.subject,
