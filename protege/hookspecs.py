@@ -105,20 +105,22 @@ def inspect_inbound(app: Any, message: Any) -> None:
     for it: an inspector may flag the mail, or hold it (stored and flagged, no run).
 
     Called in the thread that took the mail (the SMTP gateway's, an HTTP ingress's, the
-    command line's), once per agent the mail is for, by every plugin that implements it;
-    decisions only accumulate: ``message.flag(text)`` adds a flag, ``message.hold(reason)``
-    keeps the mail from starting a run, and nothing an inspector does can take away another
-    one's flag or hold. Each decision is recorded in the audit log under the deciding plugin's
-    name. An inspector that raises holds the mail (flagged ``inspection_failed``): a failing
-    check must not let through mail it might have stopped. The return value is ignored.
-    protege's own sender authentication is an inspector: mail failing DMARC at a domain that
-    asks for reject or quarantine is held, and a failed DNS lookup is flagged.
+    command line's), inside the transaction that stores it (so keep it quick: on SQLite,
+    other mail waits meanwhile), once per agent the mail is for, by every plugin that
+    implements it, in pluggy's order. Decisions only accumulate: ``message.flag(text)``
+    adds a flag, ``message.hold(reason)`` keeps the mail from starting a run, and nothing an
+    inspector does can take away another one's flag or hold. Each decision is recorded in
+    the audit log under the deciding plugin's name. An inspector that raises holds the mail
+    (flagged ``inspection_failed``): a failing check must not let through mail it might
+    have stopped. The return value is ignored. protege's own sender authentication is an
+    inspector: mail failing DMARC at a domain that asks for reject or quarantine is held,
+    and a failed DNS lookup is flagged.
 
     ``app`` is the installation. ``message`` is a ``protege.InboundMail``: the stored mail's
     ``id``, ``agent``, ``sender`` (the From as written) and ``sender_address``, ``to``,
-    ``cc``, ``subject``, ``body``, ``message_id``,
-    ``status`` (``accepted``, or ``refused``/``ignored`` when it starts no run anyway) and
-    ``verdict`` (the sender authentication's ``Verdict``); ``flags`` and ``holds`` so far.
+    ``cc``, ``subject``, ``body``, ``message_id``, ``status`` (``accepted``, or
+    ``refused``/``ignored`` when it starts no run anyway), ``verdict`` (the sender
+    authentication's ``Verdict``), and the ``flags`` and ``holds`` decided so far.
 
     Example::
 

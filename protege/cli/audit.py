@@ -19,7 +19,8 @@ from protege.cli.output import echo_json
 )
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def audit(limit: int, kind: str | None, as_json: bool) -> None:
-    """Every change operators and the command line made to access: who, when, before, after."""
+    """Every change operators and the command line made to access, and every inbound
+    inspector's flag or hold on a mail: who, when, before, after."""
     from protege.audit import entries
     from protege.harness.events import printable
 
