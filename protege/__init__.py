@@ -15,7 +15,11 @@ __version__ = "0.1.0"
 # Names load on first use, so `import protege` (and so `protege --help`) stays cheap.
 _EXPORTS = {
     "CommittedEvent": "protege.harness.events",
+    "DashboardView": "protege.dashboard",
     "InboundMail": "protege.gateway.inspection",
+    "Ingress": "protege.ingresses",
+    "IngressRefused": "protege.ingresses",
+    "Intake": "protege.ingresses",
     "MailScope": "protege.context",
     "Part": "protege.result",
     "ProtegeError": "protege.errors",
@@ -31,7 +35,11 @@ _EXPORTS = {
 
 __all__ = [
     "CommittedEvent",
+    "DashboardView",
     "InboundMail",
+    "Ingress",
+    "IngressRefused",
+    "Intake",
     "MailScope",
     "Part",
     "ProtegeError",
@@ -47,11 +55,13 @@ __all__ = [
 
 if TYPE_CHECKING:
     from protege.context import MailScope, RunContext
+    from protege.dashboard import DashboardView
     from protege.errors import ProtegeError
     from protege.gateway.inspection import InboundMail
     from protege.harness.events import CommittedEvent
     from protege.harness.listeners import RunSnapshot
     from protege.hookspecs import hookimpl
+    from protege.ingresses import Ingress, IngressRefused, Intake
     from protege.result import Part, Result, Trust, failure, success
     from protege.tool import Tool
 

@@ -1,7 +1,9 @@
-"""The hooks a protege plugin may implement.
+"""The hooks a protege plugin may implement, and protege's own defaults implement too.
 
-A plugin is a module named by an entry point in the ``protege`` group; it implements any of the
-hooks below with functions decorated by ``protege.hookimpl``::
+Each specification's docstring is its reference documentation: ``scripts/hook-docs`` writes
+them into docs/plugins.md. A plugin is a module named by an entry point in the ``protege``
+group; it implements any of the hooks below with functions decorated by
+``protege.hookimpl``::
 
     from protege import Tool, hookimpl
 
@@ -23,6 +25,8 @@ import pluggy
 if TYPE_CHECKING:
     import click
 
+    from protege.ingresses import Ingress
+    from protege.installation import Installation
     from protege.tool import Tool
 
 PROJECT_NAME = "protege"
@@ -33,39 +37,190 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 @hookspec
 def register_tools(register: Callable[[type[Tool]], Any]) -> None:
-    """Offer tool classes to the manifest by calling ``register(ToolClass)`` for each.
+    """Called each time a manifest is built: once per command (`protege tools`, `protege sync`,
+    `protege runs start`), once when `protege serve` starts, once per test that uses
+    `protege_app`. It should only register, with no side effects.
 
-    Called each time a manifest is built (once per command, once when the server starts),
-    so it should only register, with no side effects. A class that breaks the tool
-    contract is reported and left out; the plugin's other tools still register. If this hook
-    raises, none of the plugin's tools are registered and the plugin is reported as broken.
-    A tool whose id a host tool, a built-in tool, or an earlier plugin (by distribution name)
-    already uses is shadowed: listed by ``protege tools``, never offered to a model.
+    `register` is a function: call `register(ToolClass)` once for each tool the plugin offers,
+    with the class itself, not an instance, while the hook runs (a `register` kept and called
+    later raises). A class that breaks the tool contract (no description, an id a model cannot
+    use, an invalid input schema) is reported by `protege doctor` and left out; the plugin's
+    other tools still register. If the hook raises, none of the plugin's tools are registered
+    and the plugin is reported as broken. A tool whose id another tool already holds is
+    shadowed (host beats built-in beats plugin; between plugins the first by distribution
+    name wins), listed by `protege tools`, never renamed.
+
+    Example::
+
+        import random
+
+        from protege import Tool, hookimpl
+
+
+        class RollDiceTool(Tool):
+            description = "Rolls a die. Use it whenever a random pick is needed."
+
+            def use(self, context):
+                return self.success(face=random.randint(1, 6))
+
+
+        @hookimpl
+        def register_tools(register):
+            register(RollDiceTool)
     """
 
 
 @hookspec
 def register_commands(cli: click.Group) -> None:
-    """Add commands to the ``protege`` command line with ``cli.add_command(...)``.
+    """Called only when someone runs a command protege does not define itself, so `protege
+    --help` and the built-in commands never import a plugin.
 
-    Called only when a command that protege itself does not define is invoked, so plugins
-    are never imported to print ``protege --help``. A command whose name protege already uses
-    is ignored.
+    `cli` is a click group: add each command (a `click.Command` or a group) with
+    `cli.add_command(command)`. A name protege already uses is ignored and `protege doctor`
+    reports the clash; when two plugins add one name, the first by distribution name keeps
+    it. If the hook raises, protege prints a one-line warning naming the plugin and goes on
+    without its commands. Plugin commands are not listed by `protege --help`; `protege
+    plugins` shows which plugins implement the hook.
+
+    Example::
+
+        from protege import hookimpl
+
+
+        @hookimpl
+        def register_commands(cli):
+            from the_scoop.commands import demo  # loaded only when a command is run
+
+            cli.add_command(demo)
     """
 
 
 @hookspec
 def plugin_settings() -> Any:
-    """Declare the plugin's settings: return an attrs class, or a JSON Schema (a dict) of
-    an object.
+    """Called each time a manifest is built, before `register_tools`. It declares the
+    plugin's settings by returning an attrs class (as protege's own sections are) or a JSON
+    Schema of an object.
 
-    The operator writes them in ``[plugins.DISTRIBUTION]`` of ``protege.toml``; they are
-    checked when the manifest is built, with errors naming each wrong key as protege names its
-    own, and reach the plugin's tools as ``context.config.plugin_settings("DISTRIBUTION")``
-    (an instance of the attrs class, or the checked dict with the schema's defaults filled
-    in). A key that would hold a secret (``password``, ``token``, ``api_key``...) is refused:
-    declare ``..._env`` naming the environment variable that holds it. A plugin whose
-    settings are wrong is reported and skipped, like one that fails to import.
+    The operator writes them in `[plugins.DISTRIBUTION]` of `protege.toml`. They are checked
+    as protege checks its own keys: an unknown key, a value of the wrong type or one a
+    validator refuses is reported by `protege doctor` and `protege plugins`, naming the key
+    (`'timeout_seconds' must be > 0: 0.0 @ plugins.protege-weather`), and the plugin is
+    skipped until it is fixed; with a JSON Schema, keys it does not list are refused unless
+    it sets `additionalProperties`, and its defaults are filled in. A secret is never written
+    in the file: a key such as `api_key`, `password` or `token` is refused, and the plugin
+    declares `api_key_env`, the name of the variable holding it. A tool reads the checked
+    settings (the attrs instance, or the dict) as
+    `context.config.plugin_settings("protege-weather")`; in a test,
+    `protege.testing.with_plugin_settings(protege_app, "protege-weather", {...})` gives the
+    installation those settings would make, or raises protege's error.
+
+    Example::
+
+        import attrs
+
+        from protege import hookimpl
+
+
+        @attrs.frozen(kw_only=True)
+        class WeatherSettings:
+            base_url: str = "https://api.open-meteo.com"
+            timeout_seconds: float = attrs.field(default=10.0, validator=attrs.validators.gt(0))
+
+
+        @hookimpl
+        def plugin_settings():
+            return WeatherSettings
+    """
+
+
+@hookspec
+def register_ingresses(register: Callable[[Ingress], Any]) -> None:
+    """Called once when the dashboard starts, in the thread that builds it, to collect the HTTP
+    ways in for mail: call ``register(ingress)`` with an instance of a ``protege.Ingress``
+    subclass for each, and the dashboard serves it at ``POST /ingress/NAME``.
+
+    protege-dashboard's own relay, Postmark, SendGrid and Mailgun ingresses are registered
+    through this hook too. ``register`` takes an instance; an ingress that breaks the contract
+    (a name that is not a path segment, no ``secret_env``, a ``receive`` that is not ``async
+    def``) is reported in the dashboard's log and left out. A name already registered is
+    reported and left out too: the dashboard's own ingresses keep theirs, and between two
+    plugins the first by distribution name keeps it. An ingress whose secret is not set in
+    the environment answers 404 and never runs.
+
+    Each request reaches ``ingress.receive(request, intake)``, ``request`` being the
+    Starlette request and ``intake`` a ``protege.Intake``: the ingress authenticates the
+    request first (``intake.check_password()``, or its provider's signature checked with
+    ``intake.secret``), reads it with the intake's capped readers, and returns ``await
+    intake.deliver(raw, recipients, envelope_sender)``, which answers 204 (taken), 413, 422
+    or 503 as the SMTP gateway answers 250, 552, 550 and 451. It refuses by raising
+    ``protege.IngressRefused(status, reason)``; anything else it raises is logged with its
+    traceback and answered 500, and the dashboard goes on serving. An implementation that
+    raises is logged with its traceback; what was registered before it raised is served, and
+    the dashboard's own ingresses always are.
+
+    Example::
+
+        from protege import Ingress, IngressRefused, hookimpl
+
+        class AcmeMailIngress(Ingress):
+            name = "acme"
+            secret_env = "ACME_MAIL_PASSWORD"
+
+            async def receive(self, request, intake):
+                intake.check_password()
+                intake.check_type("application/json")
+                payload = await intake.read_json()
+                if not isinstance(payload, dict) or "mime" not in payload:
+                    raise IngressRefused(422, "no mime field")
+                raw = payload["mime"].encode()
+                return await intake.deliver(raw, payload.get("to", []))
+
+        @hookimpl
+        def register_ingresses(register):
+            register(AcmeMailIngress())
+    """
+
+
+@hookspec
+def dashboard_pages(app: Installation, register: Callable[..., Any]) -> None:
+    """Called once when the dashboard starts, in the thread that builds it, to add pages to
+    it: call ``register(path, page, title=..., menu=None, methods=("GET",))`` for each.
+
+    `app` is the installation the dashboard serves; `register` takes the page's `path` (a
+    Starlette path, ``/stock`` or ``/stock/{flavor}``), the `page` function, its `title`,
+    the `menu` label that puts a link to it in the dashboard's menu (None for no link), and
+    the HTTP `methods` it answers (``GET`` and ``POST`` only).
+
+    Every page is behind the dashboard's login, as the built-in pages are: a visitor who is
+    not signed in is sent to the login page, and a POST whose form does not carry the
+    session's CSRF token is refused (403) before the page runs. A path the dashboard already
+    answers (``/agents``, ``/login``, anything under ``/ingress/`` or ``/static/``), or one
+    a plugin registered first, is reported in the dashboard's log and left out.
+
+    The dashboard calls ``page(request, view)`` (a plain function in a worker thread, an
+    ``async def`` on the event loop): ``request`` is the Starlette request and ``view`` a
+    ``protege.DashboardView`` (``app``, the signed-in ``operator``, the ``csrf_token`` and
+    ``csrf_field`` for the page's own forms, and the checked ``form`` of a POST). It returns
+    HTML text, shown inside the dashboard's layout under `title` (the plugin escapes what it
+    puts in that text), or a Starlette response, sent as it is. A page that raises answers
+    an error page (500), its traceback in the log, and the dashboard goes on serving. An
+    implementation of this hook that raises is logged with its traceback; the pages
+    registered before it raised are served.
+
+    Example::
+
+        import html
+
+        from protege import hookimpl
+
+        @hookimpl
+        def dashboard_pages(app, register):
+            def stock(request, view):
+                flavors = app.config.plugin_settings("acme-stock")["flavors"]
+                items = "".join(f"<li>{html.escape(f)}</li>" for f in flavors)
+                return f"<h1>Stock</h1><ul>{items}</ul>"
+
+            register("/stock", stock, title="Stock", menu="Stock")
     """
 
 

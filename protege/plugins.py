@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import importlib.metadata
 import logging
@@ -10,14 +11,14 @@ import re
 import threading
 import traceback
 import types
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
 import attrs
 import pluggy
 
-from protege import hookspecs
+from protege import __version__, hookspecs
 from protege.errors import REPORTED
 from protege.reprs import fields_repr
 
@@ -25,11 +26,14 @@ logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "protege"
 BUILTIN_DISTRIBUTIONS = frozenset({"protege-mail", "protege-files", "protege-web"})
+# What protege's internal plugins are reported as.
+INTERNAL_DISTRIBUTION = "protege"
 # protege's own defaults (transports, blob stores, ingresses...), each a module implementing
 # hooks as any plugin does, registered before the installed plugins, as datasette registers
 # its default plugins.
 INTERNAL_PLUGINS: tuple[str, ...] = ("protege.gateway.sender_decision",)
 LOAD_VARIABLE = "PROTEGE_LOAD_PLUGINS"
+DEBUG_VARIABLE = "PROTEGE_DEBUG"
 DISABLE_VARIABLE = "PROTEGE_DISABLE_PLUGINS"
 
 
@@ -61,12 +65,26 @@ class PluginSource:
     @property
     def builtin(self) -> bool:
         """True for the first-party plugins that ship with protege."""
-        return normalize(self.distribution) in BUILTIN_DISTRIBUTIONS
+        name = normalize(self.distribution)
+        return name in BUILTIN_DISTRIBUTIONS or name == INTERNAL_DISTRIBUTION
 
     @property
     def origin(self) -> str:
         """``builtin`` or ``plugin``: how the registry ranks this plugin's tools."""
         return "builtin" if self.builtin else "plugin"
+
+
+@attrs.define(repr=False)
+class HookFailure:
+    """A hook implementation of a plugin that raised: the first error and its traceback,
+    and how many calls of that hook have failed since the plugin loaded."""
+
+    __repr__ = fields_repr
+
+    hook: str
+    error: str
+    traceback: str
+    count: int = 1
 
 
 @attrs.define(repr=False)
@@ -82,6 +100,17 @@ class LoadedPlugin:
     hooks: tuple[str, ...] = ()
     # The full traceback of what broke it, for PROTEGE_DEBUG=1; reports show ``error``.
     traceback: str | None = None
+    # Hooks whose implementation raised, by hook name.
+    failures: dict[str, HookFailure] = attrs.field(factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The plugin as reports name it: its distribution, and for protege's internal
+        plugins the module."""
+        source = self.source
+        if source.distribution == INTERNAL_DISTRIBUTION:
+            return f"protege ({source.value})"
+        return source.distribution
 
 
 def _traceback(error: BaseException) -> str:
@@ -92,6 +121,38 @@ def error_line(error: BaseException) -> str:
     """The one-line form of an exception, as reports show it."""
     message = " ".join(str(error).split())
     return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+def _debugging(topic: str) -> bool:
+    """Whether ``PROTEGE_DEBUG`` (a comma-separated list) names ``topic``."""
+    value = os.environ.get(DEBUG_VARIABLE, "")
+    return topic in {part.strip() for part in value.split(",")}
+
+
+_hook_logger = logging.getLogger("protege.hooks")
+
+
+def _trace_before(hook: str, implementations: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    _hook_logger.warning(
+        "hook %s(%s) calls %s",
+        hook,
+        ", ".join(sorted(kwargs)),
+        ", ".join(impl.plugin_name for impl in reversed(implementations)) or "nothing",
+    )
+
+
+def _trace_after(
+    outcome: Any, hook: str, implementations: Sequence[Any], kwargs: Mapping[str, Any]
+) -> None:
+    if outcome.exception is not None:
+        _hook_logger.warning("hook %s raised %s", hook, error_line(outcome.exception))
+    else:
+        _hook_logger.warning("hook %s returned %s", hook, _short(outcome.get_result()))
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else f"{text[:197]}..."
 
 
 def discover(path: Sequence[str] | None = None) -> tuple[PluginSource, ...]:
@@ -241,21 +302,61 @@ class _Manager(pluggy.PluginManager):
         return None
 
 
+# The plugin whose hook implementation is running in this thread or task.
+_running: contextvars.ContextVar[LoadedPlugin | None] = contextvars.ContextVar(
+    "protege_plugin", default=None
+)
+# While set, each implementation's return value is noted here with its plugin.
+_returned: contextvars.ContextVar[list[tuple[LoadedPlugin, Any]] | None] = contextvars.ContextVar(
+    "protege_plugin_returns", default=None
+)
+
+
+def current_plugin() -> LoadedPlugin | None:
+    """The plugin whose hook implementation is running, or None outside one.
+
+    A hook's ``register`` callback asks it whose registration it is; a callback kept and
+    called after the hook returned gets None, and can refuse.
+    """
+    return _running.get()
+
+
+def _is_registration(hook: str) -> bool:
+    """Whether a failure of ``hook`` spoils the plugin's registrations (they are withdrawn
+    and the plugin is skipped from then on) rather than being one failed call."""
+    return hook.startswith("register_") or hook == "plugin_settings"
+
+
 class PluginHost:
-    """The plugins of one process: each imported and registered with pluggy, or reported why not."""
+    """The plugins of one process: protege's internal ones, then each installed one imported
+    and registered with pluggy, or reported why not.
+
+    Hooks are called through pluggy (``host.hook.NAME(...)``), so ``tryfirst``/``trylast``,
+    wrappers and ``firstresult`` work as pluggy documents. What pluggy registers is a copy of
+    each plugin's hook functions, each guarded: one that raises is recorded against its
+    plugin (``failures``, logged with its traceback) and counts as returning nothing, so the
+    others still run.
+    """
 
     def __init__(
-        self, sources: Sequence[PluginSource] | None = None, selection: Selection | None = None
+        self,
+        sources: Sequence[PluginSource] | None = None,
+        selection: Selection | None = None,
+        internal: Sequence[str] = INTERNAL_PLUGINS,
+        specs: Sequence[Any] = (hookspecs,),
     ) -> None:
         self.selection = Selection.from_environment() if selection is None else selection
         self.manager = _Manager(hookspecs.PROJECT_NAME)
-        self.manager.add_hookspecs(hookspecs)
-        for module_name in INTERNAL_PLUGINS:
-            self.manager.register(importlib.import_module(module_name), name=module_name)
+        for declared in specs:  # protege's own; a test may declare more
+            self.manager.add_hookspecs(declared)
+        if _debugging("hooks"):
+            self.manager.add_hookcall_monitoring(_trace_before, _trace_after)
+        # Internal plugins are protege's own code: one that fails to load is a bug, and raises.
+        self.internal = [self._load_internal(name) for name in internal]
         self.plugins: list[LoadedPlugin] = []
-        claimed: dict[str, PluginSource] = {}
-        for source in discover() if sources is None else sources:
-            self.plugins.append(self._load(source, claimed))
+        sources = discover() if sources is None else sources
+        for source in sources:
+            self.plugins.append(self._load(source, sources))
 
     @property
     def hook(self) -> Any:
@@ -278,30 +379,128 @@ class PluginHost:
         there would leave the plugin meant loaded."""
         return tuple(sorted(self.selection.disabled - set(self.installed)))
 
-    def _load(self, source: PluginSource, claimed: dict[str, PluginSource]) -> LoadedPlugin:
+    def call_with_plugins(self, hook: str, **kwargs: Any) -> list[tuple[LoadedPlugin, Any]]:
+        """Call ``hook`` through pluggy and return each implementation's own return value
+        (None left out) with the plugin that returned it, in the order pluggy called them.
+
+        For hooks whose answers belong to their plugin (``plugin_settings``); wrappers see
+        the call as any other, but what they change of the result is not seen here.
+        """
+        noted: list[tuple[LoadedPlugin, Any]] = []
+        token = _returned.set(noted)
+        try:
+            getattr(self.manager.hook, hook)(**kwargs)
+        finally:
+            _returned.reset(token)
+        return noted
+
+    def _load_internal(self, module_name: str) -> LoadedPlugin:
+        source = PluginSource(
+            distribution=INTERNAL_DISTRIBUTION,
+            version=__version__,
+            entry_point=module_name,
+            value=module_name,
+        )
+        plugin = LoadedPlugin(source, PluginStatus.OK)
+        plugin.module = importlib.import_module(module_name)
+        plugin.hooks = self.manager.register_hooks(self._guarded(plugin), name=module_name)
+        return plugin
+
+    def _load(self, source: PluginSource, sources: Sequence[PluginSource]) -> LoadedPlugin:
         refusal = self.selection.refusal(source)
         if refusal is not None:
             return LoadedPlugin(source, PluginStatus.DISABLED, error=refusal)
-        owner = claimed.setdefault(source.entry_point, source)
-        if owner is not source:
-            return self._broken(
-                source,
-                f"entry point name {source.entry_point!r} is already used by {owner.distribution}",
-            )
+        clash = self._entry_point_clash(source, sources)
+        if clash is not None:
+            return self._broken(source, clash)
+        plugin = LoadedPlugin(source, PluginStatus.OK)
         try:
-            module = importlib.metadata.EntryPoint(
+            plugin.module = importlib.metadata.EntryPoint(
                 name=source.entry_point, value=source.value, group=ENTRY_POINT_GROUP
             ).load()
-            hooks = self.manager.register_hooks(
-                module, name=f"{source.distribution}:{source.entry_point}"
+            plugin.hooks = self.manager.register_hooks(
+                self._guarded(plugin), name=f"{source.distribution}:{source.entry_point}"
             )
         except BaseException as error:  # even KeyboardInterrupt: one plugin's fault
             return self._broken(source, error_line(error), _traceback(error))
-        unknown = [name for name in hooks if not getattr(self.manager.hook, name).has_spec()]
+        unknown = [name for name in plugin.hooks if not getattr(self.manager.hook, name).has_spec()]
         if unknown:
-            self.manager.unregister(module)
+            self.manager.unregister(name=f"{source.distribution}:{source.entry_point}")
             return self._broken(source, f"implements unknown hook(s): {', '.join(unknown)}")
-        return LoadedPlugin(source, PluginStatus.OK, module=module, hooks=hooks)
+        return plugin
+
+    def _entry_point_clash(
+        self, source: PluginSource, sources: Sequence[PluginSource]
+    ) -> str | None:
+        """Why ``source`` may not load under its entry-point name, or None.
+
+        A built-in's name is its own: whoever else uses it is refused. Two installed
+        distributions using one name are both refused, naming each other, so that which one
+        loads never depends on how their names sort.
+        """
+        if source.builtin:
+            return None
+        others = [
+            other
+            for other in sources
+            if other.entry_point == source.entry_point
+            and normalize(other.distribution) != normalize(source.distribution)
+            and (other.builtin or self.selection.refusal(other) is None)
+        ]
+        if not others:
+            return None
+        builtin = next((other for other in others if other.builtin), None)
+        if builtin is not None:
+            return (
+                f"entry point name {source.entry_point!r} belongs to the built-in plugin "
+                f"{builtin.distribution}; {source.distribution} is not loaded"
+            )
+        names = ", ".join(sorted(other.distribution for other in others))
+        return (
+            f"entry point name {source.entry_point!r} is also used by {names}; "
+            "neither is loaded until one is uninstalled"
+        )
+
+    def _guarded(self, plugin: LoadedPlugin) -> types.ModuleType:
+        """What pluggy registers for ``plugin``: its hook implementations, each guarded so
+        that it runs as ``plugin`` (``current_plugin``) and a raise is recorded, not passed
+        on. The plugin's own module is left as it is."""
+        module = plugin.module
+        marker = f"{hookspecs.PROJECT_NAME}_impl"
+        copy = types.ModuleType(getattr(module, "__name__", None) or plugin.source.value)
+        items = (
+            vars(module).items()
+            if isinstance(module, types.ModuleType)
+            else ((name, getattr(module, name, None)) for name in dir(module))
+        )
+        for name, value in list(items):
+            opts = getattr(value, marker, None)
+            if not (callable(value) and isinstance(opts, dict)):
+                continue
+            hook = opts.get("specname") or name
+            wrapper = bool(opts.get("hookwrapper") or opts.get("wrapper"))
+            guard = _guarded_wrapper if wrapper else _guarded_call
+            copy.__dict__[name] = guard(value, plugin, hook, self._failed)
+        return copy
+
+    def _failed(self, plugin: LoadedPlugin, hook: str, error: BaseException) -> None:
+        earlier = plugin.failures.get(hook)
+        if earlier is not None:
+            earlier.count += 1
+            logger.debug("plugin %s failed in %s again: %s", plugin.name, hook, error_line(error))
+            return
+        plugin.failures[hook] = HookFailure(hook, error_line(error), _traceback(error))
+        if _is_registration(hook):
+            self.mark_broken(plugin, error)
+            return
+        logger.warning(
+            "plugin %s failed in %s (further failures there are counted, not logged): %s",
+            plugin.name,
+            hook,
+            error_line(error),
+            exc_info=error,
+            extra={REPORTED: True},
+        )
 
     def _broken(self, source: PluginSource, error: str, trace: str | None = None) -> LoadedPlugin:
         logger.warning(
@@ -313,40 +512,6 @@ class PluginHost:
         )
         return LoadedPlugin(source, PluginStatus.ERROR, error=error, traceback=trace)
 
-    def call_each(
-        self,
-        hook: str,
-        arguments: Callable[[LoadedPlugin], dict[str, Any]],
-        returned: Callable[[LoadedPlugin, Any], None] | None = None,
-    ) -> Iterator[tuple[LoadedPlugin, BaseException | None]]:
-        """Call ``hook`` on each loaded plugin on its own, yielding the plugin and what it raised.
-
-        Each plugin gets its own arguments, so a caller can tell whose call did what; one
-        plugin raising does not stop the calls to the next. ``returned``, when given, is
-        handed each plugin's return value.
-        """
-        implementations: dict[int, list[Any]] = {}
-        for impl in getattr(self.manager.hook, hook).get_hookimpls():
-            if not (impl.hookwrapper or impl.wrapper):
-                implementations.setdefault(id(impl.plugin), []).append(impl)
-        for plugin in self.plugins:
-            if plugin.status is not PluginStatus.OK:
-                continue
-            impls = implementations.get(id(plugin.module), [])
-            if not impls:
-                continue
-            kwargs = arguments(plugin)
-            for impl in impls:
-                try:
-                    value = impl.function(**{name: kwargs[name] for name in impl.argnames})
-                    if returned is not None:
-                        returned(plugin, value)
-                except BaseException as error:  # even KeyboardInterrupt: one plugin's fault
-                    yield plugin, error
-                    break
-            else:
-                yield plugin, None
-
     def mark_broken(self, plugin: LoadedPlugin, error: BaseException | str) -> None:
         """Record that ``plugin`` failed in a hook (or has settings it cannot use), and stop
         calling it."""
@@ -355,6 +520,9 @@ class PluginHost:
             plugin.error, plugin.traceback = error_line(error), _traceback(error)
         else:
             plugin.error = error
+        name = f"{plugin.source.distribution}:{plugin.source.entry_point}"
+        if self.manager.has_plugin(name):
+            self.manager.unregister(name=name)
         logger.warning(
             "plugin %s %s skipped: %s",
             plugin.source.distribution,
@@ -362,6 +530,72 @@ class PluginHost:
             plugin.error,
             extra={REPORTED: True},
         )
+
+
+Failed = Callable[[LoadedPlugin, str, BaseException], None]
+
+
+def _guarded_call(function: Callable[..., Any], plugin: LoadedPlugin, hook: str, failed: Failed):
+    @functools.wraps(function)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        token = _running.set(plugin)
+        try:
+            value = function(*args, **kwargs)
+        except BaseException as error:  # even KeyboardInterrupt: one plugin's fault
+            failed(plugin, hook, error)
+            return None
+        finally:
+            _running.reset(token)
+        noted = _returned.get()
+        if noted is not None and value is not None:
+            noted.append((plugin, value))
+        return value
+
+    return guarded
+
+
+def _guarded_wrapper(function: Callable[..., Any], plugin: LoadedPlugin, hook: str, failed: Failed):
+    """A wrapper (old- or new-style) guarded as ``_guarded_call`` guards a plain
+    implementation: a raise before or after its ``yield`` is recorded, and the wrapper then
+    passes the call through as if it were not there."""
+
+    @functools.wraps(function)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        token = _running.set(plugin)
+        try:
+            inner = function(*args, **kwargs)
+            next(inner)
+        except BaseException as error:
+            failed(plugin, hook, error)
+            return (yield)
+        finally:
+            _running.reset(token)
+        try:
+            outcome = yield
+        except BaseException as error:  # new-style: the call failed inside; the wrapper sees it
+            token = _running.set(plugin)
+            try:
+                inner.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            finally:
+                _running.reset(token)
+            raise RuntimeError(f"a {hook} wrapper yielded twice") from None
+        token = _running.set(plugin)
+        try:
+            inner.send(outcome)
+        except StopIteration as stop:
+            return stop.value
+        except BaseException as error:
+            failed(plugin, hook, error)
+            return outcome
+        finally:
+            _running.reset(token)
+        inner.close()
+        failed(plugin, hook, RuntimeError(f"the {hook} wrapper yielded twice"))
+        return outcome
+
+    return guarded
 
 
 _lock = threading.Lock()

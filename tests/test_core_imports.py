@@ -36,3 +36,20 @@ def test_no_engine_module_imports_an_example_app_or_the_test_support():
         if ENGINE / "testing" not in path.parents
     }
     assert {path: names for path, names in offending.items() if names} == {}
+
+
+# The web side is protege-dashboard's: the engine states the contracts of its hooks
+# (``protege.ingresses``, ``protege.dashboard``) in plain Python.
+WEB_FRAMEWORKS = ("starlette", "uvicorn", "jinja2", "python_multipart")
+
+
+def test_no_engine_module_imports_a_web_framework():
+    offending = {
+        str(path.relative_to(ENGINE)): sorted(
+            name
+            for name in imported_modules(path)
+            if any(name == f or name.startswith(f"{f}.") for f in WEB_FRAMEWORKS)
+        )
+        for path in ENGINE.rglob("*.py")
+    }
+    assert {path: names for path, names in offending.items() if names} == {}

@@ -21,7 +21,10 @@ LAYERS = [
     ("harness", {"harness"}),
     ("tools on offer", {"toolkits", "registry", "plugins", "hookcalls"}),
     ("records", {"models", "mail", "blobs", "audit"}),
-    ("tool contract", {"tool", "result", "context", "schema", "hookspecs"}),
+    (
+        "tool contract",
+        {"tool", "result", "context", "schema", "hookspecs", "ingresses", "dashboard"},
+    ),
     (
         "foundation",
         {
@@ -194,6 +197,11 @@ TYPE_HINTS_FROM_ABOVE = {
     ("models.resolution", "registry"),
     # RunContext names the records it carries.
     ("context", "models"),
+    # The web contracts and their hooks name the installation a plugin's ingress or page is
+    # handed; they never build one.
+    ("ingresses", "installation"),
+    ("dashboard", "installation"),
+    ("hookspecs", "installation"),
 }
 
 

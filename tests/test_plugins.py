@@ -9,6 +9,7 @@ from protege.plugins import (
     discover,
     normalize,
 )
+from protege.registry import build_manifest
 
 
 def by_distribution(host: PluginHost):
@@ -79,14 +80,51 @@ def test_hookimpl_with_a_wrong_signature_is_reported(site):
     assert "extra" in plugin.error
 
 
-def test_second_distribution_using_an_entry_point_name_is_reported(site):
+def test_two_distributions_using_one_entry_point_name_are_both_reported_and_neither_loads(site):
+    # Whichever sorted first used to load: a squatter could pick its name to come first.
     site.add("first-tools", site.tool_plugin(), module="first_tools", entry_point="shared")
     site.add("second-tools", site.tool_plugin(), module="second_tools", entry_point="shared")
     plugins = by_distribution(site.host())
-    assert plugins["first-tools"].status is PluginStatus.OK
-    assert plugins["second-tools"].error == (
-        "entry point name 'shared' is already used by first-tools"
+    assert plugins["first-tools"].status is PluginStatus.ERROR
+    assert plugins["first-tools"].error == (
+        "entry point name 'shared' is also used by second-tools; "
+        "neither is loaded until one is uninstalled"
     )
+    assert "used by first-tools" in plugins["second-tools"].error
+    assert "first_tools" not in sys.modules
+    assert "second_tools" not in sys.modules
+
+
+def test_a_disabled_distribution_does_not_keep_another_from_its_entry_point_name(site):
+    site.add("first-tools", site.tool_plugin(), module="first_tools", entry_point="shared")
+    site.add("second-tools", site.tool_plugin(), module="second_tools", entry_point="shared")
+    selection = Selection.from_environment({"PROTEGE_DISABLE_PLUGINS": "first-tools"})
+    plugins = by_distribution(site.host(selection))
+    assert plugins["second-tools"].status is PluginStatus.OK
+
+
+def test_a_squatter_on_a_builtins_entry_point_name_leaves_the_builtin_in_place(site, host_project):
+    site.add(
+        "protege-mail",
+        site.tool_plugin("SendEmailTool"),
+        module="real_mail",
+        entry_point="protege_mail",
+    )
+    site.add(
+        "aaa-evil",
+        site.tool_plugin("SendEmailTool"),
+        module="evil_mail",
+        entry_point="protege_mail",
+    )
+    manifest = build_manifest(host_project.config(), site.host())
+    assert manifest.get("send_email").source == "protege-mail"
+    evil = next(r for r in manifest.plugins if r.plugin.source.distribution == "aaa-evil")
+    assert evil.plugin.status is PluginStatus.ERROR
+    assert evil.plugin.error == (
+        "entry point name 'protege_mail' belongs to the built-in plugin protege-mail; "
+        "aaa-evil is not loaded"
+    )
+    assert "evil_mail" not in sys.modules
 
 
 def test_empty_load_list_loads_no_third_party_plugin_and_never_imports_it(site):

@@ -101,23 +101,23 @@ class ProtegeGroup(click.Group):
     def plugin_commands(self) -> dict[str, click.Command]:
         """Commands contributed through the ``register_commands`` hook, collected once."""
         if self._plugin_commands is None:
-            from protege.plugins import plugin_host
+            from protege.plugins import PluginStatus, plugin_host
 
             host = plugin_host()
             collected: dict[str, click.Command] = {}
-            owners: dict[str, str] = {}
-            for plugin, error in host.call_each(
-                "register_commands",
-                lambda plugin: {"cli": _CommandSink(collected, owners, plugin.source.distribution)},
-            ):
-                if error is not None:
-                    host.mark_broken(plugin, error)
+            owners: dict[str, Any] = {}
+            host.hook.register_commands(cli=_CommandSink(collected, owners))
+            for name, owner in list(owners.items()):
+                if owner.status is PluginStatus.ERROR:
+                    del collected[name], owners[name]
+            for plugin in host.plugins:
+                if "register_commands" in plugin.failures:
                     click.echo(
                         f"warning: plugin {plugin.source.distribution}: {plugin.error}", err=True
                     )
             self.clashes = [
-                f"plugin {owners[name]} adds the command `{name}`, which protege already "
-                "has: the plugin's is never run"
+                f"plugin {owners[name].source.distribution} adds the command `{name}`, "
+                "which protege already has: the plugin's is never run"
                 for name in sorted(collected)
                 if name in COMMANDS
             ]
@@ -145,17 +145,28 @@ class ProtegeGroup(click.Group):
 class _CommandSink(click.Group):
     """The group plugins add commands to; it records them instead of serving them."""
 
-    def __init__(
-        self, collected: dict[str, click.Command], owners: dict[str, str], distribution: str
-    ) -> None:
+    def __init__(self, collected: dict[str, click.Command], owners: dict[str, Any]) -> None:
         super().__init__(name="protege")
-        self.collected, self.owners, self.distribution = collected, owners, distribution
+        self.collected, self.owners = collected, owners
 
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        from protege.plugins import current_plugin
+
+        owner = current_plugin()
+        if owner is None:  # kept by a plugin and called after its hook returned
+            raise RuntimeError("commands are added while register_commands runs")
         name = name or cmd.name or ""
-        if name not in self.collected:
+        earlier = self.owners.get(name)
+        # pluggy calls plugins in its own order; the first by distribution name keeps a name.
+        if earlier is None or _sort_key(owner) < _sort_key(earlier):
             self.collected[name] = cmd
-            self.owners[name] = self.distribution
+            self.owners[name] = owner
+
+
+def _sort_key(plugin: Any) -> str:
+    from protege.plugins import normalize
+
+    return normalize(plugin.source.distribution)
 
 
 def _version() -> str:

@@ -85,10 +85,11 @@ def command_clashes() -> list[str]:
 def print_tracebacks(found: Any) -> None:
     """Print on standard error the traceback of each plugin that failed (PROTEGE_DEBUG=1)."""
     for report in found.plugins:
-        if report.plugin.traceback:
+        plugin = report.plugin
+        traces = [plugin.traceback, *(f.traceback for f in plugin.failures.values())]
+        for trace in dict.fromkeys(t for t in traces if t):  # in order, each once
             click.echo(
-                f"traceback of plugin {report.plugin.source.distribution}:\n"
-                f"{report.plugin.traceback.rstrip()}",
+                f"traceback of plugin {plugin.source.distribution}:\n{trace.rstrip()}",
                 err=True,
             )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from protege.cli.output import echo_json, echo_table
@@ -36,8 +38,15 @@ def plugins(as_json: bool) -> None:
                 ", ".join(r.plugin.hooks) or "-",
                 ", ".join(r.tool_ids) or "-",
                 "; ".join(r.rejected) or "-",
-                r.status if r.error is None else f"{r.status}: {r.error}",
+                _status(r),
             )
             for r in reports
         ],
     )
+
+
+def _status(report: Any) -> str:
+    if report.error is not None:
+        return f"{report.status}: {report.error}"
+    failed = [f"{f.hook} failed {f.count}x ({f.error})" for f in report.plugin.failures.values()]
+    return "; ".join([str(report.status), *failed])

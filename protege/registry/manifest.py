@@ -16,6 +16,7 @@ from protege.plugins import (
     LoadedPlugin,
     PluginHost,
     PluginStatus,
+    current_plugin,
     normalize,
 )
 from protege.registry.entries import Origin, Rejected, Shadowed, ToolEntry
@@ -62,6 +63,10 @@ class PluginReport:
             "rejected": list(self.rejected),
             "status": str(self.status),
             "error": self.error,
+            "failures": [
+                {"hook": f.hook, "error": f.error, "count": f.count}
+                for f in self.plugin.failures.values()
+            ],
         }
 
 
@@ -221,22 +226,20 @@ def _register_plugin_tools(
 ) -> tuple[PluginReport, ...]:
     registered: dict[int, list[ToolEntry]] = {}
 
-    def arguments(plugin: LoadedPlugin) -> dict[str, object]:
+    def register(tool_class: type[Tool]) -> None:
+        plugin = current_plugin()
+        if plugin is None:
+            raise RuntimeError("register is for a register_tools hook, while it runs")
         source = plugin.source
-        entries = registered.setdefault(id(plugin), [])
+        entry = collector.offer(
+            tool_class, Origin(source.origin), source.distribution, source.version
+        )
+        if entry is not None:
+            registered.setdefault(id(plugin), []).append(entry)
 
-        def register(tool_class: type[Tool]) -> None:
-            origin = Origin(source.origin)
-            entry = collector.offer(tool_class, origin, source.distribution, source.version)
-            if entry is not None:
-                entries.append(entry)
-
-        return {"register": register}
-
-    for plugin, error in plugins.call_each("register_tools", arguments):
-        if error is not None:
-            plugins.mark_broken(plugin, error)
-        if error is not None or normalize(plugin.source.distribution) in refused:
+    plugins.hook.register_tools(register=register)
+    for plugin in plugins.plugins:
+        if plugin.status is PluginStatus.ERROR or normalize(plugin.source.distribution) in refused:
             withdrawn = registered.pop(id(plugin), [])
             collector.candidates[:] = [c for c in collector.candidates if c not in withdrawn]
     return tuple(
@@ -255,8 +258,15 @@ def _register_plugin_tools(
 
 
 def _resolve(candidates: list[ToolEntry]) -> tuple[tuple[ToolEntry, ...], tuple[Shadowed, ...]]:
-    # Host modules keep the order tool_modules gives; plugins arrive sorted by distribution.
-    ranked = sorted(candidates, key=lambda entry: entry.origin.rank)
+    # Host modules keep the order tool_modules gives; between plugins, the first by
+    # distribution name wins (pluggy calls them in its own order, latest registered first).
+    ranked = sorted(
+        candidates,
+        key=lambda entry: (
+            entry.origin.rank,
+            "" if entry.origin is Origin.HOST else normalize(entry.source),
+        ),
+    )
     winners: dict[str, ToolEntry] = {}
     shadowed = []
     for entry in ranked:

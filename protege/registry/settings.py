@@ -10,7 +10,7 @@ import attrs
 
 from protege.config import Config, secret_keys, structure_settings
 from protege.errors import ConfigError, did_you_mean
-from protege.plugins import LoadedPlugin, PluginHost, normalize
+from protege.plugins import PluginHost, PluginStatus, normalize
 from protege.reprs import fields_repr
 
 
@@ -34,14 +34,11 @@ def read_plugin_settings(config: Config, plugins: PluginHost) -> PluginSettings:
     named in ``errors``: the manifest reports it and registers none of its tools. The plugin
     host is left as it was, since another configuration may suit the plugin.
     """
-    declared: dict[str, Any] = {}
-
-    def keep(plugin: LoadedPlugin, value: Any) -> None:
-        declared[normalize(plugin.source.distribution)] = value
-
-    for plugin, error in plugins.call_each("plugin_settings", lambda _p: {}, keep):
-        if error is not None:
-            plugins.mark_broken(plugin, error)
+    declared = {
+        normalize(plugin.source.distribution): value
+        for plugin, value in plugins.call_with_plugins("plugin_settings")
+        if plugin.status is PluginStatus.OK
+    }
     values: dict[str, Any] = {}
     errors: dict[str, str] = {}
     by_name = {normalize(p.source.distribution): p for p in plugins.plugins}

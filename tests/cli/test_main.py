@@ -122,6 +122,12 @@ def test_public_api_loads_on_first_use():
 
     assert MailScope.__module__ == "protege.context"
     assert "MailScope" in protege.__all__
+    from protege import DashboardView, Ingress, IngressRefused, Intake
+
+    assert Ingress.__module__ == IngressRefused.__module__ == "protege.ingresses"
+    assert Intake.__module__ == "protege.ingresses"
+    assert DashboardView.__module__ == "protege.dashboard"
+    assert set(protege.__all__) >= {"DashboardView", "Ingress", "IngressRefused", "Intake"}
 
 
 def test_an_unexpected_error_is_one_line_unless_debugging(site, run_protege):

@@ -16,6 +16,7 @@ def test_plugins_json_reports_every_plugin_with_its_status(site, run_protege):
         "rejected": [],
         "status": "ok",
         "error": None,
+        "failures": [],
     }
     assert reports["broken-tools"]["status"] == "error"
     assert reports["broken-tools"]["error"] == "ImportError: needs libfoo"
@@ -127,3 +128,31 @@ def test_a_plugin_command_named_like_a_built_in_one_is_reported(site, run_proteg
         "message": "plugin clashing-commands adds the command `doctor`, which protege "
         "already has: the plugin's is never run",
     } in problems
+
+
+def test_debug_hooks_traces_every_hook_call_with_the_plugins_it_calls(site, run_protege):
+    site.add("acme-tools", site.tool_plugin("StampTool"))
+    result = run_protege("plugins", env={"PROTEGE_DEBUG": "hooks"}, pythonpath=site.path)
+    assert result.returncode == 0, result.stderr
+    called = next(line for line in result.stderr.splitlines() if "hook register_tools(" in line)
+    assert "acme-tools:acme_tools" in called
+    assert "protege-weather:protege_weather" in called
+    assert "hook register_tools returned" in result.stderr
+    assert "hook plugin_settings(" in result.stderr
+
+
+def test_a_squatter_on_protege_mails_entry_point_name_is_reported_and_send_email_stays(
+    site, run_protege
+):
+    site.add(
+        "aaa-evil",
+        site.tool_plugin("SendEmailTool"),
+        module="evil_mail",
+        entry_point="protege_mail",
+    )
+    result = run_protege("plugins", "--json", pythonpath=site.path)
+    reports = {r["distribution"]: r for r in json.loads(result.stdout)}
+    assert reports["aaa-evil"]["status"] == "error"
+    assert "belongs to the built-in plugin protege-mail" in reports["aaa-evil"]["error"]
+    assert reports["protege-mail"]["status"] == "ok"
+    assert "send_email" in reports["protege-mail"]["tools"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -16,7 +17,15 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 from protege import admin
-from protege_dashboard import access_pages, approval_pages, auth_pages, ingress, work_pages
+from protege_dashboard import (
+    access_pages,
+    approval_pages,
+    auth_pages,
+    ingress,
+    ingress_registry,
+    plugin_pages,
+    work_pages,
+)
 from protege_dashboard.security import (
     LoginLimiter,
     RequireLogin,
@@ -45,17 +54,24 @@ def create_app(
     settings: DashboardSettings,
     environ: Mapping[str, str] | None = None,
 ) -> Starlette:
-    """The dashboard for ``installation``, as ``protege dashboard`` serves it; the ingresses'
-    secrets are read from ``environ`` (the process's environment by default)."""
+    """The dashboard for ``installation``, as ``protege dashboard`` serves it, with the
+    ingresses and pages its plugins register (``register_ingresses``, ``dashboard_pages``);
+    the ingresses' secrets are read from ``environ`` (the process's environment by default)."""
+    environ = os.environ if environ is None else environ
+    ingresses = ingress_registry.IngressRegistry(installation)
+    served = ingresses.collect(ingress.INGRESSES)
+    builtin = [
+        *auth_pages.ROUTES,
+        *access_pages.ROUTES,
+        *approval_pages.ROUTES,
+        *work_pages.ROUTES,
+        *ingress_registry.routes(served),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    pages = plugin_pages.PageRegistry(installation, builtin)
+    added = pages.collect()
     app = Starlette(
-        routes=[
-            *auth_pages.ROUTES,
-            *access_pages.ROUTES,
-            *approval_pages.ROUTES,
-            *work_pages.ROUTES,
-            *ingress.ROUTES,
-            Mount("/static", StaticFiles(directory=STATIC), name="static"),
-        ],
+        routes=[*builtin, *plugin_pages.routes(added)],
         middleware=[
             Middleware(SecurityHeaders),
             Middleware(TrustedHostMiddleware, allowed_hosts=settings.hosts()),
@@ -73,6 +89,10 @@ def create_app(
     )
     app.state.installation = installation
     app.state.settings = settings
-    app.state.secrets = settings.secrets(environ)
+    app.state.secrets = ingress_registry.secrets(served, settings, environ)
+    app.state.ingresses = served
+    app.state.menu = plugin_pages.menu(added)
+    # What plugins offered and the dashboard left out, as its log reported it.
+    app.state.refused_extensions = (*ingresses.refused, *pages.refused)
     app.state.login_limiter = LoginLimiter(settings.login_attempts, settings.login_window_seconds)
     return app

@@ -33,31 +33,26 @@ signature was checked: then a pass aligned with the From domain proves the sende
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 import datetime
 import hashlib
 import hmac
 import json
 import time
-from collections.abc import Sequence
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.responses import Response
 
+from protege import Ingress, Intake
 from protege.models import UsedToken
 from protege_dashboard.ingress_handover import ingest_answered, verdict_for
-from protege_dashboard.ingress_requests import (
-    Form,
-    Refused,
-    check_type,
-    read_body,
-    read_form,
-    read_json,
+from protege_dashboard.ingress_intake import (
+    MAX_ENVELOPE_CHARS,
+    MAX_ENVELOPE_RECIPIENTS,
+    envelope_recipients,
 )
+from protege_dashboard.ingress_requests import Form, Refused
 from protege_dashboard.provider_verdicts import (
     mailgun_report,
     postmark_report,
@@ -66,50 +61,16 @@ from protege_dashboard.provider_verdicts import (
 from protege_dashboard.rebuilt import rebuilt_from_fields
 from protege_dashboard.settings import DashboardSettings
 
-__all__ = ["INGRESSES", "ROUTES", "Ingress", "Mailgun", "Postmark", "Relay", "SendGrid"]
+__all__ = ["INGRESSES", "Mailgun", "Postmark", "Relay", "SendGrid"]
 
-# JSON escaping and form encoding around a message can double it; beyond that, refuse
-# before reading on.
-ENVELOPE_FACTOR = 2
-ENVELOPE_OVERHEAD = 1024 * 1024
 # The relay's envelope, in request headers its MTA writes (never the message's own).
 ENVELOPE_TO = "Protege-Envelope-To"
 ENVELOPE_FROM = "Protege-Envelope-From"
-# RFC 5321's least a server must take per message.
-MAX_ENVELOPE_RECIPIENTS = 100
-MAX_ENVELOPE_CHARS = MAX_ENVELOPE_RECIPIENTS * 256  # an address is at most 254 characters
 MAX_TOKEN_CHARS = 200  # Mailgun's are 50
 
 
 def _settings(request: Request) -> DashboardSettings:
     return request.app.state.settings
-
-
-def _secret(request: Request, ingress: str) -> str:
-    secret = request.app.state.secrets.get(ingress)
-    if secret is None:
-        raise Refused(404, f"the {ingress} ingress is not configured")
-    return secret
-
-
-def _check_basic_auth(request: Request, password: str) -> None:
-    """The request's Basic password is ``password``; refused (401), and limited per client
-    address as dashboard logins are (429), otherwise."""
-    limiter = request.app.state.login_limiter
-    keys = (f"ingress:{request.client.host if request.client else 'unknown'}",)
-    if not limiter.attempt(*keys):
-        raise Refused(429, "too many wrong passwords: try again later")
-    header = request.headers.get("authorization", "")
-    scheme, _, encoded = header.partition(" ")
-    given = ""
-    if scheme.lower() == "basic":
-        try:
-            given = base64.b64decode(encoded, validate=True).decode("utf-8").partition(":")[2]
-        except (binascii.Error, UnicodeDecodeError):
-            given = ""
-    if not hmac.compare_digest(given.encode(), password.encode()):
-        raise Refused(401, "wrong password", {"WWW-Authenticate": 'Basic realm="protege"'})
-    limiter.succeeded(*keys)
 
 
 def _raw(text: str) -> bytes:
@@ -125,53 +86,9 @@ def _field(form: Form, name: str) -> bytes:
     return value
 
 
-def _recipients(addresses: Sequence[str], where: str) -> list[str]:
-    """The envelope recipients ``where`` names: 422 when none, 413 past the limit."""
-    if len(addresses) > MAX_ENVELOPE_RECIPIENTS or sum(map(len, addresses)) > MAX_ENVELOPE_CHARS:
-        raise Refused(413, f"more than {MAX_ENVELOPE_RECIPIENTS} envelope recipients")
-    found = [a.strip().strip("<>").strip() for a in addresses]
-    found = [a for a in found if a]
-    if not found:
-        raise Refused(422, f"no envelope recipient: {where}")
-    if len(found) > MAX_ENVELOPE_RECIPIENTS:
-        raise Refused(413, f"more than {MAX_ENVELOPE_RECIPIENTS} envelope recipients")
-    return found
-
-
-def _limit(request: Request, factor: int = 1, overhead: int = 0) -> int:
-    return request.app.state.installation.config.mail.max_message_bytes * factor + overhead
-
-
-def _envelope_limit(request: Request) -> int:
-    return _limit(request, ENVELOPE_FACTOR, ENVELOPE_OVERHEAD)
-
-
 # --- the ways in -------------------------------------------------------------------------
-
-
-class Ingress:
-    """One HTTP way in for mail: its name (which names its secret), its path, and how it
-    takes a request. ``receive`` answers a refusal by raising ``Refused``."""
-
-    name: str = ""
-    path: str = ""
-
-    async def receive(self, request: Request) -> Response:
-        """Take the mail ``request`` carries."""
-        raise NotImplementedError
-
-    async def endpoint(self, request: Request) -> Response:
-        """The route's endpoint: ``receive``, with a refusal said in one plain line."""
-        try:
-            return await self.receive(request)
-        except Refused as refused:
-            return PlainTextResponse(
-                f"{refused}\n", status_code=refused.status, headers=refused.headers
-            )
-
-    def route(self) -> Route:
-        """The route answering POST on this way in's path."""
-        return Route(self.path, self.endpoint, methods=["POST"], name=f"ingress-{self.name}")
+# Their secrets' variables are named in the dashboard's settings (``relay_password_env``...);
+# ``secret_env`` is each one's default there.
 
 
 class Relay(Ingress):
@@ -179,35 +96,35 @@ class Relay(Ingress):
     ``Protege-Envelope-To`` (one or more, comma-separated or repeated) and
     ``Protege-Envelope-From`` request headers."""
 
-    name, path = "relay", "/ingress/relay"
+    name, secret_env = "relay", "PROTEGE_RELAY_PASSWORD"
 
-    async def receive(self, request: Request) -> Response:
+    async def receive(self, request: Request, intake: Intake) -> Response:
         """Take one raw message for its envelope recipients."""
-        _check_basic_auth(request, _secret(request, self.name))
-        check_type(request, "message/rfc822")
+        intake.check_password()
+        intake.check_type("message/rfc822")
         named = [
             address
             for value in request.headers.getlist(ENVELOPE_TO)
             for address in value.split(",")
         ]
-        recipients = _recipients(named, f"name it in a {ENVELOPE_TO} request header")
+        recipients = envelope_recipients(named, f"name it in a {ENVELOPE_TO} request header")
         given = request.headers.get(ENVELOPE_FROM)
         # Present but empty (or "<>"): the null return path of a bounce, as SMTP says it.
         sender = None if given is None else given.strip().strip("<>").strip()
-        raw = await read_body(request, _limit(request))
+        raw = await intake.read_body()
         return await ingest_answered(request, raw, recipients, sender)
 
 
 class Postmark(Ingress):
     """Postmark's inbound webhook, with "include raw email content" on."""
 
-    name, path = "postmark", "/ingress/postmark"
+    name, secret_env = "postmark", "PROTEGE_POSTMARK_PASSWORD"
 
-    async def receive(self, request: Request) -> Response:
+    async def receive(self, request: Request, intake: Intake) -> Response:
         """Take ``RawEmail`` for the ``OriginalRecipient``."""
-        _check_basic_auth(request, _secret(request, self.name))
-        check_type(request, "application/json")
-        payload = await read_json(request, _envelope_limit(request))
+        intake.check_password()
+        intake.check_type("application/json")
+        payload = await intake.read_json()
         if not isinstance(payload, dict):
             raise Refused(422, "the body is not a JSON object")
         raw = payload.get("RawEmail")
@@ -216,7 +133,7 @@ class Postmark(Ingress):
         original = payload.get("OriginalRecipient")
         if not isinstance(original, str):
             raise Refused(422, "no OriginalRecipient as text")
-        recipients = _recipients([original], "OriginalRecipient is empty")
+        recipients = envelope_recipients([original], "OriginalRecipient is empty")
         message = _raw(raw)
         verdict = await verdict_for(request, self.name, message, lambda: postmark_report(payload))
         return await ingest_answered(request, message, recipients, verdict=verdict)
@@ -226,13 +143,14 @@ class SendGrid(Ingress):
     """SendGrid's Inbound Parse webhook: the raw, full MIME message (``email``) when "send
     raw" is on, else the parsed fields and attachments, from which a message is rebuilt."""
 
-    name, path = "sendgrid", "/ingress/sendgrid"
+    name, secret_env = "sendgrid", "PROTEGE_SENDGRID_PASSWORD"
 
-    async def receive(self, request: Request) -> Response:
+    async def receive(self, request: Request, intake: Intake) -> Response:
         """Take the message for the envelope's ``to``."""
-        _check_basic_auth(request, _secret(request, self.name))
-        check_type(request, "multipart/form-data")
-        form = await read_form(request, _envelope_limit(request), files=True)
+        intake.check_password()
+        intake.check_type("multipart/form-data")
+        form = await intake.read_form(files=True)
+        assert isinstance(form, Form)  # the dashboard's intake reads its own forms
         # The envelope is JSON and the rebuilt message a MIME tree: off the event loop.
         recipients, sender = await run_in_threadpool(self._envelope, form)
         rebuilt = not form.get("email") and bool(form.get("headers"))
@@ -257,7 +175,7 @@ class SendGrid(Ingress):
         to = envelope.get("to")
         if not (isinstance(to, list) and all(isinstance(a, str) for a in to)):
             raise Refused(422, "the envelope's 'to' is not a list of addresses")
-        recipients = _recipients(to, "the envelope's 'to' is empty")
+        recipients = envelope_recipients(to, "the envelope's 'to' is empty")
         sender = envelope.get("from")
         return recipients, sender if isinstance(sender, str) else None
 
@@ -266,15 +184,15 @@ class Mailgun(Ingress):
     """A Mailgun route forwarding to a URL ending in ``mime``: ``body-mime``, signed, as a
     URL-encoded form (mail without attachments) or a multipart one (with)."""
 
-    name, path = "mailgun", "/ingress/mailgun"
+    name, secret_env = "mailgun", "MAILGUN_SIGNING_KEY"
 
-    async def receive(self, request: Request) -> Response:
+    async def receive(self, request: Request, intake: Intake) -> Response:
         """Take ``body-mime`` for the ``recipient``, once its signature is checked."""
-        key = _secret(request, self.name)
-        check_type(request, "multipart/form-data", "application/x-www-form-urlencoded")
+        intake.check_type("multipart/form-data", "application/x-www-form-urlencoded")
         # Mailgun signs inside the form: it can only be checked once the form is read.
-        form = await read_form(request, _envelope_limit(request), files=True)
-        token = await self._check_signature(request, form, key)
+        form = await intake.read_form(files=True)
+        assert isinstance(form, Form)  # the dashboard's intake reads its own forms
+        token = await self._check_signature(request, form, intake.secret)
         taken = False
         try:
             # Only now are the big values decoded, in a worker thread: a URL-encoded message
@@ -297,7 +215,7 @@ class Mailgun(Ingress):
         if form.size("recipient") > MAX_ENVELOPE_CHARS:
             raise Refused(413, f"more than {MAX_ENVELOPE_RECIPIENTS} envelope recipients")
         named = (form.text("recipient") or "").split(",")
-        recipients = _recipients(named, "the form has no 'recipient'")
+        recipients = envelope_recipients(named, "the form has no 'recipient'")
         return _field(form, "body-mime"), recipients, form.text("sender")
 
     async def _check_signature(self, request: Request, form: Form, key: str) -> str:
@@ -333,5 +251,5 @@ class Mailgun(Ingress):
         return token
 
 
+# The dashboard's own, registered through ``register_ingresses`` as a plugin's are.
 INGRESSES: tuple[Ingress, ...] = (Relay(), Postmark(), SendGrid(), Mailgun())
-ROUTES = [ingress.route() for ingress in INGRESSES]

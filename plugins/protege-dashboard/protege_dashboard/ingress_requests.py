@@ -20,6 +20,8 @@ from python_multipart import create_form_parser
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
+from protege import IngressRefused
+
 # The forms the providers post have about twenty fields (SendGrid's parsed mode, Mailgun's
 # parsed fields), plus one per attachment.
 MAX_FIELDS = 100
@@ -29,13 +31,9 @@ PARSE_PIECE = 256 * 1024
 MAX_NAME_BYTES = 100  # the providers' longest is under 40
 
 
-class Refused(Exception):
-    """An answer other than 204, with the status and the line to say."""
-
-    def __init__(self, status: int, said: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(said)
-        self.status = status
-        self.headers = headers or {}
+# An answer other than 204, with the status and the line to say: protege's own exception,
+# so that a plugin's ingress refuses as the dashboard's do.
+Refused = IngressRefused
 
 
 def media_type(request: Request) -> str:

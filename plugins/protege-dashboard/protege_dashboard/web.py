@@ -54,6 +54,8 @@ def render(request: Request, template: str, status_code: int = 200, **context: A
         operator=getattr(request.state, "operator", None),
         flash=request.session.pop("flash", None),
         flash_error=request.session.pop("flash_error", None),
+        # Plugins' pages (``dashboard_pages``), in the menu of every page.
+        menu=getattr(request.app.state, "menu", ()),
         **context,
     )
     return HTMLResponse(page, status_code=status_code)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import importlib
 import re
+import sys
+from textwrap import dedent
 
+import attrs
 import pytest
 from starlette.testclient import TestClient
 
 from protege import admin, registry
 from protege.models import Agent, Toolkit
+from protege.plugins import PluginHost, Selection, discover, normalize
 from protege_dashboard.app import create_app
 from protege_dashboard.operators import add_operator
 from protege_dashboard.settings import DashboardSettings
@@ -117,3 +122,45 @@ def scoop(installation):
     finance = Toolkit.create(name="Finance", member_tool_ids=["process_refund"])
     sundae.grant(finance).add_rule("allow", "*@thescoop.com")
     return sundae
+
+
+class PluginSite:
+    """A folder of installed-looking plugin distributions written by a test, loaded with
+    the dashboard itself into the plugin host of an installation."""
+
+    def __init__(self, path, installation) -> None:
+        self.path = path
+        self.installation = installation
+        self.modules: list[str] = []
+
+    def add(self, distribution: str, source: str) -> None:
+        """Install ``distribution`` with one module (named after it) holding ``source``."""
+        module = normalize(distribution).replace("-", "_")
+        (self.path / f"{module}.py").write_text(dedent(source))
+        info = self.path / f"{module}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 1.0\n"
+        )
+        (info / "entry_points.txt").write_text(f"[protege]\n{module} = {module}\n")
+        importlib.invalidate_caches()
+        self.modules.append(module)
+
+    def app(self, settings: DashboardSettings | None = None, environ=None):
+        """The dashboard for the installation with these plugins and the dashboard loaded."""
+        (dashboard,) = [s for s in discover() if s.distribution == "protege-dashboard"]
+        host = PluginHost((dashboard, *discover(path=[str(self.path)])), Selection())
+        with_plugins = attrs.evolve(self.installation, plugins=host)
+        return create_app(with_plugins, settings or DashboardSettings(), environ or SECRETS)
+
+
+@pytest.fixture
+def plugin_site(installation, tmp_path, monkeypatch):
+    """An empty site of plugin distributions on ``sys.path`` for the test's duration."""
+    path = tmp_path / "plugin-site"
+    path.mkdir()
+    monkeypatch.syspath_prepend(str(path))
+    site = PluginSite(path, installation)
+    yield site
+    for module in site.modules:
+        sys.modules.pop(module, None)
