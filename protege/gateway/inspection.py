@@ -137,23 +137,31 @@ def inspect(app: Any, message: Message, agent: Any, verdict: Verdict) -> Inspect
     except Exception as error:  # no inspector could be asked: none may be skipped
         logger.exception("inbound mail %s: the inspectors could not be called", message.id)
         callers = []
-        decisions.append(_failed("protege", error))
+        decisions.append(_failed("protege", error_line(error)))
+    loaded = _loaded_plugins(app)
     for caller in callers:
         mail = _mail_for(message, agent, verdict, decisions)
+        plugin = loaded.get(caller.plugin)
+        failures_before = _failures(plugin)
         try:
             caller.call(app=app, message=mail)
         except BaseException as error:  # even SystemExit: one inspector's fault
+            failure: BaseException | str | None = error
+        else:
+            # An installed plugin's raise is recorded by its guard, not passed on: the
+            # record is how a failed inspection is told from one that found nothing.
+            failure = _new_failure(plugin, failures_before)
+        decisions += _decided(caller.plugin, mail)
+        if failure is not None:
+            shown = failure if isinstance(failure, str) else error_line(failure)
             logger.error(
                 "inspect_inbound of plugin %s failed on message %s: %s; the mail is held",
                 caller.plugin,
                 message.id,
-                error_line(error),
-                exc_info=error,
+                shown,
+                exc_info=failure if isinstance(failure, BaseException) else None,
             )
-            decisions += _decided(caller.plugin, mail)
-            decisions.append(_failed(caller.plugin, error))
-            continue
-        decisions += _decided(caller.plugin, mail)
+            decisions.append(_failed(caller.plugin, shown))
     for decision in decisions:
         _audit(message, agent, decision)
     return Inspection(tuple(decisions))
@@ -187,11 +195,30 @@ def _decided(plugin: str, mail: InboundMail) -> list[Decision]:
     return [Decision(plugin, kind, text) for kind, text in list(mail._decided)]
 
 
-def _failed(plugin: str, error: BaseException) -> Decision:
+def _loaded_plugins(app: Any) -> dict[str, Any]:
+    """The loaded plugins of ``app`` by the name pluggy knows each by."""
+    host = app.plugins
+    found: dict[str, Any] = {}
+    for plugin in [*getattr(host, "internal", ()), *getattr(host, "plugins", ())]:
+        found[plugin.source.entry_point] = plugin  # an internal plugin: its module's name
+        found[f"{plugin.source.distribution}:{plugin.source.entry_point}"] = plugin
+    return found
+
+
+def _failures(plugin: Any) -> tuple[int, int] | None:
+    failure = None if plugin is None else getattr(plugin, "failures", {}).get(HOOK)
+    return None if failure is None else (id(failure), failure.count)
+
+
+def _new_failure(plugin: Any, before: tuple[int, int] | None) -> str | None:
+    if _failures(plugin) == before:
+        return None
+    return plugin.failures[HOOK].error  # the first error; later ones are only counted
+
+
+def _failed(plugin: str, error: str) -> Decision:
     return Decision(
-        plugin,
-        HOLD,
-        f"{INSPECTION_FAILED}: the inspection by {plugin} failed ({error_line(error)})",
+        plugin, HOLD, f"{INSPECTION_FAILED}: the inspection by {plugin} failed ({error})"
     )
 
 

@@ -139,3 +139,25 @@ def test_no_inspector_can_undo_another_s_hold_or_the_authentication_flags(config
 def test_the_hook_collects_every_inspector_s_decision_never_the_first_result(config):
     caller = PluginHost(sources=()).manager.hook.inspect_inbound
     assert not caller.spec.opts.get("firstresult")
+
+
+def test_an_installed_inspector_that_raises_holds_the_mail_though_its_guard_caught_it(
+    config, sundae, site
+):
+    site.add(
+        "shaky-inspector",
+        "from protege import hookimpl\n\n"
+        "@hookimpl\n"
+        "def inspect_inbound(app, message):\n"
+        "    raise LookupError('the spam service did not answer')\n",
+    )
+    app = open_installation(config, manifest=Manifest(tools=()), plugins=site.host(), connect=False)
+    (first,) = ingest(make_mail(), config=config, app=app)
+    (second,) = ingest(make_mail().replace(b"Jane.1", b"Jane.2"), config=config, app=app)
+    for delivered in (first, second):  # the guard logs only the first: both are held
+        assert (delivered.status, delivered.run) == ("ignored", None)
+        assert any(
+            flag.startswith("held: inspection_failed: the inspection by shaky-inspector")
+            and "LookupError: the spam service did not answer" in flag
+            for flag in delivered.message.flags
+        )

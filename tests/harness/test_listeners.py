@@ -231,3 +231,24 @@ def test_with_nothing_listening_no_thread_is_started(config, agent, scripted_mod
 @pytest.fixture(autouse=True)
 def _events_logged(caplog):
     caplog.set_level(logging.WARNING, logger="protege.events")
+
+
+def test_an_installed_listener_that_raises_is_recorded_and_the_run_goes_on(
+    config, agent, scripted_model, site
+):
+    site.add(
+        "shaky-listener",
+        "from protege import hookimpl\n\n"
+        "@hookimpl\n"
+        "def on_event(app, run, event):\n"
+        "    raise LookupError('the metrics service did not answer')\n",
+    )
+    host = site.host()
+    app = open_installation(config, manifest=manifest_of([EchoTool]), plugins=host, connect=False)
+    scripted_model.script(say("Hello."))
+    queued(agent)
+    (run,) = drain(app)
+    assert run.status == "done"
+    (plugin,) = host.plugins
+    assert plugin.failures["on_event"].count == len(trail(run))
+    assert no_dispatcher_thread()
