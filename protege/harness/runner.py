@@ -9,6 +9,7 @@ renewal of the run's lease, so that a worker that lost its lease writes nothing 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import functools
 import logging
@@ -18,7 +19,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from typing import Any, Protocol, TypeVar
 
@@ -269,9 +270,7 @@ class _Attempt:
         self.logger = _CorrelatedLogger(logger, run.correlation_id)
         self.desk: Desk | None = None
         self.listeners = listeners if listeners is not None and listeners.listening else None
-        # Held from a transaction's start until its events are published: listeners hear a
-        # run's batches in the order they were committed, whichever thread committed them.
-        self.committing = threading.RLock()
+        self.order = _CommitOrder()
         self._agent_name: str | None = None
 
     async def db(self, work: Callable[..., T], *args: Any) -> T:
@@ -329,21 +328,30 @@ class _Attempt:
         lost, the events are not written. The lease comes first: its row lock keeps a
         worker taking the run over waiting, and a worker that took it over already may have
         written events under the same numbers."""
-        with self.committing:
+        self._name_for_listeners()
+        with self.order.turn() as turn:
             with database.atomic():
                 self._renew()
+                turn.take()
                 written = self.log.write()
             self.published(written)
 
+    def _name_for_listeners(self) -> None:
+        """Read the agent's name, which listeners are told, before a transaction needs it."""
+        if self.listeners is not None and self._agent_name is None:
+            try:
+                self._agent_name = self.run.agent.name
+            except Exception:
+                self.logger.exception("run %s: its agent's name could not be read", self.run.id)
+                self._agent_name = "?"
+
     def published(self, written: list[CommittedEvent]) -> None:
         """Hand events just committed to the listeners, with the run as it stands now (the
-        caller holds ``committing``). Never fails the run."""
+        caller holds its turn in ``order``). Never fails the run."""
         if self.listeners is None or not written:
             return
         try:
-            if self._agent_name is None:
-                self._agent_name = self.run.agent.name
-            self.listeners.publish(snapshot(self.run, self._agent_name), written)
+            self.listeners.publish(snapshot(self.run, self._agent_name or "?"), written)
         except Exception:
             self.logger.exception("run %s: could not hand events to listeners", self.run.id)
 
@@ -360,11 +368,13 @@ class _Attempt:
     # -- the end --------------------------------------------------------------------------
 
     def _end(self, status: str, error: str | None) -> None:
-        with self.committing:
+        self._name_for_listeners()
+        with self.order.turn() as turn:
             with database.atomic():  # the end first, for the same reason as in _commit
                 if not self.run.finish(status, error, self.claim.owner):
                     self.lost = True
                     raise LeaseLost(f"run {self.run.id} was taken over by another worker")
+                turn.take()
                 written = self.log.write()
             self.published(written)
 
@@ -655,11 +665,13 @@ class _Attempt:
         return failures
 
     def _commit_settled(self, approvals: list[Any]) -> None:
-        with self.committing:
+        self._name_for_listeners()
+        with self.order.turn() as turn:
             with database.atomic():
                 written = self.log.write()
                 Desk.mark_settled(approvals)
                 self._renew()
+                turn.take()
             self.published(written)
 
     async def _done_or_waiting(self) -> None:
@@ -678,12 +690,14 @@ class _Attempt:
         """End this attempt with the run waiting for ``approval_ids``; if one was answered
         meanwhile, the run goes back to the queue at once."""
         self.log.record(events.RunWaiting(approvals=approval_ids))
-        with self.committing:
+        self._name_for_listeners()
+        with self.order.turn() as turn:
             with database.atomic():
                 written = self.log.write()
                 if not self.run.finish(WAITING, None, self.claim.owner):
                     self.lost = True
                     raise LeaseLost(f"run {self.run.id} was taken over by another worker")
+                turn.take()
                 if unsettled(self.run.id) and wake(self.run.id):
                     self.run.status = QUEUED
             self.published(written)
@@ -712,10 +726,12 @@ class _Attempt:
                 raise
             # The pending mail and the event that asked for it land in one transaction, and
             # only while this worker still holds the run: one that lost it sends nothing.
+            self._name_for_listeners()
             try:
-                with self.committing:
+                with self.order.turn() as turn:
                     with database.atomic():
                         self._renew()
+                        turn.take()
                         outcome = installation.deliver(
                             agent=agent, run=run, mail=dict(mail), attachments=attachments
                         )
@@ -740,6 +756,46 @@ class _Attempt:
             correlation_id=run.correlation_id,
             cancellation=self.cancellation.flag,
         )
+
+
+class _CommitOrder:
+    """Keeps a run's batches reaching the listeners in the order they were committed,
+    whichever thread committed them.
+
+    A turn is taken inside the transaction, once it holds the run's row (the lease's update
+    locks it; on SQLite, the first write takes the database), and given up after the
+    batch is published: two transactions of one run cannot both be past that point, so
+    turns come in commit order, and one thread waiting for a turn never holds what the
+    thread whose turn it is needs.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[_Turn]:
+        """A turn to take once the transaction holds the run; given up on leaving."""
+        turn = _Turn(self._lock)
+        try:
+            yield turn
+        finally:
+            turn.give_up()
+
+
+class _Turn:
+    def __init__(self, lock: threading.RLock) -> None:
+        self._lock = lock
+        self._held = False
+
+    def take(self) -> None:
+        if not self._held:
+            self._lock.acquire()
+            self._held = True
+
+    def give_up(self) -> None:
+        if self._held:
+            self._held = False
+            self._lock.release()
 
 
 # More than a serve process's pool threads (``[serve] db_threads``), each of which may hold
