@@ -37,6 +37,7 @@ DEFAULT_DATA_DIR = ".protege"
 TEXT, IMAGE, PDF = "text", "image", "pdf"
 MODEL_INPUTS = (TEXT, IMAGE, PDF)
 _Section = TypeVar("_Section", bound=attrs.AttrsInstance)
+MIB = 1024 * 1024
 
 
 @attrs.frozen(kw_only=True, repr=False)
@@ -98,6 +99,10 @@ class RunSettings:
 
     ``max_tool_calls_per_turn`` caps the calls run from one model answer; the calls past it
     are answered with a failure saying so, and the model may ask again in its next turn.
+
+    A run shows the model at most ``max_parts_per_run`` files as themselves (images, PDFs,
+    from attachments or tool results), of ``max_part_bytes_per_run`` bytes together; an
+    attachment over ``max_shown_attachment_bytes`` is only listed, never read to be shown.
     """
 
     __repr__ = fields_repr
@@ -117,6 +122,11 @@ class RunSettings:
     max_run_seconds: int = attrs.field(default=1800, validator=attrs.validators.ge(1))
     # How often a worker looks for its runs' cancels (one query for all its runs).
     cancel_check_seconds: float = attrs.field(default=1.0, validator=attrs.validators.gt(0))
+    max_parts_per_run: int = attrs.field(default=8, validator=attrs.validators.ge(0))
+    max_part_bytes_per_run: int = attrs.field(default=20 * MIB, validator=attrs.validators.ge(0))
+    max_shown_attachment_bytes: int = attrs.field(
+        default=10 * MIB, validator=attrs.validators.ge(1)
+    )
 
 
 @attrs.frozen(kw_only=True, repr=False)
@@ -145,9 +155,6 @@ class ServeSettings:
     worker_niceness: int = attrs.field(
         default=10, validator=[attrs.validators.ge(0), attrs.validators.le(19)]
     )
-
-
-MIB = 1024 * 1024
 
 
 def _check_port(instance: object, attribute: attrs.Attribute, value: int) -> None:
@@ -300,47 +307,9 @@ class MailSettings:
     authentication: AuthenticationSettings = AuthenticationSettings()
 
 
-DEFAULT_SEARCH_URL = "https://html.duckduckgo.com/html/"
-
-
-def _check_networks(instance: object, attribute: attrs.Attribute, value: tuple[str, ...]) -> None:
-    for item in value:
-        try:
-            ipaddress.ip_network(item, strict=True)
-        except ValueError:
-            raise ValueError(
-                f"allow_networks: {item!r} is not a network in CIDR form (such as 10.1.0.0/16)"
-            ) from None
-
-
 def _check_http_url(instance: object, attribute: attrs.Attribute, value: str) -> None:
     if not value.startswith(("http://", "https://")):
         raise ValueError(f"{attribute.name} must be an http or https URL, not {value!r}")
-
-
-@attrs.frozen(kw_only=True, repr=False)
-class WebSettings:
-    """``[web]``: the limits of the ``web_fetch`` and ``web_search`` tools.
-
-    One fetch (every redirect included) or one search has ``timeout_seconds`` in all; a body
-    is read up to ``max_bytes`` (after decompression) and the text handed to the model up to
-    ``max_chars``. ``allow_networks`` lists address ranges (CIDR) the SSRF guard lets
-    ``web_fetch`` reach although they are private or reserved: the operator's exception, for
-    an intranet (and for tests on loopback). ``search_url`` is DuckDuckGo's HTML endpoint.
-    """
-
-    __repr__ = fields_repr
-
-    timeout_seconds: float = attrs.field(
-        default=15.0, validator=[attrs.validators.gt(0), attrs.validators.le(120)]
-    )
-    max_bytes: int = attrs.field(default=2 * MIB, validator=attrs.validators.ge(1024))
-    max_chars: int = attrs.field(default=20_000, validator=attrs.validators.ge(100))
-    max_redirects: int = attrs.field(
-        default=5, validator=[attrs.validators.ge(0), attrs.validators.le(20)]
-    )
-    allow_networks: tuple[str, ...] = attrs.field(default=(), validator=_check_networks)
-    search_url: str = attrs.field(default=DEFAULT_SEARCH_URL, validator=_check_http_url)
 
 
 def _notify_address(instance: object, attribute: attrs.Attribute, value: str | None) -> None:
@@ -365,34 +334,6 @@ class ResponsibilitySettings:
     retries: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     retry_delay_seconds: float = attrs.field(default=300.0, validator=attrs.validators.ge(0))
     notify: str | None = attrs.field(default=None, validator=_notify_address)
-
-
-@attrs.frozen(kw_only=True, repr=False)
-class FilesSettings:
-    """``[files]``: limits on the files agents read and write.
-
-    ``read_attachment`` reads files of at most ``max_read_bytes`` and gives back at most
-    ``max_text_chars`` characters of text (``max_pdf_pages`` pages of a PDF whose text is
-    extracted, in a process of its own given ``max_pdf_seconds`` of CPU). A run shows the
-    model at most ``max_parts_per_run`` files as themselves (images, PDFs), of
-    ``max_part_bytes_per_run`` bytes together. ``create_file`` writes at most
-    ``max_created_bytes`` and names files in at most ``max_filename_chars`` characters.
-    """
-
-    __repr__ = fields_repr
-
-    max_read_bytes: int = attrs.field(default=10 * MIB, validator=attrs.validators.ge(1))
-    max_text_chars: int = attrs.field(default=20_000, validator=attrs.validators.ge(100))
-    max_pdf_pages: int = attrs.field(default=100, validator=attrs.validators.ge(1))
-    max_pdf_seconds: float = attrs.field(
-        default=10.0, validator=[attrs.validators.gt(0), attrs.validators.le(120)]
-    )
-    max_parts_per_run: int = attrs.field(default=8, validator=attrs.validators.ge(0))
-    max_part_bytes_per_run: int = attrs.field(default=20 * MIB, validator=attrs.validators.ge(0))
-    max_created_bytes: int = attrs.field(default=MIB, validator=attrs.validators.ge(1))
-    max_filename_chars: int = attrs.field(
-        default=100, validator=[attrs.validators.ge(8), attrs.validators.le(200)]
-    )
 
 
 LOCAL, S3 = "local", "s3"
@@ -476,9 +417,7 @@ class FileSettings:
     runs: RunSettings = RunSettings()
     serve: ServeSettings = ServeSettings()
     mail: MailSettings = MailSettings()
-    web: WebSettings = WebSettings()
     responsibilities: ResponsibilitySettings = ResponsibilitySettings()
-    files: FilesSettings = FilesSettings()
     blobs: BlobSettings = BlobSettings()
     overrides: tuple[str, ...] = ()
     plugins: dict[str, dict[str, Any]] = attrs.field(factory=dict)
@@ -510,9 +449,7 @@ class Config:
     runs: RunSettings = RunSettings()
     serve: ServeSettings = ServeSettings()
     mail: MailSettings = MailSettings()
-    web: WebSettings = WebSettings()
     responsibilities: ResponsibilitySettings = ResponsibilitySettings()
-    files: FilesSettings = FilesSettings()
     blobs: BlobSettings = BlobSettings()
     # Tool ids the host's own tools take from a plugin on purpose: ``doctor`` stays green.
     overrides: tuple[str, ...] = ()
@@ -738,6 +675,48 @@ def structure_settings(raw: Mapping[str, Any], section: type[_Section], where: s
     return _structured(dict(raw), section, where)
 
 
+# Tables protege once read itself: each plugin now declares its own ``[plugins.NAME]``
+# table. Reading an old table under both names would make two places deciding one setting
+# (for ``allow_networks``, one could quietly widen what the SSRF guard lets through), so a
+# file still holding one is refused with the exact rename to make. The only place core knows
+# these names; it goes once no supported release writes them. Old table -> its new table:
+_MOVED = {"web": "plugins.protege-web", "files": "plugins.protege-files"}
+# Keys of an old table that went to one of protege's own tables instead (the run's budget
+# of files shown to the model is the harness's, whichever tool gave the files back).
+_MOVED_KEYS = {"files": {"max_parts_per_run": "runs", "max_part_bytes_per_run": "runs"}}
+# Keys whose old meaning was split: the other half now has a key of its own.
+_SPLIT_KEYS = {
+    ("files", "max_read_bytes"): (
+        "max_read_bytes now bounds only read_attachment; the attachments shown to the model "
+        "are bounded by max_shown_attachment_bytes under [runs]"
+    )
+}
+
+
+def _moved_table_problems(raw: Mapping[str, Any]) -> list[str]:
+    """What to rename in ``raw`` (a whole ``protege.toml``) so that no setting is written
+    under a table protege no longer reads; empty when there is nothing to rename."""
+    problems = []
+    for old, new in _MOVED.items():
+        table = raw.get(old)
+        if table is None:
+            continue
+        elsewhere = _MOVED_KEYS.get(old, {})
+        moves = [f"[{old}] is now [{new}]: rename the table"]
+        moves += [
+            f"move {key} to [{elsewhere[key]}]"
+            for key in (table if isinstance(table, Mapping) else ())
+            if key in elsewhere
+        ]
+        moves += [
+            note
+            for key in (table if isinstance(table, Mapping) else ())
+            if (note := _SPLIT_KEYS.get((old, key)))
+        ]
+        problems.append("; ".join(moves))
+    return problems
+
+
 def load_config(start: Path | None = None, environ: Mapping[str, str] | None = None) -> Config:
     """Read the configuration: ``$PROTEGE_CONFIG``, else the nearest ``protege.toml`` upward
     from ``start`` (the working directory), else the embedded defaults."""
@@ -754,6 +733,9 @@ def load_config(start: Path | None = None, environ: Mapping[str, str] | None = N
         raise ConfigError(f"cannot read {path}: {error.strerror}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path} is not valid TOML: {error}") from None
+    moved = _moved_table_problems(raw)
+    if moved:
+        raise ConfigError(f"{path} has settings protege no longer reads there: {'; '.join(moved)}")
     try:
         settings = _structured(raw, FileSettings, path.name)
     except ConfigError as error:
@@ -804,9 +786,7 @@ def _build(
             ),
             environ,
         ),
-        web=settings.web,
         responsibilities=settings.responsibilities,
-        files=settings.files,
         blobs=_with_blob_secrets(
             _overridden(settings.blobs, environ, store=BLOB_STORE_VARIABLE), environ
         ),

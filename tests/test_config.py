@@ -104,7 +104,7 @@ def test_whole_numbers_are_read_as_the_floats_their_settings_hold(tmp_path):
         ("[runs]\nmax_model_turns = 2.7", "expected a whole number, not the number 2.7"),
         ('[mail]\nsmtp_starttls = "false"', "expected true or false, not the string 'false'"),
         ("[mail]\nsmtp_retries = true", "expected a whole number, not the boolean true"),
-        ('[web]\ntimeout_seconds = "15"', "expected a number, not the string '15'"),
+        ('[serve]\nshutdown_seconds = "15"', "expected a number, not the string '15'"),
         ("[model]\ntransport = 3", "unknown key transport"),
         ("[mail]\nsmtp_startls = false", "unknown key smtp_startls (did you mean smtp_starttls?)"),
         ("[mail]\nlisten_port = 99999", "listen_port: 99999 is not a TCP port (1 to 65535)"),
@@ -122,8 +122,8 @@ def test_a_value_of_another_type_is_refused_saying_what_was_expected(tmp_path, s
 
 
 def test_a_whole_number_is_a_fine_number(tmp_path):
-    (tmp_path / "protege.toml").write_text("[web]\ntimeout_seconds = 15\n")
-    assert load_config(tmp_path, environ={}).web.timeout_seconds == 15.0
+    (tmp_path / "protege.toml").write_text("[serve]\nshutdown_seconds = 15\n")
+    assert load_config(tmp_path, environ={}).serve.shutdown_seconds == 15.0
 
 
 READ_PLAIN_FILE = """
@@ -181,9 +181,9 @@ def test_model_and_run_sections(tmp_path):
         ("[model]\nmodle = 'x'\n", "unknown key modle (did you mean model?)"),
         ('[model]\ninput = ["text", "video"]\n', "input"),
         ('[model]\ninput = "image"\n', "must be a list of strings"),
-        ("[files]\nmax_text_chars = 10\n", "max_text_chars"),
-        ("[files]\nmax_filename_chars = 5000\n", "max_filename_chars"),
-        ("[files]\nmax_pictures = 3\n", "unknown key max_pictures"),
+        ("[runs]\nmax_parts_per_run = -1\n", "max_parts_per_run"),
+        ("[runs]\nmax_shown_attachment_bytes = 0\n", "max_shown_attachment_bytes"),
+        ("[runs]\nmax_pictures = 3\n", "unknown key max_pictures"),
         ('[mail]\nehlo_name = "localhost"\n', "ehlo_name: 'localhost' is neither a host name"),
         ('[mail]\nehlo_name = "mail example.com"\n', "ehlo_name"),
         ('[mail]\nehlo_name = "[300.1.2.3]"\n', "ehlo_name"),
@@ -205,12 +205,62 @@ def test_the_model_reads_text_only_unless_its_input_says_more(tmp_path):
     assert model.accepts("pdf")
 
 
-def test_files_limits_have_defaults_and_can_be_set(tmp_path):
-    files = load_config(tmp_path, environ={}).files
-    assert (files.max_text_chars, files.max_created_bytes) == (20_000, 1024 * 1024)
-    (tmp_path / "protege.toml").write_text("[files]\nmax_parts_per_run = 2\n")
-    files = load_config(tmp_path, environ={}).files
-    assert (files.max_parts_per_run, files.max_text_chars) == (2, 20_000)
+def test_the_files_a_run_shows_the_model_have_limits_with_defaults_that_can_be_set(tmp_path):
+    runs = load_config(tmp_path, environ={}).runs
+    limits = (runs.max_parts_per_run, runs.max_part_bytes_per_run, runs.max_shown_attachment_bytes)
+    assert limits == (8, 20 * 1024 * 1024, 10 * 1024 * 1024)
+    (tmp_path / "protege.toml").write_text("[runs]\nmax_parts_per_run = 2\n")
+    runs = load_config(tmp_path, environ={}).runs
+    assert (runs.max_parts_per_run, runs.max_part_bytes_per_run) == (2, 20 * 1024 * 1024)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            "[web]\nmax_chars = 500\n",
+            "[web] is now [plugins.protege-web]: rename the table",
+        ),
+        (
+            "[web]\nmax_chars = 500\n[plugins.protege-web]\nmax_bytes = 4096\n",
+            "[web] is now [plugins.protege-web]: rename the table",
+        ),
+        (
+            "[files]\nmax_text_chars = 500\n",
+            "[files] is now [plugins.protege-files]: rename the table",
+        ),
+        (
+            "[files]\nmax_parts_per_run = 2\nmax_text_chars = 500\n",
+            "[files] is now [plugins.protege-files]: rename the table; "
+            "move max_parts_per_run to [runs]",
+        ),
+        (
+            "[files]\nmax_read_bytes = 4096\n",
+            "[files] is now [plugins.protege-files]: rename the table; max_read_bytes now "
+            "bounds only read_attachment; the attachments shown to the model are bounded by "
+            "max_shown_attachment_bytes under [runs]",
+        ),
+    ],
+)
+def test_a_table_protege_no_longer_reads_is_refused_saying_what_to_rename(
+    tmp_path, content, message
+):
+    # Read under its old name as well, one setting would have two places deciding it.
+    (tmp_path / "protege.toml").write_text(content)
+    with pytest.raises(ConfigError) as refused:
+        load_config(tmp_path, environ={})
+    assert str(refused.value) == (
+        f"{tmp_path / 'protege.toml'} has settings protege no longer reads there: {message}"
+    )
+    assert "\n" not in str(refused.value)
+
+
+def test_an_old_table_is_refused_whatever_it_holds(tmp_path):
+    # Even an empty or malformed one: the rename is what the operator needs to hear first.
+    for content in ("[web]\n", "web = 3\n", '[files]\nmax_read_bytes = "lots"\n'):
+        (tmp_path / "protege.toml").write_text(content)
+        with pytest.raises(ConfigError, match="no longer reads there"):
+            load_config(tmp_path, environ={})
 
 
 def test_secrets_are_read_from_the_environment_when_loaded_and_never_shown(tmp_path):

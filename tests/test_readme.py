@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from protege.config import Config, FilesSettings
+from protege.config import Config, RunSettings
 from protege.registry import Origin, build_manifest
 from protege.tool import check_tool_class
 
@@ -52,17 +52,16 @@ def test_the_configuration_examples_are_settings_protege_accepts(tmp_path):
 
     blocks = re.findall(r"```toml\n(.*?)```", README.read_text(), re.DOTALL)
     settings = "\n".join(
-        block for block in blocks if re.match(r"\[(model|runs|mail|files|blobs)\]", block)
+        block for block in blocks if re.match(r"\[(model|runs|mail|blobs)\]", block)
     )
     assert "[mail]" in settings
-    assert "[files]" in settings
     assert "[runs]" in settings
     (tmp_path / "protege.toml").write_text(settings)
     config = load_config(tmp_path, environ={})
     assert config.mail.max_recipients == 50
     assert config.runs.max_tool_calls_per_turn == 16
     assert config.model.input == ("text", "image", "pdf")
-    assert config.files == FilesSettings()  # the README gives the defaults
+    assert config.runs == RunSettings()  # the README gives the defaults
     assert (config.blobs.store, config.blobs.bucket) == ("s3", "scoop-protege")
 
 

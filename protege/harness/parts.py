@@ -2,7 +2,7 @@
 
 A tool message cannot carry such parts, so the files a turn's tools gave back follow the
 turn's tool messages in one user message. Every file shown is fenced as untrusted, counted
-against the run's cap (``[files]``), and sent only in a form the model accepts (``[model]
+against the run's cap (``[runs]``), and sent only in a form the model accepts (``[model]
 input``); whatever is left out is named in its place, with the reason.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from protege.config import FilesSettings, ModelSettings
+from protege.config import ModelSettings, RunSettings
 from protege.harness.fence import Fence
 from protege.result import IMAGE, Part
 
@@ -24,7 +24,7 @@ _KIND_NAMES = {IMAGE: "images", "pdf": "PDFs"}
 class PartBudget:
     """How many files, and bytes of them, one run may still show the model."""
 
-    def __init__(self, model: ModelSettings, limits: FilesSettings) -> None:
+    def __init__(self, model: ModelSettings, limits: RunSettings) -> None:
         self.model = model
         self.limits = limits
         self.count = 0
@@ -41,12 +41,12 @@ class PartBudget:
         if self.count + 1 > self.limits.max_parts_per_run:
             return (
                 f"a run shows the model at most {self.limits.max_parts_per_run} files "
-                "(max_parts_per_run in [files])"
+                "(max_parts_per_run in [runs])"
             )
         if self.bytes + len(part.data) > self.limits.max_part_bytes_per_run:
             return (
                 f"a run shows the model at most {self.limits.max_part_bytes_per_run} bytes of "
-                f"files (max_part_bytes_per_run in [files]); {self.bytes} are used and this "
+                f"files (max_part_bytes_per_run in [runs]); {self.bytes} are used and this "
                 f"file is {len(part.data)}"
             )
         self.count += 1

@@ -124,7 +124,7 @@ def _viewable(attached: Sequence[Blob], config: Config) -> list[Shown]:
     if not (config.model.accepts(IMAGE) or config.model.accepts(PDF)):
         return found
     for blob in attached:
-        if blob.size > config.files.max_read_bytes:
+        if blob.size > config.runs.max_shown_attachment_bytes:
             continue
         try:
             data = blobs.read(blob, config)

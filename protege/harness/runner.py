@@ -503,7 +503,7 @@ class _Attempt:
             for entry in granted
         ]
         fence = Fence()
-        budget = PartBudget(config.model, config.files)  # files shown as themselves, per run
+        budget = PartBudget(config.model, config.runs)  # files shown as themselves, per run
         messages = build_messages(run, fence, config, budget)
         dispatcher = Dispatcher(
             granted, context, fence, config.runs.max_result_bytes, live, config.runs.tool_threads

@@ -126,3 +126,31 @@ def test_plugin_settings_protege_cannot_use_are_reported_by_doctor(run_protege):
         "protege-wether (did you mean protege-weather?)",
     ]
     assert "get_forecast" not in run_protege("tools", "--json").stdout
+
+
+def test_doctor_refuses_a_table_protege_no_longer_reads_saying_what_to_rename(run_protege):
+    (run_protege.project / "protege.toml").write_text(
+        '[web]\nallow_networks = ["10.20.0.0/16"]\n[files]\nmax_parts_per_run = 3\n'
+    )
+    result = run_protege("doctor", env={"PROTEGE_MODEL": "test-model"})
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [
+        f"Error: {run_protege.project / 'protege.toml'} has settings protege no longer reads "
+        "there: [web] is now [plugins.protege-web]: rename the table; [files] is now "
+        "[plugins.protege-files]: rename the table; move max_parts_per_run to [runs]"
+    ]
+
+
+def test_doctor_reports_a_built_in_plugins_table_it_cannot_use_like_any_plugins(run_protege):
+    (run_protege.project / "protege.toml").write_text(
+        "[runs]\nmax_parts_per_run = 3\n[plugins.protege-web]\nmax_redirects = 99\n"
+    )
+    result = run_protege("doctor", env={"PROTEGE_MODEL": "test-model"})
+    problems = [line for line in result.stdout.splitlines() if line.startswith("problem: ")]
+    assert [p for p in problems if "protege-web" in p] == [
+        "problem: plugin protege-web 0.1.0: protege.toml has settings it cannot use: "
+        "'max_redirects' must be <= 20: 99 @ plugins.protege-web"
+    ]
+    tools = run_protege("tools", "--json").stdout
+    assert "web_fetch" not in tools
+    assert "read_attachment" in tools

@@ -51,9 +51,9 @@ def run_with_files(agent, files, config):
     return run, attachments_of([run.message])[run.message.id]
 
 
-def with_input(config, *kinds, **files):
+def with_input(config, *kinds, **runs):
     model = attrs.evolve(config.model, input=("text", *kinds))
-    return attrs.evolve(config, model=model, files=attrs.evolve(config.files, **files))
+    return attrs.evolve(config, model=model, runs=attrs.evolve(config.runs, **runs))
 
 
 def test_a_host_tools_image_follows_its_tool_message_fenced(config, scripted_model):
@@ -131,7 +131,7 @@ def test_the_answered_messages_images_and_pdfs_are_shown_within_the_run_cap(conf
         f"- receipt.pdf (application/pdf, {len(PDF)} bytes, blob id {blobs[1].token})\n"
         f"<<<END UNTRUSTED {fence}>>>\n"
         f"(protege: The attachment with blob id {blobs[1].token} was not shown: a run "
-        "shows the model at most 1 files (max_parts_per_run in [files]))"
+        "shows the model at most 1 files (max_parts_per_run in [runs]))"
     ) in email
     assert content[1:] == [
         {"type": "text", "text": f"<<<UNTRUSTED {fence} source='email attachments'>>>"},
@@ -151,9 +151,28 @@ def test_a_byte_cap_leaves_out_what_does_not_fit(config, scripted_model):
     content = scripted_model.requests[0]["messages"][-1]["content"]
     assert [part["type"] for part in content] == ["text", "text", "text", "image_url", "text"]
     assert (
-        f"max_part_bytes_per_run in [files]); 0 are used and this file is {len(PDF)}"
+        f"max_part_bytes_per_run in [runs]); 0 are used and this file is {len(PDF)}"
         in (content[0]["text"])
     )
+
+
+def test_an_attachment_over_the_shown_size_is_listed_and_never_read_to_be_shown(
+    config, scripted_model
+):
+    scripted_model.script(say("Thanks."))
+    _, blobs = run_with_files(
+        agent_granted([]),
+        [("receipt.pdf", "application/pdf", PDF), ("photo.png", "image/png", PNG)],
+        with_input(config, "image", "pdf", max_shown_attachment_bytes=len(PNG)),
+    )
+    content = scripted_model.requests[0]["messages"][-1]["content"]
+    assert len(PDF) > len(PNG)
+    assert [part["type"] for part in content] == ["text", "text", "text", "image_url", "text"]
+    assert (
+        f"- receipt.pdf (application/pdf, {len(PDF)} bytes, blob id {blobs[0].token})"
+        in (content[0]["text"])
+    )
+    assert "not shown" not in content[0]["text"]  # only listed: read_attachment may read it
 
 
 def test_an_attachment_that_only_claims_to_be_an_image_is_listed_not_shown(config, scripted_model):
@@ -279,7 +298,7 @@ def test_a_file_name_from_outside_stays_inside_the_fence(config, scripted_model)
             "type": "text",
             "text": "The files your tool calls gave back:\n(protege: an image from chatty_camera "
             "(call call_2_0) was not shown: a run shows the model at most 1 files "
-            "(max_parts_per_run in [files]))",
+            "(max_parts_per_run in [runs]))",
         }
     ]
 

@@ -7,6 +7,7 @@ import re
 import unicodedata
 
 from protege import Result, RunContext, Tool
+from protege_files.settings import settings_of
 
 FORMATS = {  # format: (extension, content type)
     "csv": ("csv", "text/csv; charset=utf-8"),
@@ -50,12 +51,12 @@ class CreateFileTool(Tool):
     }
 
     def use(self, context: RunContext, format: str, filename: str, content: str) -> Result:
-        limits = context.config.files
+        limits = settings_of(context)
         data = content.encode("utf-8", "replace")  # a lone surrogate from the model's JSON
         if len(data) > limits.max_created_bytes:
             return self.failure(
                 f"the content is {len(data)} bytes; a created file holds at most "
-                f"{limits.max_created_bytes} (max_created_bytes in [files])"
+                f"{limits.max_created_bytes} (max_created_bytes in [plugins.protege-files])"
             )
         try:
             check(format, content)

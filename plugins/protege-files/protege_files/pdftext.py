@@ -37,12 +37,12 @@ def pdf_text(
         )
     except subprocess.TimeoutExpired:
         raise PDFTextFailed(
-            f"it took more than {seconds:g} s (max_pdf_seconds in [files])"
+            f"it took more than {seconds:g} s (max_pdf_seconds in [plugins.protege-files])"
         ) from None
     if done.returncode < 0:  # killed: past its CPU time or its memory
         raise PDFTextFailed(
             f"it took more than {seconds:g} s of CPU or too much memory "
-            "(max_pdf_seconds in [files])"
+            "(max_pdf_seconds in [plugins.protege-files])"
         )
     if done.returncode != 0:
         reason = done.stderr.decode("utf-8", "replace").strip().splitlines()

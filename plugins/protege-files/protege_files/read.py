@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from protege import Part, Result, RunContext, Tool, Trust
 from protege_files.pdftext import PDFTextFailed, pdf_text
+from protege_files.settings import settings_of
 
 # A file's token; a number names a file stored before files had tokens.
 FILE_REFERENCE = {"type": ["string", "integer"], "minLength": 1, "maxLength": 64, "minimum": 1}
@@ -38,12 +39,12 @@ class ReadAttachmentTool(Tool):
         blob = visible_blob(context.agent, blob_id, context.mail_scope(self.id))
         if blob is None:  # the same words whether it is missing or someone else's
             return self.failure(f"no such attachment: {blob_id}")
-        limits = context.config.files
+        limits = settings_of(context)
         about = {"blob_id": blob.token, "filename": blob.filename, "size": blob.size}
         if blob.size > limits.max_read_bytes:
             return self.failure(
                 f"the file is {blob.size} bytes; read_attachment reads at most "
-                f"{limits.max_read_bytes} (max_read_bytes in [files])",
+                f"{limits.max_read_bytes} (max_read_bytes in [plugins.protege-files])",
                 **about,
             )
         try:
@@ -73,7 +74,7 @@ class ReadAttachmentTool(Tool):
     def _text(
         self, context: RunContext, text: str, content_type: str, about: dict[str, object]
     ) -> Result:
-        limit = context.config.files.max_text_chars
+        limit = settings_of(context).max_text_chars
         cut = {"max_text_chars": limit} if len(text) > limit else {}
         return self.success(
             **about,
@@ -114,7 +115,7 @@ class ReadAttachmentTool(Tool):
             return self.success(
                 **about, content_type=PDF_TYPE, shown="the PDF follows, as itself", parts=[part]
             )
-        limits = context.config.files
+        limits = settings_of(context)
         try:
             text, pages, read_pages = pdf_text(
                 data,

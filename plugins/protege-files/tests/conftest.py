@@ -7,7 +7,7 @@ import pytest
 
 from protege.mail import record_inbound
 from protege.models import Agent
-from protege.testing import attach_files, make_context
+from protege.testing import attach_files, make_context, with_plugin_settings
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -21,12 +21,12 @@ def fixture_file():
 @pytest.fixture
 def configured(protege_app):
     """The test's configuration with the model reading ``inputs`` besides text, and
-    ``[files]`` settings changed."""
+    ``files`` as the ``[plugins.protege-files]`` table (checked as protege checks the file)."""
 
     def change(*inputs, **files):
-        config = protege_app.config
-        model = attrs.evolve(config.model, input=("text", *inputs))
-        return attrs.evolve(config, model=model, files=attrs.evolve(config.files, **files))
+        app = with_plugin_settings(protege_app, "protege-files", files) if files else protege_app
+        config = app.config
+        return attrs.evolve(config, model=attrs.evolve(config.model, input=("text", *inputs)))
 
     return change
 

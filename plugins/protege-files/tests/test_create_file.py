@@ -185,7 +185,7 @@ def test_content_over_the_limit_is_refused_naming_it(create, configured):
     result = create(format="txt", filename="x", content="a" * (1024 * 1024 + 1))
     assert result.reason == (
         "the content is 1048577 bytes; a created file holds at most 1048576 "
-        "(max_created_bytes in [files])"
+        "(max_created_bytes in [plugins.protege-files])"
     )
     small = create(
         config=configured(max_created_bytes=10), format="txt", filename="x", content="é" * 6

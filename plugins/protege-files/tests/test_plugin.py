@@ -12,5 +12,5 @@ def test_loads_cleanly_and_registers_its_two_tools():
     manifest = refresh()
     (report,) = [r for r in manifest.plugins if r.plugin.source.distribution == "protege-files"]
     assert report.plugin.status is PluginStatus.OK
-    assert report.plugin.hooks == ("register_tools",)
+    assert report.plugin.hooks == ("plugin_settings", "register_tools")
     assert report.tool_ids == ("create_file", "read_attachment")

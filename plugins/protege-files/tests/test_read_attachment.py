@@ -231,7 +231,7 @@ def test_a_file_over_the_read_limit_is_refused_naming_the_limit(
     result = read(sundae, blob.token, config=configured(max_read_bytes=50))
     assert result.reason == (
         f"the file is {len(CSV)} bytes; read_attachment reads at most 50 "
-        "(max_read_bytes in [files])"
+        "(max_read_bytes in [plugins.protege-files])"
     )
 
 
@@ -275,8 +275,9 @@ def test_a_pdf_that_takes_too_long_to_read_is_stopped_at_its_limit(
     # clock behind it does.
     assert result.reason in (
         "the PDF's text cannot be extracted: it took more than 1 s of CPU or too much memory "
-        "(max_pdf_seconds in [files])",
-        "the PDF's text cannot be extracted: it took more than 1 s (max_pdf_seconds in [files])",
+        "(max_pdf_seconds in [plugins.protege-files])",
+        "the PDF's text cannot be extracted: it took more than 1 s "
+        "(max_pdf_seconds in [plugins.protege-files])",
     )
 
 

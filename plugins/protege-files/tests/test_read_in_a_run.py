@@ -129,7 +129,7 @@ def test_the_run_cap_counts_attachments_and_tool_files_together(
     reader, protege_app, scripted_model
 ):
     app = app_reading(protege_app, "image", "pdf")
-    config = attrs.evolve(app.config, files=attrs.evolve(app.config.files, max_parts_per_run=2))
+    config = attrs.evolve(app.config, runs=attrs.evolve(app.config.runs, max_parts_per_run=2))
     app = attrs.evolve(app, config=config)
     scripted_model.script(say("Looking."))
     first = run_with(reader, app)
@@ -144,7 +144,7 @@ def test_the_run_cap_counts_attachments_and_tool_files_together(
     assert [part["type"] for part in content].count("image_url") == 2
     assert content[0]["text"].splitlines()[1:] == [
         "(protege: an image from read_attachment (call call_2_2) was not shown: a run shows "
-        "the model at most 2 files (max_parts_per_run in [files]))"
+        "the model at most 2 files (max_parts_per_run in [runs]))"
     ]
 
 

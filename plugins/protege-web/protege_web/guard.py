@@ -129,8 +129,8 @@ def check_url(
     """The IP addresses ``url`` may be fetched from, or ``BlockedURL`` saying why none.
 
     ``resolver`` (the system's by default) must be the one the connection would use;
-    ``allow_networks`` (CIDR ranges, from ``[web] allow_networks``) are let through
-    although private or reserved.
+    ``allow_networks`` (CIDR ranges, from ``[plugins.protege-web] allow_networks``) are let
+    through although private or reserved.
     """
     return list(check(url, resolver=resolver, allow_networks=allow_networks).addresses)
 

@@ -12,6 +12,7 @@ import attrs
 import httpx
 
 from protege import ProtegeError
+from protege_web.settings import settings_of
 
 if TYPE_CHECKING:
     from protege import RunContext
@@ -28,7 +29,7 @@ class FetchFailed(ProtegeError):
 
 @attrs.frozen(kw_only=True)
 class Limits:
-    """The limits of one fetch or search, from ``[web]`` in ``protege.toml``."""
+    """The limits of one fetch or search, from ``[plugins.protege-web]`` in ``protege.toml``."""
 
     timeout: float = 15.0
     max_bytes: int = 2 * 1024 * 1024
@@ -40,7 +41,7 @@ class Limits:
     @classmethod
     def of(cls, context: RunContext) -> Limits:
         """The limits the run's configuration sets."""
-        web = context.config.web
+        web = settings_of(context)
         return cls(
             timeout=web.timeout_seconds,
             max_bytes=web.max_bytes,

@@ -35,7 +35,7 @@ class WebFetchTool(Tool):
         },
     }
     trust = Trust.UNTRUSTED  # a stranger's page
-    timeout = 150.0  # the fetch keeps its own deadline, [web] timeout_seconds (120 s at most)
+    timeout = 150.0  # the fetch keeps its own deadline, timeout_seconds (120 s at most)
     preload = ("protege_web.fetch", "protege_web.guard", "protege_web.http")
 
     async def use(self, context: RunContext, url: str) -> Result:
@@ -70,7 +70,7 @@ class WebSearchTool(Tool):
         },
     }
     trust = Trust.UNTRUSTED  # snippets are strangers' text
-    timeout = 150.0  # the search keeps its own deadline, [web] timeout_seconds
+    timeout = 150.0  # the search keeps its own deadline, timeout_seconds
     preload = ("protege_web.http", "protege_web.search")
 
     async def use(self, context: RunContext, query: str, limit: int = 5) -> Result:

@@ -9,12 +9,11 @@ import tracemalloc
 import zlib
 from pathlib import Path
 
-import attrs
 import httpx
 import pytest
 
 from protege import Trust
-from protege.testing import make_context, run_tool
+from protege.testing import make_context, run_tool, with_plugin_settings
 from protege_web.fetch import fetch
 from protege_web.http import FetchFailed, Limits
 
@@ -133,8 +132,8 @@ def test_no_proxy_from_the_environment_is_used(serve, monkeypatch):
 
 
 def tool_context(protege_app, **web):
-    config = protege_app.config
-    return make_context(config=attrs.evolve(config, web=attrs.evolve(config.web, **web)))
+    table = {key: list(v) if isinstance(v, tuple) else v for key, v in web.items()}  # TOML lists
+    return make_context(config=with_plugin_settings(protege_app, "protege-web", table).config)
 
 
 def test_the_tool_returns_the_page_as_untrusted_text(serve, protege_app):

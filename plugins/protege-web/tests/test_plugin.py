@@ -17,7 +17,7 @@ def test_loads_cleanly_and_registers_both_web_tools():
     manifest = refresh()
     (report,) = [r for r in manifest.plugins if r.plugin.source.distribution == "protege-web"]
     assert report.plugin.status is PluginStatus.OK
-    assert report.plugin.hooks == ("register_tools",)
+    assert report.plugin.hooks == ("plugin_settings", "register_tools")
     assert sorted(report.tool_ids) == ["web_fetch", "web_search"]
     assert manifest.get("web_fetch").tool_class.trust == "untrusted"
     assert manifest.get("web_search").tool_class.trust == "untrusted"

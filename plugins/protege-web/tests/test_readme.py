@@ -4,22 +4,23 @@ import re
 from pathlib import Path
 
 from protege.config import load_config
+from protege.testing import with_plugin_settings
 from protege.tool import check_tool_class
+from protege_web.settings import WebSettings
 
 README = Path(__file__).parents[3] / "README.md"
 
 
-def test_the_web_settings_example_is_what_protege_accepts(tmp_path):
-    (block,) = re.findall(r"```toml\n(\[web\]\n.*?)```", README.read_text(), re.DOTALL)
-    (tmp_path / "protege.toml").write_text(block)
-    web = load_config(tmp_path, environ={}).web
-    assert (web.timeout_seconds, web.max_bytes, web.max_chars, web.max_redirects) == (
-        15.0,
-        2 * 1024 * 1024,
-        20_000,
-        5,
+def test_the_web_settings_example_is_what_protege_accepts(tmp_path, protege_app):
+    (block,) = re.findall(
+        r"```toml\n(\[plugins\.protege-web\]\n.*?)```", README.read_text(), re.DOTALL
     )
-    assert web.search_url == "https://html.duckduckgo.com/html/"
+    (tmp_path / "protege.toml").write_text(block)
+    table = load_config(tmp_path, environ={}).plugins["protege-web"]
+    web = with_plugin_settings(protege_app, "protege-web", table).config.plugin_settings(
+        "protege-web"
+    )
+    assert web == WebSettings()  # the README gives the defaults
 
 
 def test_the_keyed_search_example_is_a_tool_that_reads_its_key_from_the_environment(

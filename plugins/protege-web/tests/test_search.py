@@ -5,12 +5,11 @@ engine can refuse reported as what it is."""
 import asyncio
 from pathlib import Path
 
-import attrs
 import httpx
 import pytest
 
 from protege import Trust
-from protege.testing import make_context, run_tool
+from protege.testing import make_context, run_tool, with_plugin_settings
 from protege_web.http import Limits
 from protege_web.search import SearchFailed, search, unwrapped
 
@@ -151,9 +150,8 @@ def test_unwrapping_result_links(href, url):
 def test_the_tool_returns_untrusted_results_from_the_configured_endpoint(serve, protege_app):
     page = (SAVED / "results.html").read_bytes()
     server = serve(lambda handler: handler.answer(page))
-    config = protege_app.config
-    web = attrs.evolve(config.web, search_url=f"{server.url}/html/")
-    context = make_context(config=attrs.evolve(config, web=web))
+    app = with_plugin_settings(protege_app, "protege-web", {"search_url": f"{server.url}/html/"})
+    context = make_context(config=app.config)
 
     result = run_tool(
         "web_search", context=context, manifest=protege_app.manifest, query="mango sorbet", limit=3
@@ -180,11 +178,10 @@ def test_the_tool_reports_a_block_as_a_failure(serve, protege_app):
         handler.send(challenge)
 
     server = serve(blocked)
-    config = protege_app.config
-    web = attrs.evolve(config.web, search_url=f"{server.url}/html/")
+    app = with_plugin_settings(protege_app, "protege-web", {"search_url": f"{server.url}/html/"})
     result = run_tool(
         "web_search",
-        context=make_context(config=attrs.evolve(config, web=web)),
+        context=make_context(config=app.config),
         manifest=protege_app.manifest,
         query="mango",
     )
