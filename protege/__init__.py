@@ -15,8 +15,10 @@ __version__ = "0.1.0"
 # Names load on first use, so `import protege` (and so `protege --help`) stays cheap.
 _EXPORTS = {
     "BlobStore": "protege.blobs.stores",
+    "CommittedEvent": "protege.harness.events",
     "DashboardView": "protege.dashboard",
     "Envelope": "protege.delivery.transports",
+    "InboundMail": "protege.gateway.inspection",
     "Ingress": "protege.ingresses",
     "IngressRefused": "protege.ingresses",
     "Intake": "protege.ingresses",
@@ -29,6 +31,7 @@ _EXPORTS = {
     "Resolver": "protege.sections",
     "Result": "protege.result",
     "RunContext": "protege.context",
+    "RunSnapshot": "protege.harness.listeners",
     "Tool": "protege.tool",
     "Transport": "protege.delivery.transports",
     "Trust": "protege.result",
@@ -39,8 +42,10 @@ _EXPORTS = {
 
 __all__ = [
     "BlobStore",
+    "CommittedEvent",
     "DashboardView",
     "Envelope",
+    "InboundMail",
     "Ingress",
     "IngressRefused",
     "Intake",
@@ -53,6 +58,7 @@ __all__ = [
     "Resolver",
     "Result",
     "RunContext",
+    "RunSnapshot",
     "Tool",
     "Transport",
     "Trust",
@@ -67,6 +73,9 @@ if TYPE_CHECKING:
     from protege.dashboard import DashboardView
     from protege.delivery.transports import Envelope, MailRefused, Outcome, Transport
     from protege.errors import ProtegeError
+    from protege.gateway.inspection import InboundMail
+    from protege.harness.events import CommittedEvent
+    from protege.harness.listeners import RunSnapshot
     from protege.hookspecs import hookimpl
     from protege.ingresses import Ingress, IngressRefused, Intake
     from protege.result import Part, Result, Trust, failure, success

@@ -30,7 +30,7 @@ from protege.models import (
     Toolkit,
 )
 
-__all__ = ["Change", "change", "command_line_actor", "entries", "snapshot"]
+__all__ = ["Change", "change", "command_line_actor", "entries", "record", "snapshot"]
 
 
 def command_line_actor() -> str:
@@ -162,6 +162,27 @@ def change(actor: str, action: str, subject: Record | None = None) -> Iterator[C
             before_json=None if made.before is None else json.dumps(made.before),
             after_json=None if after is None else json.dumps(after),
         )
+
+
+def record(
+    actor: str,
+    action: str,
+    subject_kind: str,
+    subject: str,
+    *,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+) -> AuditEntry:
+    """Record a decision that is no operator's change of a record (an inspector held a
+    mail, say): ``actor`` did ``action`` to ``subject``, in the caller's transaction."""
+    return AuditEntry.create(
+        actor=actor[:300],
+        action=action[:200],
+        subject_kind=subject_kind,
+        subject=subject[:500],
+        before_json=None if before is None else json.dumps(before),
+        after_json=None if after is None else json.dumps(after),
+    )
 
 
 def entries(limit: int = 100, *, subject_kind: str | None = None) -> list[AuditEntry]:

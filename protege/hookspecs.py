@@ -267,6 +267,39 @@ def register_transports(register: Callable[[str, Callable[..., Any]], None]) -> 
 
 
 @hookspec
+def on_event(app: Any, run: Any, event: Any) -> None:
+    """Called once for each event of a run, after the batch holding it was committed to the
+    run's trail, so that a listener (traces, metrics, a live view) follows runs as they go.
+
+    Calls come from one dispatcher thread of the application, never from the run's own
+    thread: for each run, events arrive exactly in the order they were committed, and the
+    batch that ends a run arrives with the run's final status in ``run.status``. A listener
+    that raises is logged (with its plugin's name) and the run goes on; a slow one is logged
+    too, and holds up only the listeners behind it, never a run. The dispatcher's queue is
+    bounded: when listeners fall that far behind, further events are dropped, counted and
+    the count logged, rather than slow a run down. The return value is ignored.
+
+    ``app`` is the installation (``app.config``, ``app.plugins``...). ``run`` is a
+    ``protege.RunSnapshot``: the run as it stood when the batch was committed (``id``,
+    ``agent``, ``kind``, ``status``, ``correlation_id``...), a copy no other thread changes.
+    ``event`` is a ``protege.CommittedEvent``: its ``seq`` and ``kind``, and its payload read
+    afresh on each access (``event.payload`` as a dict, ``event.typed`` as the harness's own
+    event class), so one listener cannot change what another sees.
+
+    Example::
+
+        from protege import hookimpl
+
+
+        @hookimpl
+        def on_event(app, run, event):
+            if event.kind == "model_response":
+                tokens = event.payload.get("usage", {}).get("total_tokens", 0)
+                statsd.incr("protege.tokens", tokens, tags=[f"agent:{run.agent}"])
+    """
+
+
+@hookspec
 def register_blob_stores(register: Callable[[str, Callable[..., Any]], None]) -> None:
     """Called once each time an installation opens (and by ``protege doctor``), to offer
     blob stores (where stored files keep their bytes) by name: `register` takes each, as
@@ -342,4 +375,41 @@ def prompt_sections(
                 return None
             notes = customer_notes(context.message.sender)
             return PromptSection("customer_notes", notes, Trust.UNTRUSTED) if notes else None
+    """
+
+
+@hookspec
+def inspect_inbound(app: Any, message: Any) -> None:
+    """Called for each inbound mail once it is stored for an agent, before a run is queued
+    for it: an inspector may flag the mail, or hold it (stored and flagged, no run).
+
+    Called in the thread that took the mail (the SMTP gateway's, an HTTP ingress's, the
+    command line's), inside the transaction that stores it (so keep it quick: on SQLite,
+    other mail waits meanwhile), once per agent the mail is for, by every plugin that
+    implements it, in pluggy's order. Decisions only accumulate: ``message.flag(text)``
+    adds a flag, ``message.hold(reason)`` keeps the mail from starting a run, and nothing an
+    inspector does can take away another one's flag or hold. Each decision is recorded in
+    the audit log under the deciding plugin's name. An inspector that raises holds the mail
+    (flagged ``inspection_failed``): a failing check must not let through mail it might
+    have stopped. The return value is ignored. protege's own sender authentication is an
+    inspector: mail failing DMARC at a domain that asks for reject or quarantine is held,
+    and a failed DNS lookup is flagged.
+
+    ``app`` is the installation. ``message`` is a ``protege.InboundMail``: the stored mail's
+    ``id``, ``agent``, ``sender`` (the From as written) and ``sender_address``, ``to``,
+    ``cc``, ``subject``, ``body``, ``message_id``, ``status`` (``accepted``, or
+    ``refused``/``ignored`` when it starts no run anyway), ``verdict`` (the sender
+    authentication's ``Verdict``), and the ``flags`` and ``holds`` decided so far.
+
+    Example::
+
+        from protege import hookimpl
+
+
+        @hookimpl
+        def inspect_inbound(app, message):
+            if "wire transfer" in message.body.lower():
+                message.flag("mentions a wire transfer")
+            if message.sender_address.endswith("@competitor.example"):
+                message.hold("mail from a competitor waits for an operator")
     """

@@ -35,6 +35,7 @@ INTERNAL_PLUGINS: tuple[str, ...] = (
     "protege.defaults.transports",
     "protege.defaults.blob_stores",
     "protege.defaults.current_time",
+    "protege.gateway.sender_decision",
 )
 LOAD_VARIABLE = "PROTEGE_LOAD_PLUGINS"
 DEBUG_VARIABLE = "PROTEGE_DEBUG"

@@ -26,6 +26,7 @@ from protege.db import close_idle_connections
 from protege.delivery import DeliveryLoop, send_pending
 from protege.harness import carry_out, execute
 from protege.harness.cancels import CancelWatch
+from protege.harness.listeners import EventDispatcher
 from protege.harness.model import load_library
 from protege.harness.runner import new_owner
 from protege.installation import Installation
@@ -54,12 +55,14 @@ def preload(installation: Installation) -> None:
 
 def drain(installation: Installation, *, clock: Clock = utcnow) -> list[Run]:
     """Carry out queued runs (and runs whose worker died) in this thread until none is
-    left, then send the mail they queued; returns the runs."""
+    left, then send the mail they queued; returns the runs once the ``on_event`` listeners
+    heard all their events."""
     done = []
     lease = installation.config.runs.lease_seconds
-    while (claimed := claim_next(new_owner(), clock(), lease)) is not None:
-        run, claim = claimed
-        done.append(execute(run, installation, claim=claim))
+    with EventDispatcher(installation) as events:
+        while (claimed := claim_next(new_owner(), clock(), lease)) is not None:
+            run, claim = claimed
+            done.append(execute(run, installation, claim=claim, listeners=events))
     send_pending(installation.config, clock=clock, transport=installation.transport)
     return done
 
@@ -68,7 +71,8 @@ class Workers:
     """Carries out queued runs in this process, many at once, until stopped.
 
     ``on_finished`` is called (on the workers' thread) with each run that ended. ``clock``
-    tells the time leases are measured in.
+    tells the time leases are measured in. The runs' events go to the ``on_event``
+    listeners through ``events``, a dispatcher started and closed with the workers.
     """
 
     def __init__(
@@ -92,9 +96,11 @@ class Workers:
         self._grace: float = settings.shutdown_seconds
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._main, name="protege-workers", daemon=True)
+        self.events = EventDispatcher(installation)
 
     def start(self) -> Workers:
         """Start carrying out runs (returns once the workers are ready)."""
+        self.events.start()
         self._thread.start()
         self._ready.wait()
         return self
@@ -109,14 +115,17 @@ class Workers:
     def stop(self, grace: float | None = None) -> None:
         """Take no more runs; give those in flight ``grace`` seconds (default
         ``[serve] shutdown_seconds``) to end, hand the others back to the queue, finish the
-        mail being sent, and return."""
+        mail being sent, let the event listeners hear the runs' last events, and return."""
         if grace is not None:
             self._grace = grace
         loop, stopping = self._loop, self._stopping
         if loop is not None and stopping is not None:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(stopping.set)
-        self._thread.join()
+        try:
+            self._thread.join()
+        finally:
+            self.events.close()
 
     def _main(self) -> None:
         try:
@@ -199,6 +208,7 @@ class Workers:
                     clock=self.clock,
                     stopping=stopping,
                     cancels=cancels,
+                    listeners=self.events,
                 )
             )
             in_flight.add(task)

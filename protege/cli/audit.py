@@ -14,12 +14,13 @@ from protege.cli.output import echo_json
 @click.option("--limit", default=50, show_default=True, help="How many entries, newest first.")
 @click.option(
     "--kind",
-    type=click.Choice(["toolkit", "agent", "grant", "responsibility", "run"]),
+    type=click.Choice(["toolkit", "agent", "grant", "responsibility", "run", "message"]),
     help="Only changes to this kind of subject.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def audit(limit: int, kind: str | None, as_json: bool) -> None:
-    """Every change operators and the command line made to access: who, when, before, after."""
+    """Every change operators and the command line made to access, and every inbound
+    inspector's flag or hold on a mail: who, when, before, after."""
     from protege.audit import entries
     from protege.harness.events import printable
 

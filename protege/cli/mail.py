@@ -68,7 +68,12 @@ def serve(
     if not no_gateway:
         try:
             gateway = start_gateway(
-                config, host, port, on_mail=_mail_line(pool), on_refusal=_refusal_line
+                config,
+                host,
+                port,
+                on_mail=_mail_line(pool),
+                on_refusal=_refusal_line,
+                app=installation,
             )
         except OSError as error:
             where = f"{host or config.mail.listen_host}:{port or config.mail.listen_port}"
@@ -256,7 +261,12 @@ def receive(file, recipients: tuple[str, ...], run_now: bool) -> None:
 
     installation = open_installation()
     raw = file.read()
-    delivered = ingest(raw, config=installation.config, recipients=list(recipients) or None)
+    delivered = ingest(
+        raw,
+        config=installation.config,
+        recipients=list(recipients) or None,
+        app=installation,
+    )
     for item in delivered:
         queued = f" (run {item.run.id} queued)" if item.run is not None else ""
         flags = f" [{'; '.join(item.message.flags)}]" if item.message.flags else ""

@@ -13,6 +13,7 @@ import json
 import logging
 import re
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import attrs
 import peewee
@@ -20,10 +21,11 @@ import peewee
 from protege import blobs
 from protege.access import routing_key
 from protege.authentication import Resolver, Verdict, authenticate, unverified
-from protege.config import AuthenticationSettings, Config
+from protege.config import Config
 from protege.db import database
 from protege.errors import ProtegeError
 from protege.gateway.approvals import answer_by_mail
+from protege.gateway.inspection import OwnInspectors, inspect
 from protege.gateway.parse import (
     LOOP_HEADER,
     MailRejected,
@@ -90,6 +92,7 @@ def ingest(
     helo: str | None = None,
     resolver: Resolver | None = None,
     verdict: Verdict | None = None,
+    app: Any = None,
 ) -> list[Delivered]:
     """Store ``raw`` for each agent among ``recipients`` and queue their runs.
 
@@ -97,7 +100,9 @@ def ingest(
     receive``) the To, Cc and Delivered-To headers say who it is for. The sender verdict is
     computed once (``protege.authentication``) from the mail and the SMTP session
     (``client_ip``, ``helo``, ``envelope_sender``), through ``resolver`` (one built from
-    ``[mail.authentication]`` when None), unless ``verdict`` is given. Raises
+    ``[mail.authentication]`` when None), unless ``verdict`` is given. Each stored mail is
+    then inspected by the ``inspect_inbound`` plugins of ``app`` (the installation; without
+    one, by protege's own inspectors only), which may flag it or hold it. Raises
     ``MailRejected`` for mail over the limits or for no known agent (then nothing is
     stored), and ``StorageUnavailable`` only when the database or disk failed in a way a
     later attempt can get past.
@@ -125,8 +130,9 @@ def ingest(
     verdict = _for_sender(verdict, parsed.sender)
     if parsed.sender and agent_for(parsed.sender) is not None:
         verdict = unverified(FROM_AN_AGENT, verdict.from_domain)
+    inspectors = OwnInspectors.of(config) if app is None else app
     try:
-        return _store(raw, parsed, agents, config, addressed, verdict)
+        return _store(raw, parsed, agents, config, addressed, verdict, inspectors)
     except TRANSIENT_ERRORS as error:
         raise StorageUnavailable(f"{type(error).__name__}: {error}") from error
     except Exception as error:  # something in this mail the database would not take
@@ -137,7 +143,13 @@ def ingest(
         )
         try:
             return _store(
-                raw, fallback, agents, config, (), unverified("the mail could not be read")
+                raw,
+                fallback,
+                agents,
+                config,
+                (),
+                unverified("the mail could not be read"),
+                inspectors,
             )
         except Exception as again:
             raise StorageUnavailable(f"{type(again).__name__}: {again}") from again
@@ -150,6 +162,7 @@ def _store(
     config: Config,
     recipients: Sequence[str],
     verdict: Verdict,
+    inspectors: Any,
 ) -> list[Delivered]:
     with blobs.removed_on_failure(), database.atomic():
         copies = _earlier_copies(raw, parsed, agents)
@@ -166,7 +179,9 @@ def _store(
         return [
             _again(agent, copies[agent.id])
             if agent.id in copies
-            else _deliver_to(agent, parsed, raw_blob, stored, config, recipients, verdict)
+            else _deliver_to(
+                agent, parsed, raw_blob, stored, config, recipients, verdict, inspectors
+            )
             for agent in agents
         ]
 
@@ -240,21 +255,6 @@ def _for_sender(verdict: Verdict, sender: str) -> Verdict:
     )
 
 
-def _authentication_flags(verdict: Verdict, settings: AuthenticationSettings) -> list[str]:
-    if verdict.authenticated or settings.mode == "off":
-        return []
-    enforced = settings.enforced
-    if verdict.temporary:
-        return ["sender authentication: temperror (a DNS lookup failed; nothing was proven)"]
-    if verdict.refused_by_policy:
-        outcome = "no run" if enforced else "report mode: run anyway"
-        return [
-            f"sender authentication: fails DMARC for {verdict.from_domain}, whose policy is "
-            f"{verdict.policy} ({outcome})"
-        ]
-    return []  # not proven, as most mail is not: the verdict says so, no flag is needed
-
-
 def _deliver_to(
     agent: Agent,
     parsed: ParsedMail,
@@ -263,6 +263,7 @@ def _deliver_to(
     config: Config,
     recipients: Sequence[str],
     verdict: Verdict,
+    inspectors: Any,
 ) -> Delivered:
     flags = list(parsed.flags)
     answer = None
@@ -271,7 +272,6 @@ def _deliver_to(
         message_id = new_message_id(agent.address)
         flags.append(SYNTHETIC_ID)
     settings = config.mail.authentication
-    flags += _authentication_flags(verdict, settings)
     from_an_agent = verdict.reason == FROM_AN_AGENT
     if from_an_agent:
         flags.append(FROM_AN_AGENT)
@@ -283,14 +283,6 @@ def _deliver_to(
         flags.append(f"refused by access rules: {decision.reason}")
     elif parsed.ignore_reason is not None:
         status, reason = IGNORED, parsed.ignore_reason
-    elif verdict.refused_by_policy and settings.enforced:
-        # Answering would mail the forged domain's people: stored and flagged, never run.
-        status = IGNORED
-        reason = f"fails DMARC for {verdict.from_domain} (policy {verdict.policy}): no run"
-    elif (answer := answer_by_mail(agent, parsed, recipients, config, proven)) is not None:
-        # An answer to an approval request: it decides the approval, or changes nothing.
-        status, reason = (ANSWER if answer.decided else IGNORED), answer.reason
-        flags.append(f"approval answer: {answer.reason}")
     else:
         status, reason = ACCEPTED, "accepted"
     message = Message.insert_new(
@@ -298,8 +290,8 @@ def _deliver_to(
         direction=INBOUND,
         status=status,
         sender=parsed.sender,
-        # An answer to an approval carries its token: it decided above, and is kept
-        # nowhere a model or a listing could read it.
+        # An answer to an approval carries its token: it decides below (from the parsed
+        # mail), and is kept nowhere a model or a listing could read it.
         to_addresses=[redact_tokens(a) for a in parsed.to],
         cc_addresses=[redact_tokens(a) for a in parsed.cc],
         reply_to_addresses=[redact_tokens(a) for a in parsed.reply_to],
@@ -316,13 +308,29 @@ def _deliver_to(
             sender=parsed.sender,
             proven=proven,
         ),
-        flags=flags,
+        flags=list(flags),
         raw_blob=raw_blob,
         authentication=json.dumps(verdict.as_json()),
         sender_authenticated=verdict.authenticated,
     )
     for position, blob in enumerate(stored):
         MessageAttachment.create(message=message, blob=blob, position=position)
+    # Stored; now the inspectors (sender authentication's decision among them) may flag the
+    # mail or hold it, before it may decide an approval or start a run.
+    stored_as = (status, list(flags))
+    inspection = inspect(inspectors, message, agent, verdict)
+    flags += inspection.flags
+    if status == ACCEPTED and inspection.held:
+        status, reason = IGNORED, inspection.reason
+    elif status == ACCEPTED:
+        answer = answer_by_mail(agent, parsed, recipients, config, proven)
+        if answer is not None:
+            # An answer to an approval request: it decides the approval, or changes nothing.
+            status, reason = (ANSWER if answer.decided else IGNORED), answer.reason
+            flags.append(f"approval answer: {answer.reason}")
+    if (status, flags) != stored_as:
+        Message.update(status=status, flags=flags).where(Message.id == message.id).execute()
+        message.status, message.flags = status, flags
     run = queue_reply(message) if status == ACCEPTED else None
     if answer is not None and answer.run is not None:
         run = answer.run  # the waiting run the answer put back in the queue

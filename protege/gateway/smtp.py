@@ -47,15 +47,18 @@ class GatewayHandler:
     451 only when storage failed in a way a later attempt can get past.
 
     ``on_mail`` hears of each mail stored; ``on_refusal`` of each mail (or recipient)
-    refused with nothing stored."""
+    refused with nothing stored. ``app``, the installation, inspects what is stored
+    (``inspect_inbound``); without it, only protege's own inspectors do."""
 
     def __init__(
         self,
         config: Config,
         on_mail: Callable[[list[Delivered]], None] | None = None,
         on_refusal: Callable[[RefusedMail], None] | None = None,
+        app: Any = None,
     ) -> None:
         self.config = config
+        self.app = app
         self.on_mail = on_mail
         self.on_refusal = on_refusal
         # One resolver for the gateway's life: its DNS cache serves every mail it takes.
@@ -111,6 +114,7 @@ class GatewayHandler:
                 client_ip=peer,
                 helo=session.host_name,
                 resolver=self.resolver,
+                app=self.app,
             )
         except MailRejected as rejection:
             reply = f"{rejection.code} 5.3.4 {rejection}"
@@ -140,11 +144,13 @@ def start_gateway(
     port: int | None = None,
     on_mail: Callable[[list[Delivered]], None] | None = None,
     on_refusal: Callable[[RefusedMail], None] | None = None,
+    app: Any = None,
 ) -> Any:
     """Start the SMTP gateway in a thread of its own; returns the running controller.
     ``on_mail`` hears of each mail stored (what became of it for each agent), and
     ``on_refusal`` of each mail refused with nothing stored (a recipient no agent has, a
-    message over the size limit).
+    message over the size limit). ``app``, the installation, inspects the mail stored
+    (``inspect_inbound``); without it, only protege's own inspectors do.
 
     SMTPUTF8 is on, so internationalised addresses arrive as they are; lines may be as
     long as the message may be, as Postfix accepts them.
@@ -184,7 +190,7 @@ def start_gateway(
     # Before the controller exists: it makes an event loop that a failure here would leave
     # to be closed at exit, where asyncio complains about it on stderr.
     _bind_or_fail(hostname, port)
-    handler = GatewayHandler(config, on_mail, on_refusal)
+    handler = GatewayHandler(config, on_mail, on_refusal, app)
     controller = GatewayController(
         handler,
         hostname=hostname,

@@ -8,6 +8,7 @@ lack keys or hold odd values, and showing a run must never fail because of them.
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import threading
@@ -395,6 +396,30 @@ def render(kind: str, payload: Any) -> str:
     return printable(line)
 
 
+@attrs.frozen
+class CommittedEvent:
+    """One event as it was committed to a run's trail, for listeners (``on_event``): its
+    run, number, kind and time, and its payload kept as the JSON text written, so that each
+    read gives a fresh copy nobody else holds."""
+
+    run_id: int
+    seq: int
+    kind: str
+    payload_json: str
+    created_at: datetime.datetime
+
+    @property
+    def payload(self) -> Any:
+        """The event's data, read afresh (a dict for every kind protege writes)."""
+        return json.loads(self.payload_json)
+
+    @property
+    def typed(self) -> RunEvent | UnknownEvent:
+        """The event as the harness's own class for its kind (``ModelResponse``...), read
+        afresh."""
+        return read(self.kind, self.payload)
+
+
 class EventLog:
     """The events of one run attempt: numbered as they are recorded, kept, and written to
     the run's trail in batches, so that a turn costs one statement, not one per event.
@@ -422,24 +447,30 @@ class EventLog:
         """Whether events wait for the next ``write``."""
         return bool(self._kept)
 
-    def write(self) -> None:
-        """Append the kept events to the trail (one statement), in the caller's transaction."""
+    def write(self) -> list[CommittedEvent]:
+        """Append the kept events to the trail (one statement), in the caller's transaction;
+        returns them, to be handed to listeners once that transaction is committed."""
         with self._lock:
             kept, self._kept = self._kept, []
+        if not kept:
+            return []
         try:
-            Event.append(self.run_id, kept)
+            at = Event.append(self.run_id, kept)
         except BaseException:
             with self._lock:  # not written: kept for the next try, in order
                 self._kept[:0] = kept
             raise
+        return [CommittedEvent(self.run_id, seq, kind, payload, at) for seq, kind, payload in kept]
 
-    def write_now(self, event: RunEvent) -> None:
+    def write_now(self, event: RunEvent) -> list[CommittedEvent]:
         """Number ``event`` and append it at once, in the caller's transaction (a delivery
-        lands with the pending mail it describes); on failure its number is skipped."""
+        lands with the pending mail it describes); on failure its number is skipped.
+        Returns it as ``write`` does."""
         payload = to_json(event.as_json())
         with self._lock:
             self.seq += 1
-            Event.append(self.run_id, [(self.seq, event.kind, payload)])
+            at = Event.append(self.run_id, [(self.seq, event.kind, payload)])
+            return [CommittedEvent(self.run_id, self.seq, event.kind, payload, at)]
 
 
 def printable(text: str) -> str:

@@ -9,6 +9,7 @@ renewal of the run's lease, so that a worker that lost its lease writes nothing 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import functools
 import logging
@@ -18,7 +19,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from typing import Any, Protocol, TypeVar
 
@@ -35,8 +36,9 @@ from protege.harness.approval import Desk
 from protege.harness.approval import note as approval_note
 from protege.harness.cancels import Cancellation, CancelWatch
 from protege.harness.dispatch import CallOver, Dispatcher, LiveCalls, Outcome
-from protege.harness.events import EventLog
+from protege.harness.events import CommittedEvent, EventLog
 from protege.harness.fence import Fence
+from protege.harness.listeners import EventDispatcher, snapshot
 from protege.harness.model import ModelClient, close_clients
 from protege.harness.parts import PartBudget, Shown, fenced_parts
 from protege.harness.prompt import build_messages, replay
@@ -121,6 +123,7 @@ def execute(
     *,
     model: ModelClient | None = None,
     claim: Claim | None = None,
+    listeners: EventDispatcher | None = None,
 ) -> Run:
     """Carry out ``run`` to the end in this thread and return it, done, failed or cancelled;
     nothing the run does raises out of here (in the main thread, an operator's Ctrl-C still
@@ -130,6 +133,10 @@ def execute(
     model's plain text is stored as an event and never delivered: mail goes out only
     through tools, by the installation's ``deliver`` (which queues it for the delivery
     loop, or ``protege.delivery.send_pending``).
+
+    The run's events go to the ``on_event`` listeners through ``listeners``; without one, a
+    dispatcher of its own is started and closed (the listeners heard the whole run) before
+    this returns.
     """
     if claim is None:
         if run.status != QUEUED:
@@ -141,10 +148,12 @@ def execute(
         run.status, run.attempts, run.started_at = "running", claim.attempts, started
         run.lease_owner = owner
     taken = claim
+    own = EventDispatcher(installation).start() if listeners is None else None
+    dispatcher = listeners if own is None else own
 
     async def carried_out() -> Run:
         try:
-            return await carry_out(run, taken, installation, model=model)
+            return await carry_out(run, taken, installation, model=model, listeners=dispatcher)
         finally:
             await close_clients()
 
@@ -154,6 +163,9 @@ def execute(
         if threading.current_thread() is threading.main_thread():
             raise
         return run
+    finally:
+        if own is not None:
+            own.close()
 
 
 async def carry_out(
@@ -166,6 +178,7 @@ async def carry_out(
     clock: Callable[[], datetime.datetime] = utcnow,
     stopping: asyncio.Event | None = None,
     cancels: CancelWatch | None = None,
+    listeners: EventDispatcher | None = None,
 ) -> Run:
     """Carry out the claimed ``run`` on the running event loop; returns it ended, or
     queued again when it was handed back.
@@ -174,9 +187,10 @@ async def carry_out(
     time the lease is measured in. When ``stopping`` is set and the task is cancelled, the
     run is handed back to the queue instead of failed: it resumes elsewhere from its events.
     ``cancels`` looks for operators' cancels of every run on this loop (default: one of the
-    run's own).
+    run's own). Each batch of events, once committed, is published to ``listeners`` (the
+    application's ``on_event`` dispatcher), if any.
     """
-    attempt = _Attempt(run, claim, installation, io, clock)
+    attempt = _Attempt(run, claim, installation, io, clock, listeners)
     limits = attempt.config.runs
     if cancels is None:
         cancels = CancelWatch(limits.cancel_check_seconds, io)
@@ -245,6 +259,7 @@ class _Attempt:
         installation: RunResources,
         io: Executor | None,
         clock: Callable[[], datetime.datetime],
+        listeners: EventDispatcher | None = None,
     ) -> None:
         self.run = run
         self.claim = claim
@@ -260,6 +275,9 @@ class _Attempt:
         self.renewed_at = -math.inf  # time.monotonic() of the last renewal
         self.logger = _CorrelatedLogger(logger, run.correlation_id)
         self.desk: Desk | None = None
+        self.listeners = listeners if listeners is not None and listeners.listening else None
+        self.order = _CommitOrder()
+        self._agent_name: str | None = None
 
     async def db(self, work: Callable[..., T], *args: Any) -> T:
         """Run database ``work`` off the event loop (or here, with no pool)."""
@@ -316,9 +334,32 @@ class _Attempt:
         lost, the events are not written. The lease comes first: its row lock keeps a
         worker taking the run over waiting, and a worker that took it over already may have
         written events under the same numbers."""
-        with database.atomic():
-            self._renew()
-            self.log.write()
+        self._name_for_listeners()
+        with self.order.turn() as turn:
+            with database.atomic():
+                self._renew()
+                turn.take()
+                written = self.log.write()
+            self.published(written)
+
+    def _name_for_listeners(self) -> None:
+        """Read the agent's name, which listeners are told, before a transaction needs it."""
+        if self.listeners is not None and self._agent_name is None:
+            try:
+                self._agent_name = self.run.agent.name
+            except Exception:
+                self.logger.exception("run %s: its agent's name could not be read", self.run.id)
+                self._agent_name = "?"
+
+    def published(self, written: list[CommittedEvent]) -> None:
+        """Hand events just committed to the listeners, with the run as it stands now (the
+        caller holds its turn in ``order``). Never fails the run."""
+        if self.listeners is None or not written:
+            return
+        try:
+            self.listeners.publish(snapshot(self.run, self._agent_name or "?"), written)
+        except Exception:
+            self.logger.exception("run %s: could not hand events to listeners", self.run.id)
 
     async def step(self) -> None:
         """Between two steps: write what happened, and stop if the run was cancelled.
@@ -333,11 +374,15 @@ class _Attempt:
     # -- the end --------------------------------------------------------------------------
 
     def _end(self, status: str, error: str | None) -> None:
-        with database.atomic():  # the end first, for the same reason as in _commit
-            if not self.run.finish(status, error, self.claim.owner):
-                self.lost = True
-                raise LeaseLost(f"run {self.run.id} was taken over by another worker")
-            self.log.write()
+        self._name_for_listeners()
+        with self.order.turn() as turn:
+            with database.atomic():  # the end first, for the same reason as in _commit
+                if not self.run.finish(status, error, self.claim.owner):
+                    self.lost = True
+                    raise LeaseLost(f"run {self.run.id} was taken over by another worker")
+                turn.take()
+                written = self.log.write()
+            self.published(written)
 
     async def end(self, status: str, error: str | None, event: events.RunEvent | None) -> None:
         """Record the run's end (with ``event``, if any) together with its last events."""
@@ -632,10 +677,14 @@ class _Attempt:
         return failures
 
     def _commit_settled(self, approvals: list[Any]) -> None:
-        with database.atomic():
-            self.log.write()
-            Desk.mark_settled(approvals)
-            self._renew()
+        self._name_for_listeners()
+        with self.order.turn() as turn:
+            with database.atomic():
+                written = self.log.write()
+                Desk.mark_settled(approvals)
+                self._renew()
+                turn.take()
+            self.published(written)
 
     async def _done_or_waiting(self) -> None:
         """The model gave its final answer: the run is done, or waits for approvals."""
@@ -653,13 +702,17 @@ class _Attempt:
         """End this attempt with the run waiting for ``approval_ids``; if one was answered
         meanwhile, the run goes back to the queue at once."""
         self.log.record(events.RunWaiting(approvals=approval_ids))
-        with database.atomic():
-            self.log.write()
-            if not self.run.finish(WAITING, None, self.claim.owner):
-                self.lost = True
-                raise LeaseLost(f"run {self.run.id} was taken over by another worker")
-            if unsettled(self.run.id) and wake(self.run.id):
-                self.run.status = QUEUED
+        self._name_for_listeners()
+        with self.order.turn() as turn:
+            with database.atomic():
+                written = self.log.write()
+                if not self.run.finish(WAITING, None, self.claim.owner):
+                    self.lost = True
+                    raise LeaseLost(f"run {self.run.id} was taken over by another worker")
+                turn.take()
+                if unsettled(self.run.id) and wake(self.run.id):
+                    self.run.status = QUEUED
+            self.published(written)
 
     async def _exhausted(self, budget: str, limit: int) -> None:
         await self.end(
@@ -685,14 +738,21 @@ class _Attempt:
                 raise
             # The pending mail and the event that asked for it land in one transaction, and
             # only while this worker still holds the run: one that lost it sends nothing.
+            self._name_for_listeners()
             try:
-                with database.atomic():
-                    self._renew()
-                    outcome = installation.deliver(
-                        agent=agent, run=run, mail=dict(mail), attachments=attachments
-                    )
-                    if not outcome.get("repeated"):
-                        log.write_now(events.Delivery.from_payload(outcome))
+                with self.order.turn() as turn:
+                    with database.atomic():
+                        self._renew()
+                        turn.take()
+                        outcome = installation.deliver(
+                            agent=agent, run=run, mail=dict(mail), attachments=attachments
+                        )
+                        written = (
+                            []
+                            if outcome.get("repeated")
+                            else log.write_now(events.Delivery.from_payload(outcome))
+                        )
+                    self.published(written)
             except peewee.IntegrityError:  # another worker wrote this run's next event
                 self.lost = True
                 raise LeaseLost(f"run {run.id} was taken over by another worker") from None
@@ -708,6 +768,46 @@ class _Attempt:
             correlation_id=run.correlation_id,
             cancellation=self.cancellation.flag,
         )
+
+
+class _CommitOrder:
+    """Keeps a run's batches reaching the listeners in the order they were committed,
+    whichever thread committed them.
+
+    A turn is taken inside the transaction, once it holds the run's row (the lease's update
+    locks it; on SQLite, the first write takes the database), and given up after the
+    batch is published: two transactions of one run cannot both be past that point, so
+    turns come in commit order, and one thread waiting for a turn never holds what the
+    thread whose turn it is needs.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[_Turn]:
+        """A turn to take once the transaction holds the run; given up on leaving."""
+        turn = _Turn(self._lock)
+        try:
+            yield turn
+        finally:
+            turn.give_up()
+
+
+class _Turn:
+    def __init__(self, lock: threading.RLock) -> None:
+        self._lock = lock
+        self._held = False
+
+    def take(self) -> None:
+        if not self._held:
+            self._lock.acquire()
+            self._held = True
+
+    def give_up(self) -> None:
+        if self._held:
+            self._held = False
+            self._lock.release()
 
 
 # More than a serve process's pool threads (``[serve] db_threads``), each of which may hold

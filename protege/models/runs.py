@@ -348,9 +348,10 @@ class Event(Record):
         indexes = ((("run", "seq"), True),)
 
     @staticmethod
-    def append(run_id: int, rows: list[tuple[int, str, str]]) -> None:
+    def append(run_id: int, rows: list[tuple[int, str, str]]) -> datetime.datetime:
         """Add events to the trail of run ``run_id``: each row is its number, kind and
-        payload (JSON text), a statement per ``APPEND_CHUNK`` rows."""
+        payload (JSON text), a statement per ``APPEND_CHUNK`` rows. Returns the time they
+        are recorded at."""
         now, p = utcnow(), database.param
         for start in range(0, len(rows), APPEND_CHUNK):
             chunk = rows[start : start + APPEND_CHUNK]
@@ -363,6 +364,7 @@ class Event(Record):
                     for field in (run_id, seq, kind, payload, now)
                 ],
             )
+        return now
 
     @property
     def payload(self) -> dict[str, Any]:

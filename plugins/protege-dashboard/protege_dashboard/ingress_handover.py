@@ -46,6 +46,7 @@ async def ingest_answered(
             envelope_sender=envelope_sender,
             resolver=resolver_of(request),
             verdict=verdict,
+            app=request.app.state.installation,
         )
     except admin.MailRejected as rejection:
         status = 413 if rejection.code == 552 else 422
