@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import importlib.metadata
@@ -9,9 +10,10 @@ import logging
 import os
 import re
 import threading
+import time
 import traceback
 import types
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -317,6 +319,26 @@ _returned: contextvars.ContextVar[list[tuple[LoadedPlugin, Any]] | None] = conte
 )
 
 
+# While set, each guarded implementation's call is reported here: its plugin, how long it
+# took, and what it raised.
+Observer = Callable[["LoadedPlugin", float, BaseException | None], None]
+_observer: contextvars.ContextVar[Observer | None] = contextvars.ContextVar(
+    "protege_plugin_observer", default=None
+)
+
+
+@contextlib.contextmanager
+def observing(observer: Observer) -> Iterator[None]:
+    """Within the block (in this thread or task), report each hook implementation called to
+    ``observer(plugin, seconds, error)``: who was slow, who raised, by plugin. The hook is
+    still one pluggy call, wrappers and all."""
+    token = _observer.set(observer)
+    try:
+        yield
+    finally:
+        _observer.reset(token)
+
+
 def current_plugin() -> LoadedPlugin | None:
     """The plugin whose hook implementation is running, or None outside one.
 
@@ -398,6 +420,16 @@ class PluginHost:
         finally:
             _returned.reset(token)
         return noted
+
+    def add(self, plugin: Any, name: str) -> LoadedPlugin:
+        """Register ``plugin`` (a module, a class or an instance implementing hooks) under
+        ``name``, guarded as an installed plugin is: for a host app that implements hooks in
+        its own code, and for tests. It is reported as the distribution ``name``."""
+        source = PluginSource(distribution=name, version="", entry_point=name, value=name)
+        loaded = LoadedPlugin(source, PluginStatus.OK, module=plugin)
+        loaded.hooks = self.manager.register_hooks(self._guarded(loaded), name=f"{name}:{name}")
+        self.plugins.append(loaded)
+        return loaded
 
     def _load_internal(self, module_name: str) -> LoadedPlugin:
         source = PluginSource(
@@ -544,13 +576,19 @@ def _guarded_call(function: Callable[..., Any], plugin: LoadedPlugin, hook: str,
     @functools.wraps(function)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         token = _running.set(plugin)
+        observer = _observer.get()
+        began = time.monotonic() if observer is not None else 0.0
         try:
             value = function(*args, **kwargs)
         except BaseException as error:  # even KeyboardInterrupt: one plugin's fault
             failed(plugin, hook, error)
+            if observer is not None:
+                observer(plugin, time.monotonic() - began, error)
             return None
         finally:
             _running.reset(token)
+        if observer is not None:
+            observer(plugin, time.monotonic() - began, None)
         noted = _returned.get()
         if noted is not None and value is not None:
             noted.append((plugin, value))

@@ -19,7 +19,7 @@ LAYERS = [
     ("gateway", {"gateway", "scheduler", "delivery"}),
     ("run queue", {"queue"}),
     ("harness", {"harness"}),
-    ("tools on offer", {"toolkits", "registry", "plugins", "hookcalls"}),
+    ("tools on offer", {"toolkits", "registry", "plugins"}),
     ("records", {"models", "mail", "blobs", "audit"}),
     # protege's own hook implementations (internal plugins) import what they make only
     # when they make it, so that loading the plugins stays light.

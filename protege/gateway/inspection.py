@@ -2,15 +2,17 @@
 flag a stored mail or hold it (stored, flagged, no run), and every decision goes to the
 audit log under its plugin's name.
 
-Decisions only accumulate. Each plugin is handed a mail of its own that shows what was
-decided before it and collects only its own decisions: nothing one plugin does reaches
-another's flags or holds, so no inspector can take back another's restriction. An
-inspector that raises holds the mail (fail-closed): a check that could not finish must not
-let through what it might have stopped.
+The hook is one pluggy call (``tryfirst``, ``trylast`` and wrappers hold). Decisions only
+accumulate: ``flag`` and ``hold`` add one, attributed to the plugin protege is calling, to a
+record the mail does not hold, and the mail shows what was decided so far; nothing an
+inspector does to the mail takes back another's restriction. An inspector that raises holds
+the mail (fail-closed): a check that could not finish must not let through what it might
+have stopped.
 """
 
 from __future__ import annotations
 
+import contextvars
 import email.utils
 import logging
 from typing import Any
@@ -20,9 +22,16 @@ import attrs
 from protege import audit
 from protege.authentication import Verdict
 from protege.config import Config
-from protege.hookcalls import each_plugin
 from protege.models import Message
-from protege.plugins import PluginHost, Selection, error_line
+from protege.plugins import (
+    INTERNAL_DISTRIBUTION,
+    LoadedPlugin,
+    PluginHost,
+    Selection,
+    current_plugin,
+    error_line,
+    observing,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +40,10 @@ FLAG, HOLD = "flag", "hold"
 INSPECTION_FAILED = "inspection_failed"
 HELD = "held"
 MAX_TEXT = 500  # characters of one flag or hold reason; longer ones are cut
+# The decisions taken on the mail being inspected (by message id), while the hook runs.
+_decisions: contextvars.ContextVar[tuple[int, list[Decision]] | None] = contextvars.ContextVar(
+    "protege_inspection", default=None
+)
 
 
 @attrs.frozen
@@ -60,22 +73,40 @@ class InboundMail:
     message_id: str
     status: str  # accepted, or refused/ignored when it starts no run anyway
     verdict: Verdict
-    flags: tuple[str, ...]  # the flags so far: the gateway's, then earlier inspectors'
-    holds: tuple[str, ...]  # why earlier inspectors held it
-    _decided: list[tuple[str, str]] = attrs.field(factory=list, repr=False, eq=False)
+    gateway_flags: tuple[str, ...]  # the flags the gateway gave it, before any inspector
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """The flags so far: the gateway's, then the inspectors' (a hold shows as one)."""
+        return (*self.gateway_flags, *Inspection(tuple(self._decided())).flags)
+
+    @property
+    def holds(self) -> tuple[str, ...]:
+        """Why inspectors held it so far."""
+        return tuple(d.text for d in self._decided() if d.kind == HOLD)
 
     @property
     def held(self) -> bool:
-        """Whether an earlier inspector held the mail."""
+        """Whether an inspector held the mail so far."""
         return bool(self.holds)
 
     def flag(self, text: str) -> None:
         """Add the flag ``text`` (one line) to the mail."""
-        self._decided.append((FLAG, _one_line(text, "a flag")))
+        self._decide(FLAG, _one_line(text, "a flag"))
 
     def hold(self, reason: str) -> None:
         """Keep the mail from starting a run, for ``reason`` (one line); it stays stored."""
-        self._decided.append((HOLD, _one_line(reason, "a hold reason")))
+        self._decide(HOLD, _one_line(reason, "a hold reason"))
+
+    def _decided(self) -> list[Decision]:
+        current = _decisions.get()
+        return list(current[1]) if current is not None and current[0] == self.id else []
+
+    def _decide(self, kind: str, text: str) -> None:
+        current = _decisions.get()
+        if current is None or current[0] != self.id:
+            raise RuntimeError("a mail is flagged or held while its inspection runs")
+        current[1].append(Decision(_label(current_plugin()), kind, text))
 
 
 def _one_line(text: Any, what: str) -> str:
@@ -129,48 +160,40 @@ class OwnInspectors:
 
 
 def inspect(app: Any, message: Message, agent: Any, verdict: Verdict) -> Inspection:
-    """Ask each inspector of ``app`` about the stored ``message`` of ``agent``; record each
+    """Ask the inspectors of ``app`` about the stored ``message`` of ``agent``; record each
     decision in the audit log (in the caller's transaction) and return them all."""
     decisions: list[Decision] = []
-    try:
-        callers = each_plugin(app.plugins.manager, HOOK)
-    except Exception as error:  # no inspector could be asked: none may be skipped
-        logger.exception("inbound mail %s: the inspectors could not be called", message.id)
-        callers = []
-        decisions.append(_failed("protege", error_line(error)))
-    loaded = _loaded_plugins(app)
-    for caller in callers:
-        mail = _mail_for(message, agent, verdict, decisions)
-        plugin = loaded.get(caller.plugin)
-        failures_before = _failures(plugin)
-        try:
-            caller.call(app=app, message=mail)
-        except BaseException as error:  # even SystemExit: one inspector's fault
-            failure: BaseException | str | None = error
-        else:
-            # An installed plugin's raise is recorded by its guard, not passed on: the
-            # record is how a failed inspection is told from one that found nothing.
-            failure = _new_failure(plugin, failures_before)
-        decisions += _decided(caller.plugin, mail)
-        if failure is not None:
-            shown = failure if isinstance(failure, str) else error_line(failure)
+    failures: list[Decision] = []
+
+    def observe(plugin: LoadedPlugin, took: float, error: BaseException | None) -> None:
+        if error is not None:
+            label = _label(plugin)
             logger.error(
                 "inspect_inbound of plugin %s failed on message %s: %s; the mail is held",
-                caller.plugin,
+                label,
                 message.id,
-                shown,
-                exc_info=failure if isinstance(failure, BaseException) else None,
+                error_line(error),
+                exc_info=error,
             )
-            decisions.append(_failed(caller.plugin, shown))
+            failures.append(_failed(label, error_line(error)))
+
+    mail = _mail_for(message, agent, verdict)
+    token = _decisions.set((message.id, decisions))
+    try:
+        with observing(observe):
+            app.plugins.hook.inspect_inbound(app=app, message=mail)
+    except BaseException as error:  # a wrapper that raised past the guard: none may be skipped
+        logger.exception("inbound mail %s: the inspectors could not all be asked", message.id)
+        failures.append(_failed("protege", error_line(error)))
+    finally:
+        _decisions.reset(token)
+    decisions += failures
     for decision in decisions:
         _audit(message, agent, decision)
     return Inspection(tuple(decisions))
 
 
-def _mail_for(
-    message: Message, agent: Any, verdict: Verdict, decisions: list[Decision]
-) -> InboundMail:
-    earlier = Inspection(tuple(decisions))
+def _mail_for(message: Message, agent: Any, verdict: Verdict) -> InboundMail:
     return InboundMail(
         id=message.id,
         agent=agent.name,
@@ -184,36 +207,18 @@ def _mail_for(
         message_id=message.message_id,
         status=message.status,
         verdict=verdict,
-        flags=(*(message.flags or ()), *earlier.flags),
-        holds=tuple(d.text for d in earlier.holds),
+        gateway_flags=tuple(message.flags or ()),
     )
 
 
-def _decided(plugin: str, mail: InboundMail) -> list[Decision]:
-    # Read from the copy this plugin was handed, once its call returned: whatever it did to
-    # that copy, it never saw (or could change) the list the decisions are kept in.
-    return [Decision(plugin, kind, text) for kind, text in list(mail._decided)]
-
-
-def _loaded_plugins(app: Any) -> dict[str, Any]:
-    """The loaded plugins of ``app`` by the name pluggy knows each by."""
-    host = app.plugins
-    found: dict[str, Any] = {}
-    for plugin in [*getattr(host, "internal", ()), *getattr(host, "plugins", ())]:
-        found[plugin.source.entry_point] = plugin  # an internal plugin: its module's name
-        found[f"{plugin.source.distribution}:{plugin.source.entry_point}"] = plugin
-    return found
-
-
-def _failures(plugin: Any) -> tuple[int, int] | None:
-    failure = None if plugin is None else getattr(plugin, "failures", {}).get(HOOK)
-    return None if failure is None else (id(failure), failure.count)
-
-
-def _new_failure(plugin: Any, before: tuple[int, int] | None) -> str | None:
-    if _failures(plugin) == before:
-        return None
-    return plugin.failures[HOOK].error  # the first error; later ones are only counted
+def _label(plugin: LoadedPlugin | None) -> str:
+    """How the audit log names an inspector: protege's own by module, others by
+    distribution."""
+    if plugin is None:
+        return "unknown"
+    if plugin.source.distribution == INTERNAL_DISTRIBUTION:
+        return plugin.source.entry_point
+    return plugin.source.distribution
 
 
 def _failed(plugin: str, error: str) -> Decision:

@@ -2,10 +2,11 @@
 hot path: one dispatcher thread per application, fed by a bounded queue that a run never
 waits on.
 
-A run publishes each batch right after committing it; the dispatcher calls each listening
-plugin for each event, in commit order. A listener that raises is logged and the others
-still hear the event; one slower than ``slow_seconds`` is logged by name; when the queue is
-full, events are dropped (never waited for), counted, and the count logged.
+A run publishes each batch right after committing it; the dispatcher calls the hook through
+pluggy for each event, in commit order (so ``tryfirst``, ``trylast`` and wrappers hold). A
+listener that raises is logged by its plugin's name and the others still hear the event; one
+slower than ``slow_seconds`` is logged by name; when the queue is full, events are dropped
+(never waited for), counted, and the count logged.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import collections
 import datetime
 import logging
 import threading
-import time
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Self
@@ -22,8 +22,7 @@ from typing import Any, Self
 import attrs
 
 from protege.harness.events import CommittedEvent
-from protege.hookcalls import PluginCall, each_plugin, signature
-from protege.plugins import error_line
+from protege.plugins import error_line, observing
 
 logger = logging.getLogger("protege.events")
 
@@ -94,9 +93,8 @@ class EventDispatcher:
         self.slow_seconds = slow_seconds
         self.close_seconds = close_seconds
         plugins = getattr(app, "plugins", None)
-        self._manager = None if plugins is None else plugins.manager
-        self._callers: list[PluginCall] = []
-        self._signature: tuple[int, ...] = ()
+        self._hook = None if plugins is None else getattr(plugins.hook, HOOK)
+        self._listening = False
         self._queue: collections.deque[tuple[RunSnapshot, CommittedEvent]] = collections.deque()
         self._changed = threading.Condition()
         self._published = 0
@@ -109,14 +107,12 @@ class EventDispatcher:
     @property
     def listening(self) -> bool:
         """Whether any plugin implements ``on_event`` (checked when started)."""
-        return bool(self._callers)
+        return self._listening
 
     def start(self) -> Self:
         """Start the dispatcher's thread, if anything listens."""
-        if self._manager is not None:
-            self._callers = each_plugin(self._manager, HOOK)
-            self._signature = signature(self._manager, HOOK)
-        if self._callers and self._thread is None:
+        self._listening = self._hook is not None and bool(self._hook.get_hookimpls())
+        if self._listening and self._thread is None:
             self._thread = threading.Thread(target=self._main, name="protege-events", daemon=True)
             self._thread.start()
         return self
@@ -207,31 +203,38 @@ class EventDispatcher:
             )
 
     def _deliver(self, run: RunSnapshot, event: CommittedEvent) -> None:
-        manager = self._manager
-        if manager is not None and signature(manager, HOOK) != self._signature:
-            self._callers = each_plugin(manager, HOOK)  # a plugin came or went
-            self._signature = signature(manager, HOOK)
-        for caller in self._callers:
-            began = time.monotonic()
-            try:
-                caller.call(app=self.app, run=run, event=event)
-            except BaseException as error:  # even SystemExit: one listener's fault
+        if self._hook is None:
+            return
+
+        def observe(plugin: Any, took: float, error: BaseException | None) -> None:
+            if error is not None:
                 logger.error(
                     "on_event of plugin %s failed on event %s of run %s: %s",
-                    caller.plugin,
+                    plugin.name,
                     event.seq,
                     run.id,
                     error_line(error),
                     exc_info=error,
                 )
-            took = time.monotonic() - began
             if took > self.slow_seconds:
                 logger.warning(
                     "on_event of plugin %s took %.1f s over event %s of run %s (more than "
                     "%s s): the listeners after it waited",
-                    caller.plugin,
+                    plugin.name,
                     took,
                     event.seq,
                     run.id,
                     self.slow_seconds,
                 )
+
+        try:
+            with observing(observe):
+                self._hook(app=self.app, run=run, event=event)
+        except BaseException as error:  # a wrapper that raised past the guard
+            logger.error(
+                "on_event failed on event %s of run %s: %s",
+                event.seq,
+                run.id,
+                error_line(error),
+                exc_info=error,
+            )

@@ -3,6 +3,8 @@ raising inspector holds the mail, and no inspector can undo another's flag or ho
 
 from __future__ import annotations
 
+import contextlib
+
 from protege import hookimpl
 from protege.gateway.inbound import ingest
 from protege.installation import open_installation
@@ -43,15 +45,20 @@ class Undoer:
     @hookimpl(trylast=True)
     def inspect_inbound(self, app, message):
         self.saw = (message.held, message.holds, message.flags)
-        object.__setattr__(message, "holds", ())
-        object.__setattr__(message, "flags", ())
-        message._decided.clear()
+        for attempt in (
+            lambda: object.__setattr__(message, "holds", ()),
+            lambda: object.__setattr__(message, "flags", ()),
+            lambda: object.__setattr__(message, "gateway_flags", ()),
+            lambda: message._decided().clear(),
+        ):
+            with contextlib.suppress(Exception):
+                attempt()
 
 
 def app_with(config, **inspectors):
     host = PluginHost(sources=())
     for name, inspector in inspectors.items():
-        host.manager.register(inspector, name=name)
+        host.add(inspector, name)
     return open_installation(config, manifest=Manifest(tools=()), plugins=host, connect=False)
 
 
@@ -161,3 +168,26 @@ def test_an_installed_inspector_that_raises_holds_the_mail_though_its_guard_caug
             and "LookupError: the spam service did not answer" in flag
             for flag in delivered.message.flags
         )
+
+
+class Vetting:
+    """A wrapper inspector: holds, after the others, mail none of them flagged."""
+
+    @hookimpl(wrapper=True)
+    def inspect_inbound(self, app, message):
+        result = yield
+        if not message.flags:
+            message.hold("no inspector vouched for it")
+        return result
+
+
+def test_a_wrapper_inspector_sees_what_the_others_decided(config, sundae):
+    app = app_with(config, vetting=Vetting(), inspector=Inspector())
+    (vouched,) = ingest(make_mail(body="A refund, please."), config=config, app=app)
+    assert vouched.status == "accepted"
+    (unvouched,) = ingest(make_mail(body="Hello there."), config=config, app=app)
+    assert (unvouched.status, unvouched.reason) == ("ignored", "no inspector vouched for it")
+    assert decisions(Message.get_by_id(unvouched.message.id))[-1][:2] == (
+        "inspector:vetting",
+        "inbound mail held",
+    )

@@ -73,7 +73,7 @@ class Blocked:
 def app_with(config, **listeners):
     host = PluginHost(sources=())
     for name, listener in listeners.items():
-        host.manager.register(listener, name=name)
+        host.add(listener, name)
     return open_installation(config, manifest=manifest_of([EchoTool]), plugins=host, connect=False)
 
 
@@ -252,3 +252,40 @@ def test_an_installed_listener_that_raises_is_recorded_and_the_run_goes_on(
     (plugin,) = host.plugins
     assert plugin.failures["on_event"].count == len(trail(run))
     assert no_dispatcher_thread()
+
+
+class Around:
+    """A wrapper listener: what it notes before and after the other listeners."""
+
+    def __init__(self, notes):
+        self.notes = notes
+
+    @hookimpl(wrapper=True)
+    def on_event(self, app, run, event):
+        self.notes.append(("before", event.seq))
+        result = yield
+        self.notes.append(("after", event.seq))
+        return result
+
+
+class Noting:
+    def __init__(self, notes):
+        self.notes = notes
+
+    @hookimpl
+    def on_event(self, app, run, event):
+        self.notes.append(("heard", event.seq))
+
+
+def test_a_wrapper_listener_runs_around_the_other_listeners_of_each_event(
+    config, agent, scripted_model
+):
+    notes = []
+    app = app_with(config, around=Around(notes), noting=Noting(notes))
+    scripted_model.script(say("Done."))
+    with EventDispatcher(app) as listeners:
+        run = execute(queued(agent), app, listeners=listeners)
+    expected = []
+    for seq, _ in trail(run):
+        expected += [("before", seq), ("heard", seq), ("after", seq)]
+    assert notes == expected
