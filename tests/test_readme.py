@@ -128,3 +128,17 @@ def test_the_readme_names_every_run_status_the_dashboard_filters_by():
     assert match
     said = re.findall(r"`(\w+)`", match.group(1))
     assert sorted(said) == sorted(RUN_STATUSES)
+
+
+def test_the_readme_outlines_the_staging_example_with_the_hooks_it_implements():
+    import protege_staging
+
+    readme = README.read_text()
+    outline = readme.split("[`examples/protege-staging`]", 1)[1].split("```python", 1)[1]
+    outline = outline.split("```", 1)[0]
+    implemented = {
+        name for name, value in vars(protege_staging).items() if hasattr(value, "protege_impl")
+    }
+    assert implemented == {"plugin_settings", "register_transports", "prompt_sections", "on_event"}
+    for hook in implemented - {"plugin_settings"}:
+        assert f"def {hook}(" in outline, hook

@@ -19,6 +19,7 @@ It shows three of protege's hooks working together: ``register_transports``,
 
 from __future__ import annotations
 
+import collections
 import json
 import mailbox
 import threading
@@ -64,7 +65,9 @@ class StagingTransport(Transport):
         super().__init__(config)
         # The standard library's Maildir writes each message to tmp/ and renames it into
         # new/, so a reader never sees half a mail and several threads may add at once.
-        self.maildir = mailbox.Maildir(staging_folder(config) / "mail", create=True)
+        folder = staging_folder(config)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.maildir = mailbox.Maildir(folder / "mail", create=True)
 
     def send(self, message: bytes, envelope: Any) -> list[Outcome]:
         """Keep ``message``, exactly as it would have gone out, for every recipient."""
@@ -73,34 +76,41 @@ class StagingTransport(Transport):
 
 
 class RunJournal:
-    """Appends one JSON line per ended run; listeners are called from one thread, the lock
-    is for the case of two applications in one process sharing a folder."""
+    """Writes one JSON line per run that ends. protege calls listeners from one thread per
+    application, in commit order; the lock is for two applications in one process."""
 
     _lock = threading.Lock()
+    REMEMBERED = 10_000  # ended runs remembered, so that each is written once
 
     def __init__(self) -> None:
-        self.tool_calls: dict[int, int] = {}
+        # By journal file and run: two applications in one process keep apart.
+        self.tool_calls: dict[tuple[Path, int], int] = {}
+        self.written: collections.OrderedDict[tuple[Path, int], None] = collections.OrderedDict()
 
     def hear(self, config: Any, run: Any, event: Any) -> None:
-        """Count a run's tool calls, and write its line when it ends."""
+        """Count a run's tool calls, and write its line on the first event that shows it
+        ended (every event of the batch that ends a run carries the final status)."""
+        folder = staging_folder(config)
+        key = (folder, run.id)
         if event.kind == "tool_call":
-            self.tool_calls[run.id] = self.tool_calls.get(run.id, 0) + 1
-        if run.status not in ENDED or event.kind not in ENDING_EVENTS:
+            self.tool_calls[key] = self.tool_calls.get(key, 0) + 1
+        if run.status not in ENDED or key in self.written:
             return
+        self.written[key] = None
+        while len(self.written) > self.REMEMBERED:
+            self.written.popitem(last=False)
         line = {
             "run": run.id,
             "agent": run.agent,
             "status": run.status,
-            "tool_calls": self.tool_calls.pop(run.id, 0),
+            "tool_calls": self.tool_calls.pop(key, 0),
         }
-        folder = staging_folder(config)
         folder.mkdir(parents=True, exist_ok=True)
         with self._lock, (folder / "runs.jsonl").open("a", encoding="utf-8") as journal:
             journal.write(json.dumps(line, sort_keys=True) + "\n")
 
 
 ENDED = frozenset({"done", "failed", "cancelled"})
-ENDING_EVENTS = frozenset({"run_done", "run_failed", "run_cancelled"})
 journal = RunJournal()
 
 
