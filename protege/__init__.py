@@ -17,14 +17,14 @@ _EXPORTS = {
     "BlobStore": "protege.blobs.stores",
     "CommittedEvent": "protege.harness.events",
     "DashboardView": "protege.dashboard",
-    "Envelope": "protege.delivery.transports",
+    "Envelope": "protege.transports",
     "InboundMail": "protege.gateway.inspection",
     "Ingress": "protege.ingresses",
     "IngressRefused": "protege.ingresses",
     "Intake": "protege.ingresses",
-    "MailRefused": "protege.delivery.transports",
+    "MailRefused": "protege.transports",
     "MailScope": "protege.context",
-    "Outcome": "protege.delivery.transports",
+    "Outcome": "protege.transports",
     "Part": "protege.result",
     "PromptSection": "protege.sections",
     "ProtegeError": "protege.errors",
@@ -33,7 +33,7 @@ _EXPORTS = {
     "RunContext": "protege.context",
     "RunSnapshot": "protege.harness.listeners",
     "Tool": "protege.tool",
-    "Transport": "protege.delivery.transports",
+    "Transport": "protege.transports",
     "Trust": "protege.result",
     "failure": "protege.result",
     "hookimpl": "protege.hookspecs",
@@ -71,7 +71,6 @@ if TYPE_CHECKING:
     from protege.blobs.stores import BlobStore
     from protege.context import MailScope, RunContext
     from protege.dashboard import DashboardView
-    from protege.delivery.transports import Envelope, MailRefused, Outcome, Transport
     from protege.errors import ProtegeError
     from protege.gateway.inspection import InboundMail
     from protege.harness.events import CommittedEvent
@@ -81,6 +80,7 @@ if TYPE_CHECKING:
     from protege.result import Part, Result, Trust, failure, success
     from protege.sections import PromptSection, Resolver
     from protege.tool import Tool
+    from protege.transports import Envelope, MailRefused, Outcome, Transport
 
 
 def __getattr__(name: str) -> Any:

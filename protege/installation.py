@@ -16,13 +16,13 @@ import peewee
 from protege import db
 from protege.blobs import BlobStore, blob_store_for, with_blob_store
 from protege.config import Config
-from protege.delivery.transports import Transport
 from protege.errors import ConfigError
 from protege.gateway.outbound import deliver as deliver_by_transport
 from protege.harness.runner import SendMail
 from protege.plugins import PluginHost, normalize, plugin_host
 from protege.registry import Manifest, build_manifest
 from protege.registry.offered import offered
+from protege.transports import Transport
 
 
 @attrs.frozen

@@ -35,6 +35,7 @@ LAYERS = [
             "dashboard",
             "defaults",
             "sections",
+            "transports",
         },
     ),
     (
