@@ -2,11 +2,12 @@
 protege's guard keeps one plugin's failure from reaching the others."""
 
 import logging
+import time
 
 import pluggy
 import pytest
 
-from protege import hookspecs
+from protege import hookimpl, hookspecs
 from protege.plugins import PluginHost, PluginStatus, Selection, current_plugin
 from protege.registry import build_manifest
 
@@ -163,3 +164,41 @@ def test_a_register_callback_kept_and_called_later_is_refused(site, host_project
     assert manifest.ids() == []
     with pytest.raises(RuntimeError, match="while it runs"):
         kept[0](importlib.import_module("late_tools").StampTool)
+
+
+class Slow:
+    """Takes at least SLOW seconds: a lower bound no load can break."""
+
+    @hookimpl
+    def register_tools(self, register):
+        time.sleep(SLOW)
+        register("slow")
+
+
+SLOW = 0.05
+
+
+class Failing:
+    @hookimpl
+    def register_tools(self, register):
+        raise LookupError("nothing here")
+
+
+def test_observing_tells_each_implementation_s_time_and_failure_by_plugin():
+    from protege.plugins import observing
+
+    host = PluginHost(sources=(), selection=Selection(), internal=())
+    host.add(Slow(), "slow-one")
+    host.add(Failing(), "failing-one")
+    seen = []
+
+    def observe(plugin, took, error):
+        seen.append((plugin.name, took, None if error is None else type(error).__name__))
+
+    with observing(observe):
+        registered = calls(host)
+    assert registered == [("slow-one", "slow")]
+    by_name = {name: (took, error) for name, took, error in seen}
+    assert by_name["failing-one"][1] == "LookupError"
+    assert by_name["slow-one"][1] is None
+    assert by_name["slow-one"][0] >= SLOW
