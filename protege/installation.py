@@ -86,6 +86,7 @@ def open_installation(
         db.connect(config.database_url)
     if manifest is None:
         manifest = build_manifest(config, plugins)
+    written = config.plugins
     # From here on, each plugin's table is its checked settings (what its tools read, and
     # what a plugin's transport or blob store is made with).
     config = attrs.evolve(config, plugins=manifest.settings)
@@ -94,6 +95,19 @@ def open_installation(
         for report in manifest.plugins
         if report.settings_error
     }
+    if refused:
+        # None of a refused plugin's hooks may run for this installation (an inspector,
+        # a listener, a prompt section on its defaults): it gets a host where it is broken.
+        plugins = plugins.without(refused)
+        # The refused tables stay as written, so that opening this config again refuses
+        # them again rather than taking the plugin's defaults.
+        config = attrs.evolve(
+            config,
+            plugins={
+                **{name: written.get(name) for name in refused if name in written},
+                **config.plugins,
+            },
+        )
     config = with_blob_store(config, stores.build(config.blobs.store, config, refused))
     return Installation(
         config=config,

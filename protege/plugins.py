@@ -28,6 +28,9 @@ logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "protege"
 BUILTIN_DISTRIBUTIONS = frozenset({"protege-mail", "protege-files", "protege-web"})
+# First-party distributions that are not built-in tool plugins: their entry-point names are
+# theirs all the same (a squatter on protege_dashboard would otherwise take both down).
+FIRST_PARTY_DISTRIBUTIONS = BUILTIN_DISTRIBUTIONS | {"protege-dashboard"}
 # What protege's internal plugins are reported as.
 INTERNAL_DISTRIBUTION = "protege"
 # protege's own defaults (transports, blob stores, ingresses...), each a module implementing
@@ -76,6 +79,12 @@ class PluginSource:
         return name in BUILTIN_DISTRIBUTIONS or name == INTERNAL_DISTRIBUTION
 
     @property
+    def first_party(self) -> bool:
+        """True for the distributions protege ships (the built-ins and the dashboard): no
+        other package may use their entry-point names."""
+        return self.builtin or normalize(self.distribution) in FIRST_PARTY_DISTRIBUTIONS
+
+    @property
     def origin(self) -> str:
         """``builtin`` or ``plugin``: how the registry ranks this plugin's tools."""
         return "builtin" if self.builtin else "plugin"
@@ -109,6 +118,8 @@ class LoadedPlugin:
     traceback: str | None = None
     # Hooks whose implementation raised, by hook name.
     failures: dict[str, HookFailure] = attrs.field(factory=dict)
+    # The name pluggy knows it by, once registered.
+    registered_as: str | None = None
 
     @property
     def name(self) -> str:
@@ -379,11 +390,13 @@ class PluginHost:
         if _debugging("hooks"):
             self.manager.add_hookcall_monitoring(_trace_before, _trace_after)
         # Internal plugins are protege's own code: one that fails to load is a bug, and raises.
+        self._made_with = (internal, specs)
         self.internal = [self._load_internal(name) for name in internal]
         self.plugins: list[LoadedPlugin] = []
-        sources = discover() if sources is None else sources
-        for source in sources:
-            self.plugins.append(self._load(source, sources))
+        self.sources = tuple(discover() if sources is None else sources)
+        for source in self.sources:
+            self.plugins.append(self._load(source, self.sources))
+        self._added: list[tuple[Any, str]] = []
 
     @property
     def hook(self) -> Any:
@@ -427,9 +440,26 @@ class PluginHost:
         its own code, and for tests. It is reported as the distribution ``name``."""
         source = PluginSource(distribution=name, version="", entry_point=name, value=name)
         loaded = LoadedPlugin(source, PluginStatus.OK, module=plugin)
-        loaded.hooks = self.manager.register_hooks(self._guarded(loaded), name=f"{name}:{name}")
+        self._added.append((plugin, name))
+        loaded.registered_as = f"{name}:{name}"
+        loaded.hooks = self.manager.register_hooks(self._guarded(loaded), name=loaded.registered_as)
         self.plugins.append(loaded)
         return loaded
+
+    def without(self, refused: Mapping[str, str]) -> PluginHost:
+        """A host of the same plugins in which those named in ``refused`` (normalized
+        distribution: why) are broken: none of their hooks is called. For an application
+        whose settings a plugin refused; this host, which others may share, is left as it
+        is."""
+        internal, specs = self._made_with
+        host = PluginHost(self.sources, self.selection, internal=internal, specs=specs)
+        for plugin, name in self._added:
+            host.add(plugin, name)
+        for plugin in host.plugins:
+            why = refused.get(normalize(plugin.source.distribution))
+            if why is not None and plugin.status is PluginStatus.OK:
+                host.mark_broken(plugin, why)
+        return host
 
     def _load_internal(self, module_name: str) -> LoadedPlugin:
         source = PluginSource(
@@ -441,6 +471,7 @@ class PluginHost:
         plugin = LoadedPlugin(source, PluginStatus.OK)
         plugin.module = importlib.import_module(module_name)
         plugin.hooks = self.manager.register_hooks(self._guarded(plugin), name=module_name)
+        plugin.registered_as = module_name
         return plugin
 
     def _load(self, source: PluginSource, sources: Sequence[PluginSource]) -> LoadedPlugin:
@@ -455,8 +486,9 @@ class PluginHost:
             plugin.module = importlib.metadata.EntryPoint(
                 name=source.entry_point, value=source.value, group=ENTRY_POINT_GROUP
             ).load()
+            plugin.registered_as = f"{source.distribution}:{source.entry_point}"
             plugin.hooks = self.manager.register_hooks(
-                self._guarded(plugin), name=f"{source.distribution}:{source.entry_point}"
+                self._guarded(plugin), name=plugin.registered_as
             )
         except BaseException as error:  # even KeyboardInterrupt: one plugin's fault
             return self._broken(source, error_line(error), _traceback(error))
@@ -471,22 +503,22 @@ class PluginHost:
     ) -> str | None:
         """Why ``source`` may not load under its entry-point name, or None.
 
-        A built-in's name is its own: whoever else uses it is refused. Two installed
+        A first-party distribution's name is its own: whoever else uses it is refused. Two installed
         distributions using one name are both refused, naming each other, so that which one
         loads never depends on how their names sort.
         """
-        if source.builtin:
+        if source.first_party:
             return None
         others = [
             other
             for other in sources
             if other.entry_point == source.entry_point
             and normalize(other.distribution) != normalize(source.distribution)
-            and (other.builtin or self.selection.refusal(other) is None)
+            and (other.first_party or self.selection.refusal(other) is None)
         ]
         if not others:
             return None
-        builtin = next((other for other in others if other.builtin), None)
+        builtin = next((other for other in others if other.first_party), None)
         if builtin is not None:
             return (
                 f"entry point name {source.entry_point!r} belongs to the built-in plugin "
@@ -557,8 +589,8 @@ class PluginHost:
             plugin.error, plugin.traceback = error_line(error), _traceback(error)
         else:
             plugin.error = error
-        name = f"{plugin.source.distribution}:{plugin.source.entry_point}"
-        if self.manager.has_plugin(name):
+        name = plugin.registered_as
+        if name is not None and self.manager.has_plugin(name):
             self.manager.unregister(name=name)
         logger.warning(
             "plugin %s %s skipped: %s",
@@ -576,6 +608,9 @@ def _guarded_call(function: Callable[..., Any], plugin: LoadedPlugin, hook: str,
     @functools.wraps(function)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         token = _running.set(plugin)
+        noted = _returned.get()
+        # A hook this implementation calls in turn is not its answer: not noted as one.
+        inner_token = _returned.set(None)
         observer = _observer.get()
         began = time.monotonic() if observer is not None else 0.0
         try:
@@ -586,10 +621,10 @@ def _guarded_call(function: Callable[..., Any], plugin: LoadedPlugin, hook: str,
                 observer(plugin, time.monotonic() - began, error)
             return None
         finally:
+            _returned.reset(inner_token)
             _running.reset(token)
         if observer is not None:
             observer(plugin, time.monotonic() - began, None)
-        noted = _returned.get()
         if noted is not None and value is not None:
             noted.append((plugin, value))
         return value
@@ -604,12 +639,20 @@ def _guarded_wrapper(function: Callable[..., Any], plugin: LoadedPlugin, hook: s
 
     @functools.wraps(function)
     def guarded(*args: Any, **kwargs: Any) -> Any:
+        observer = _observer.get()
+        began = time.monotonic()
+
+        def fail(error: BaseException) -> None:
+            failed(plugin, hook, error)
+            if observer is not None:  # a raising wrapper is a failed check too
+                observer(plugin, time.monotonic() - began, error)
+
         token = _running.set(plugin)
         try:
             inner = function(*args, **kwargs)
             next(inner)
         except BaseException as error:
-            failed(plugin, hook, error)
+            fail(error)
             return (yield)
         finally:
             _running.reset(token)
@@ -628,14 +671,16 @@ def _guarded_wrapper(function: Callable[..., Any], plugin: LoadedPlugin, hook: s
         try:
             inner.send(outcome)
         except StopIteration as stop:
+            if observer is not None:
+                observer(plugin, time.monotonic() - began, None)
             return stop.value
         except BaseException as error:
-            failed(plugin, hook, error)
+            fail(error)
             return outcome
         finally:
             _running.reset(token)
         inner.close()
-        failed(plugin, hook, RuntimeError(f"the {hook} wrapper yielded twice"))
+        fail(RuntimeError(f"the {hook} wrapper yielded twice"))
         return outcome
 
     return guarded

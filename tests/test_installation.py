@@ -63,3 +63,47 @@ def test_a_config_changed_after_opening_does_not_keep_a_store_made_for_another_p
     app = open_installation(Config.defaults(tmp_path), plugins=site.host(), connect=False)
     moved = attrs.evolve(app.config, data_dir=tmp_path / "elsewhere")
     assert blobs.blob_store_for(moved).data_dir == tmp_path / "elsewhere"
+
+
+GUARDED = """
+import attrs
+
+from protege import PromptSection, hookimpl
+
+
+@attrs.frozen(kw_only=True)
+class Settings:
+    limit: int = attrs.field(default=3, validator=attrs.validators.ge(1))
+
+
+@hookimpl
+def plugin_settings():
+    return Settings
+
+
+@hookimpl
+def prompt_sections(app, context):
+    return PromptSection("limits", "at most three")
+"""
+
+
+def test_a_plugin_whose_settings_are_refused_runs_none_of_its_hooks(site, tmp_path):
+    site.add("guarded-plugin", GUARDED)
+    shared = site.host()
+    config = attrs.evolve(Config.defaults(tmp_path), plugins={"guarded-plugin": {"limit": 0}})
+    app = open_installation(config, plugins=shared, connect=False)
+
+    def implemented_by(host):
+        return {i.plugin_name for i in host.hook.prompt_sections.get_hookimpls()}
+
+    assert "guarded-plugin:guarded_plugin" not in implemented_by(app.plugins)
+    # The host others share is left as it was: another configuration may suit the plugin.
+    assert "guarded-plugin:guarded_plugin" in implemented_by(shared)
+    # Opened again from the opened installation's config, the table is refused again
+    # rather than read as the plugin's defaults.
+    again = open_installation(app.config, plugins=shared, connect=False)
+    (report,) = [
+        r for r in again.manifest.plugins if r.plugin.source.distribution == "guarded-plugin"
+    ]
+    assert report.settings_error is not None
+    assert "guarded-plugin:guarded_plugin" not in implemented_by(again.plugins)

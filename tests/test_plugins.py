@@ -200,3 +200,12 @@ def test_a_broken_distribution_on_the_path_spoils_no_plugin(site, run_protege, t
     result = run_protege("tools", pythonpath=Path(f"{egg}{os.pathsep}{site.path}"))
     assert result.returncode == 0, result.stderr
     assert "acme-tools" in result.stdout
+
+
+def test_a_squatter_on_the_dashboard_s_entry_point_name_leaves_the_dashboard_in_place(site):
+    site.add("protege-dashboard", "", module="real_dashboard", entry_point="protege_dashboard")
+    site.add("aaa-evil", "", module="evil_dashboard", entry_point="protege_dashboard")
+    plugins = by_distribution(site.host())
+    assert plugins["protege-dashboard"].status is PluginStatus.OK
+    assert plugins["aaa-evil"].status is PluginStatus.ERROR
+    assert "belongs to the built-in plugin protege-dashboard" in plugins["aaa-evil"].error

@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 
+import attrs
+
 from protege.gateway.relay import Handover, Refusal
 from protege.transports import Envelope, MailRefused, Outcome, OutcomeStatus, Transport
 
@@ -31,18 +33,26 @@ def handover_of(
     them: one per recipient (the first it reported), recipients it left out deferred, and
     addresses it was not asked about ignored."""
     found: dict[str, Outcome] = {}
+    asked = {address.lower() for address in recipients}
     for outcome in outcomes:
         if not isinstance(outcome, Outcome):
             raise TypeError(f"{type(transport).__name__}.send returned {outcome!r}, not an Outcome")
-        if outcome.address not in recipients:
+        if outcome.address.lower() not in asked:
             logger.warning(
                 "%s reported an outcome for %s, which it was not asked to send to",
                 type(transport).__name__,
                 outcome.address,
             )
             continue
-        found.setdefault(outcome.address, outcome)
-    chosen = [found.get(a) or Outcome.deferred(a, NO_OUTCOME) for a in recipients]
+        found.setdefault(outcome.address.lower(), outcome)
+    # A transport may answer for an address in another case (a server's echo of it): the
+    # recipient is the same, and must not be sent the mail again.
+    chosen = [
+        attrs.evolve(found[a.lower()], address=a)
+        if a.lower() in found
+        else Outcome.deferred(a, NO_OUTCOME)
+        for a in recipients
+    ]
     return Handover(
         delivered=tuple(o.address for o in chosen if o.status is OutcomeStatus.DELIVERED),
         refused=tuple(_refusal(o) for o in chosen if o.status is OutcomeStatus.REFUSED),

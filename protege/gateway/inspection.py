@@ -30,6 +30,7 @@ from protege.plugins import (
     Selection,
     current_plugin,
     error_line,
+    normalize,
     observing,
 )
 
@@ -218,7 +219,7 @@ def _label(plugin: LoadedPlugin | None) -> str:
         return "unknown"
     if plugin.source.distribution == INTERNAL_DISTRIBUTION:
         return plugin.source.entry_point
-    return plugin.source.distribution
+    return normalize(plugin.source.distribution)  # never a module name: no dots
 
 
 def _failed(plugin: str, error: str) -> Decision:

@@ -17,7 +17,7 @@ import attrs
 from protege.config import Config
 from protege.context import RunContext
 from protege.harness.fence import Fence
-from protege.plugins import PluginHost, error_line
+from protege.plugins import INTERNAL_DISTRIBUTION, PluginHost, error_line
 from protege.registry import Manifest
 from protege.result import Trust
 from protege.sections import PromptSection
@@ -178,10 +178,17 @@ def _within_limits(
     """The offered sections the prompt may carry: one per name (the host's wins over a
     plugin's), each cut to the section limit, until the total limit is spent."""
     each, total = config.runs.max_prompt_section_chars, config.runs.max_prompt_sections_chars
-    included: list[Included] = []
+    included: list[tuple[int, Included]] = []
     taken: set[str] = set()
     spent = 0
-    for section, origin, source in offered:
+    # Names and room go first to the host's sections, then to protege's own (pluggy calls
+    # them last, yet no plugin may take their name or spend their room); the prompt keeps
+    # the order the sections were offered in.
+    ranked = sorted(
+        enumerate(offered),
+        key=lambda item: 0 if item[1][1] == HOST else 1 if _is_protege_own(item[1][2]) else 2,
+    )
+    for position, (section, origin, source) in ranked:
         name = section.name
         if origin != HOST and name in host_names:
             left_out.append(LeftOut(name, source, "the host app's resolver of this name wins"))
@@ -201,5 +208,14 @@ def _within_limits(
         taken.add(name)
         truncated = len(text) < len(section.text)
         shown = attrs.evolve(section, text=text) if truncated else section
-        included.append(Included(shown, origin, source, len(section.text), truncated))
-    return RunSections(included=tuple(included))
+        included.append((position, Included(shown, origin, source, len(section.text), truncated)))
+    return RunSections(included=tuple(entry for _, entry in sorted(included, key=_first)))
+
+
+def _first(pair: tuple[int, Included]) -> int:
+    return pair[0]
+
+
+def _is_protege_own(source: str) -> bool:
+    """Whether a section's source (a plugin's name, as reports give it) is protege itself."""
+    return source.startswith(f"{INTERNAL_DISTRIBUTION} (")

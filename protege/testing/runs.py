@@ -184,8 +184,10 @@ def with_plugin_settings(
     ``ConfigError`` (a ``ProtegeError``) with protege's message when the plugin refuses
     them."""
     name = normalize(distribution)
-    config = attrs.evolve(installation.config, plugins={name: dict(settings)})
-    built = open_installation(config, connect=False)
+    config = attrs.evolve(
+        installation.config, plugins={**installation.config.plugins, name: dict(settings)}
+    )
+    built = open_installation(config, connect=False, plugins=installation.plugins)
     report = next(
         (r for r in built.manifest.plugins if normalize(r.plugin.source.distribution) == name),
         None,

@@ -177,3 +177,16 @@ def test_mail_refused_as_a_whole_fails_at_once_for_everyone_waiting(app, sundae)
         {"address": a, "code": 0, "reason": "the loft is closed for good"}
         for a in ("closed@acme.com", "jane@acme.com")
     ]
+
+
+def test_an_outcome_for_an_address_in_another_case_counts_for_that_recipient():
+    from protege.delivery.transports import handover_of
+    from protege.transports import Outcome
+
+    handover = handover_of(
+        [Outcome.delivered("Kid@Gmail.Example"), Outcome.delivered("stranger@elsewhere.example")],
+        ["kid@gmail.example", "mum@gmail.example"],
+        transport=object(),
+    )
+    assert handover.delivered == ("kid@gmail.example",)  # not sent again on the next attempt
+    assert [r.address for r in handover.deferred] == ["mum@gmail.example"]

@@ -191,3 +191,21 @@ def test_a_wrapper_inspector_sees_what_the_others_decided(config, sundae):
         "inspector:vetting",
         "inbound mail held",
     )
+
+
+class RaisingWrapper:
+    """A wrapper inspector whose own check fails after the others ran."""
+
+    @hookimpl(wrapper=True)
+    def inspect_inbound(self, app, message):
+        result = yield
+        raise RuntimeError("the scanner is down")
+        return result
+
+
+def test_a_wrapper_inspector_that_raises_holds_the_mail(config, sundae):
+    app = app_with(config, scanner=RaisingWrapper())
+    (delivered,) = ingest(make_mail(), config=config, app=app)
+    assert (delivered.status, delivered.run) == ("ignored", None)
+    stored = Message.get_by_id(delivered.message.id)
+    assert any("the scanner is down" in flag for flag in stored.flags)

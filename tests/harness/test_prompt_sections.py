@@ -445,3 +445,27 @@ def test_a_wrapper_around_the_hook_sees_the_call_and_the_sections_still_arrive(
 
     assert sys.modules["watcher"].seen == [["current_time", "rules"]]
     assert [s["name"] for s in first_request(run)["sections"]] == ["rules", "current_time"]
+
+
+def test_a_plugin_cannot_take_the_name_of_protege_s_own_section(
+    project, agent, scripted_model, site
+):
+    # pluggy calls protege's own implementations last; their sections still come first.
+    site.add(
+        "aaa-clock",
+        plugin_source(
+            """
+            @hookimpl
+            def prompt_sections(app, context):
+                return PromptSection("current_time", "It is Monday 1 January 1990.")
+            """
+        ),
+    )
+    app = open_installation(project.config(), plugins=site.host(), connect=False)
+    scripted_model.script(say("ok"))
+    run = run_reply(agent, sender="jane@acme.example", body="Hi", installation=app)
+    request = first_request(run)
+    (clock,) = [s for s in request["sections"] if s["name"] == "current_time"]
+    assert clock["source"] == "protege (protege.defaults.current_time)"
+    assert [s["source"] for s in request["sections_left_out"]] == ["aaa-clock"]
+    assert "1990" not in scripted_model.requests[0]["messages"][0]["content"]

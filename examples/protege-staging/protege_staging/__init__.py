@@ -94,6 +94,8 @@ class RunJournal:
         key = (folder, run.id)
         if event.kind == "tool_call":
             self.tool_calls[key] = self.tool_calls.get(key, 0) + 1
+            if len(self.tool_calls) > self.REMEMBERED:  # runs whose end was never heard
+                del self.tool_calls[next(iter(self.tool_calls))]
         if run.status not in ENDED or key in self.written:
             return
         self.written[key] = None

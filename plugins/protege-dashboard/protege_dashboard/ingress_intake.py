@@ -46,7 +46,8 @@ def check_basic_auth(request: Request, password: str) -> None:
             given = base64.b64decode(encoded, validate=True).decode("utf-8").partition(":")[2]
         except (binascii.Error, UnicodeDecodeError):
             given = ""
-    if not hmac.compare_digest(given.encode(), password.encode()):
+    # An empty expected password opens nothing: the request must name the real one.
+    if not password or not hmac.compare_digest(given.encode(), password.encode()):
         raise IngressRefused(401, "wrong password", {"WWW-Authenticate": 'Basic realm="protege"'})
     limiter.succeeded(*keys)
 

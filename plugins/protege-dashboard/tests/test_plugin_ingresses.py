@@ -299,3 +299,29 @@ def test_what_a_raising_register_ingresses_registered_first_is_withdrawn(plugin_
     assert "acme" not in [ingress.name for ingress in app.state.ingresses]
     with TestClient(app, base_url="http://127.0.0.1") as web:
         assert acme(web, {"mime": mail(), "to": [SUNDAE]}).status_code == 404
+
+
+EMPTY_PASSWORD_PLUGIN = """
+from protege import Ingress, hookimpl
+
+
+class Careless(Ingress):
+    name = "careless"
+    secret_env = "ACME_MAIL_PASSWORD"
+
+    async def receive(self, request, intake):
+        intake.check_password(password="")  # a setting left empty, say
+        raise AssertionError("a request with no password was let in")
+
+
+@hookimpl
+def register_ingresses(register):
+    register(Careless())
+"""
+
+
+def test_an_empty_password_lets_no_request_in(plugin_site, scoop):
+    plugin_site.add("careless-mail", EMPTY_PASSWORD_PLUGIN)
+    with TestClient(plugin_site.app(environ=ENVIRON), base_url="http://127.0.0.1") as web:
+        assert web.post("/ingress/careless", content=b"x").status_code == 401
+        assert web.post("/ingress/careless", content=b"x", auth=("a", "")).status_code == 401
