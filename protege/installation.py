@@ -21,7 +21,7 @@ from protege.gateway.outbound import deliver as deliver_by_transport
 from protege.harness.runner import SendMail
 from protege.plugins import PluginHost, normalize, plugin_host
 from protege.registry import Manifest, build_manifest
-from protege.registry.offered import offered
+from protege.registry.offered import Offered, offered
 from protege.transports import Transport
 
 
@@ -56,6 +56,28 @@ class Installation:
         return blob_store_for(self.config)
 
 
+def offered_transports(plugins: PluginHost) -> Offered:
+    """The mail transports the plugins (protege's own included) register, by name."""
+    return offered(
+        plugins,
+        "register_transports",
+        kind="mail transport",
+        setting="[mail] transport",
+        methods=("send",),
+    )
+
+
+def offered_stores(plugins: PluginHost) -> Offered:
+    """The blob stores the plugins (protege's own included) register, by name."""
+    return offered(
+        plugins,
+        "register_blob_stores",
+        kind="blob store",
+        setting="[blobs] store",
+        methods=("put", "get", "exists", "delete", "mark", "check"),
+    )
+
+
 def open_installation(
     config: Config,
     *,
@@ -71,10 +93,7 @@ def open_installation(
     ``ConfigError`` (one line) when ``[mail] transport`` or ``[blobs] store`` names nothing
     registered, or the chosen one cannot be made."""
     plugins = plugin_host() if plugins is None else plugins
-    transports = offered(
-        plugins, "register_transports", kind="mail transport", setting="[mail] transport"
-    )
-    stores = offered(plugins, "register_blob_stores", kind="blob store", setting="[blobs] store")
+    transports, stores = offered_transports(plugins), offered_stores(plugins)
     # Refused before anything is connected or imported for tools.
     for refusal in (
         transports.refusal(config.mail.transport),

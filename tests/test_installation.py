@@ -107,3 +107,17 @@ def test_a_plugin_whose_settings_are_refused_runs_none_of_its_hooks(site, tmp_pa
     ]
     assert report.settings_error is not None
     assert "guarded-plugin:guarded_plugin" not in implemented_by(again.plugins)
+
+
+def test_a_transport_that_cannot_send_is_refused_when_the_installation_opens(site, tmp_path):
+    site.add(
+        "mute-carrier",
+        "from protege import hookimpl\n\n"
+        "class Mute:\n    def __init__(self, config):\n        pass\n\n"
+        "@hookimpl\ndef register_transports(register):\n    register('mute', Mute)\n",
+    )
+    config = Config.defaults(tmp_path)
+    config = attrs.evolve(config, mail=attrs.evolve(config.mail, transport="mute"))
+    with pytest.raises(ConfigError) as raised:
+        open_installation(config, plugins=site.host(), connect=False)
+    assert str(raised.value) == "the mail transport 'mute' (mute_carrier.Mute) has no send()"

@@ -10,6 +10,8 @@ import click
 from protege.cli.output import echo_json
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from protege.config import Config
     from protege.plugins import PluginHost
     from protege.registry.offered import Offered
@@ -32,14 +34,19 @@ def doctor(as_json: bool) -> None:
     import attrs
 
     from protege.config import load_config
-    from protege.plugins import plugin_host
+    from protege.plugins import normalize, plugin_host
     from protege.registry import manifest
 
     config = load_config()
     found = manifest()
     transports, stores = _offered(plugin_host())
     # A plugin's store is made as the installation makes it: with its checked settings.
-    blobs, blob_problem = _blob_store(attrs.evolve(config, plugins=found.settings), stores)
+    refused = {
+        normalize(report.plugin.source.distribution): report.settings_error
+        for report in found.plugins
+        if report.settings_error
+    }
+    blobs, blob_problem = _blob_store(attrs.evolve(config, plugins=found.settings), stores, refused)
     problems = [{"kind": "blobs", "message": blob_problem}] if blob_problem else []
     transport_problem = transports.refusal(config.mail.transport)
     if transport_problem:
@@ -186,15 +193,14 @@ def _problem(kind: str, message: object) -> dict[str, str]:
 
 def _offered(host: PluginHost) -> tuple[Offered, Offered]:
     """The mail transports and blob stores the plugins (protege's own included) register."""
-    from protege.registry.offered import offered
+    from protege.installation import offered_stores, offered_transports
 
-    return (
-        offered(host, "register_transports", kind="mail transport", setting="[mail] transport"),
-        offered(host, "register_blob_stores", kind="blob store", setting="[blobs] store"),
-    )
+    return offered_transports(host), offered_stores(host)
 
 
-def _blob_store(config: Config, stores: Offered) -> tuple[str, str | None]:
+def _blob_store(
+    config: Config, stores: Offered, refused: Mapping[str, str]
+) -> tuple[str, str | None]:
     """Where files are kept, and for S3 (or a plugin's store) whether it can be reached."""
     from protege.config import LOCAL, S3
     from protege.errors import ProtegeError
@@ -212,7 +218,7 @@ def _blob_store(config: Config, stores: Offered) -> tuple[str, str | None]:
         if settings.endpoint_url:
             where += f" at {settings.endpoint_url}"
     try:
-        stores.build(settings.store, config).check()
+        stores.build(settings.store, config, refused).check()
     except ProtegeError as error:
         return f"{where}, not reachable", f"blob store: {error}"
     except Exception as error:  # a plugin's store, failing in its own way

@@ -51,6 +51,8 @@ class Offered:
     problems: tuple[str, ...] = ()
     # The plugin that registered each name in ``factories``.
     owners: Mapping[str, LoadedPlugin] = attrs.field(factory=dict)
+    # What whatever a factory makes must be able to do.
+    methods: tuple[str, ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -91,7 +93,7 @@ class Offered:
                     f"in use: {why}"
                 )
         try:
-            return factory(config)
+            made = factory(config)
         except ConfigError:
             raise
         except Exception as error:
@@ -102,9 +104,18 @@ class Offered:
                 f"the {self.kind} {name!r} ({_describe(factory)}) could not be made: "
                 f"{error_line(error)}"
             ) from None
+        missing = [m for m in self.methods if not callable(getattr(made, m, None))]
+        if missing:  # found now, not at the first mail or file it fails
+            raise ConfigError(
+                f"the {self.kind} {name!r} ({_describe(factory)}) has no "
+                f"{', '.join(m + '()' for m in missing)}"
+            )
+        return made
 
 
-def offered(plugins: PluginHost, hook: str, *, kind: str, setting: str) -> Offered:
+def offered(
+    plugins: PluginHost, hook: str, *, kind: str, setting: str, methods: tuple[str, ...] = ()
+) -> Offered:
     """Call ``hook`` (a ``register_...(register)`` hook) once and collect what it offers."""
     found: dict[str, list[tuple[LoadedPlugin, Factory]]] = {}
     problems: list[str] = []
@@ -150,7 +161,7 @@ def offered(plugins: PluginHost, hook: str, *, kind: str, setting: str) -> Offer
             problems.append(f"{' and '.join(by)} each register a {kind} named {name!r}")
     for problem in problems:
         logger.warning("%s", problem, extra={REPORTED: True})
-    return Offered(kind, setting, factories, ambiguous, tuple(problems), owners)
+    return Offered(kind, setting, factories, ambiguous, tuple(problems), owners, methods)
 
 
 def _describe(factory: object) -> str:

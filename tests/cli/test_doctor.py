@@ -72,6 +72,7 @@ def test_doctor_reports_a_transport_and_a_blob_store_nothing_registers(run_prote
         "PROTEGE_MODEL": "test-model",
         "PROTEGE_MAIL_TRANSPORT": "smpt",
         "PROTEGE_BLOB_STORE": "locl",
+        "PROTEGE_LOAD_PLUGINS": "",  # protege's own only: protege-staging adds a transport
     }
     result = run_protege("doctor", env=env)
     assert result.returncode == 1
