@@ -22,6 +22,7 @@ import attrs
 from protege import audit
 from protege.authentication import Verdict
 from protege.config import Config
+from protege.db import database
 from protege.models import Message
 from protege.plugins import (
     INTERNAL_DISTRIBUTION,
@@ -181,7 +182,10 @@ def inspect(app: Any, message: Message, agent: Any, verdict: Verdict) -> Inspect
     mail = _mail_for(message, agent, verdict)
     token = _decisions.set((message.id, decisions))
     try:
-        with observing(observe):
+        # In a savepoint of the storing transaction: an inspector's failed statement (which
+        # on PostgreSQL spoils the transaction, even when the inspector catches it) is
+        # rolled back to here, and the mail is held rather than lost.
+        with database.atomic(), observing(observe):
             app.plugins.hook.inspect_inbound(app=app, message=mail)
     except BaseException as error:  # a wrapper that raised past the guard: none may be skipped
         logger.exception("inbound mail %s: the inspectors could not all be asked", message.id)

@@ -209,3 +209,26 @@ def test_a_wrapper_inspector_that_raises_holds_the_mail(config, sundae):
     assert (delivered.status, delivered.run) == ("ignored", None)
     stored = Message.get_by_id(delivered.message.id)
     assert any("the scanner is down" in flag for flag in stored.flags)
+
+
+class BadQuery:
+    """An inspector whose query fails, which it catches and carries on from."""
+
+    @hookimpl
+    def inspect_inbound(self, app, message):
+        from protege.db import database
+
+        try:
+            database.execute_sql("SELECT missing_column FROM no_such_table")
+        except Exception:
+            message.flag("could not look the sender up")
+
+
+def test_an_inspector_s_failed_query_does_not_lose_the_mail(config, sundae):
+    # On PostgreSQL a failed statement spoils the transaction it is in, caught or not: it
+    # must stay inside the inspection's savepoint, not take the storing transaction down.
+    app = app_with(config, lookup=BadQuery())
+    (delivered,) = ingest(make_mail(), config=config, app=app)
+    stored = Message.get_by_id(delivered.message.id)
+    assert "could not look the sender up" in stored.flags
+    assert AuditEntry.select().where(AuditEntry.subject_kind == "message").count() >= 1
