@@ -183,6 +183,10 @@ def hand_off(
             outcome = handover_of(transport.send(raw, envelope), waiting, transport)
         except MailRefused as refused:
             outcome = relay.Handover(error=str(refused))
+        except Exception:
+            raise  # counted as a failed attempt by the caller
+        except BaseException as error:  # SystemExit and the like: the plugin's, not the loop's
+            raise RuntimeError(f"the transport raised {type(error).__name__}: {error}") from error
     _record(message, outcome, config, now, renewal.held)
     return message
 

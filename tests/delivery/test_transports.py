@@ -46,6 +46,8 @@ class PigeonTransport(Transport):
             local = address.split("@")[0]
             if local == "boom":
                 raise RuntimeError("the pigeon flew off")
+            if local == "exit":
+                raise SystemExit("the pigeon keeper quit")
             if local == "closed":
                 raise MailRefused("the loft is closed for good")
             if local == "later" and envelope.attempt == 1:
@@ -190,3 +192,13 @@ def test_an_outcome_for_an_address_in_another_case_counts_for_that_recipient():
     )
     assert handover.delivered == ("kid@gmail.example",)  # not sent again on the next attempt
     assert [r.address for r in handover.deferred] == ["mum@gmail.example"]
+
+
+def test_a_transport_raising_system_exit_fails_that_attempt_and_the_loop_goes_on(app, sundae, loft):
+    quitting = queue(app, sundae, "exit@acme.com")
+    fine = queue(app, sundae, "jane@acme.com")
+    send_pending(app.config, transport=app.transport)
+    assert Message.get_by_id(fine.id).status == "sent"
+    waiting = Message.get_by_id(quitting.id)
+    assert (waiting.status, waiting.delivery_attempts) == ("pending", 1)
+    assert "SystemExit: the pigeon keeper quit" in waiting.delivery_error
