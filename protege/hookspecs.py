@@ -196,8 +196,9 @@ def dashboard_pages(app: Installation, register: Callable[..., Any]) -> None:
     Every page is behind the dashboard's login, as the built-in pages are: a visitor who is
     not signed in is sent to the login page, and a POST whose form does not carry the
     session's CSRF token is refused (403) before the page runs. A path the dashboard already
-    answers (``/agents``, ``/login``, anything under ``/ingress/`` or ``/static/``), or one
-    a plugin registered first, is reported in the dashboard's log and left out.
+    answers (``/agents``, ``/login``, anything under ``/ingress/`` or ``/static/``) is
+    reported in the dashboard's log and left out; between two plugins, the first by
+    distribution name keeps a path.
 
     The dashboard calls ``page(request, view)`` (a plain function in a worker thread, an
     ``async def`` on the event loop): ``request`` is the Starlette request and ``view`` a
@@ -206,8 +207,8 @@ def dashboard_pages(app: Installation, register: Callable[..., Any]) -> None:
     HTML text, shown inside the dashboard's layout under `title` (the plugin escapes what it
     puts in that text), or a Starlette response, sent as it is. A page that raises answers
     an error page (500), its traceback in the log, and the dashboard goes on serving. An
-    implementation of this hook that raises is logged with its traceback; the pages
-    registered before it raised are served.
+    implementation of this hook that raises is logged with its traceback, and none of its
+    plugin's pages is served.
 
     Example::
 

@@ -18,7 +18,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, Route, compile_path
 
 from protege import DashboardView, admin
-from protege_dashboard.owners import Owner, current_owner
+from protege_dashboard.owners import Owner, current_owner, normalized
 from protege_dashboard.security import PUBLIC_PREFIXES, checked_form, csrf_token
 from protege_dashboard.web import render
 
@@ -77,6 +77,8 @@ class PageRegistry:
     builtin: Sequence[BaseRoute]
     pages: list[PluginPage] = attrs.Factory(list)
     refused: list[str] = attrs.Factory(list)
+    # What the hook offered: its owner, the order it came in, and register's arguments.
+    offered: list[tuple[Owner, int, tuple[Any, ...]]] = attrs.Factory(list)
 
     def register(
         self,
@@ -88,7 +90,13 @@ class PageRegistry:
         methods: Sequence[str] = ("GET",),
     ) -> None:
         """``register`` as the hook hands it to implementations."""
-        owner = current_owner()
+        self.offered.append(
+            (current_owner(), len(self.offered), (path, page, title, menu, methods))
+        )
+
+    def _take(
+        self, owner: Owner, path: Any, page: Any, title: Any, menu: Any, methods: Any
+    ) -> None:
         problem = self._problem(path, page, title, menu, methods)
         if problem is not None:
             self._refuse(f"the page {path!r} from {owner} is left out: {problem}")
@@ -137,7 +145,21 @@ class PageRegistry:
         try:
             self.app.plugins.hook.dashboard_pages(app=self.app, register=self.register)
         except Exception:
-            logger.exception("dashboard_pages failed: pages registered before it are served")
+            logger.exception("dashboard_pages failed (a wrapper raised)")
+        # A plugin whose implementation raised has none of its pages served, as a broken
+        # plugin's ingresses are not.
+        failed = {
+            normalized(p.source.distribution)
+            for p in self.app.plugins.plugins
+            if "dashboard_pages" in p.failures
+        }
+        # A contested path goes to the first owner by distribution name, whatever order
+        # pluggy called the plugins in (as tools, commands and ingresses are decided).
+        for owner, _, arguments in sorted(self.offered, key=lambda o: (o[0], o[1])):
+            if owner.distribution in failed:
+                self._refuse(f"the page {arguments[0]!r} from {owner} is left out: its hook raised")
+                continue
+            self._take(owner, *arguments)
         return tuple(sorted(self.pages, key=lambda p: p.owner))
 
 

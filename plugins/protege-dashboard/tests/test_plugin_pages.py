@@ -179,3 +179,32 @@ def test_a_raising_dashboard_pages_leaves_the_dashboard_serving(plugin_site, ope
     with TestClient(plugin_site.app(), base_url="http://127.0.0.1") as client:
         assert sign_in(client).status_code == 303
         assert client.get("/agents").status_code == 200
+
+
+def pages_plugin(title, *, fail=False):
+    return (
+        "from protege import hookimpl\n\n"
+        "@hookimpl(tryfirst=True)\n"
+        "def dashboard_pages(app, register):\n"
+        f"    register('/report', lambda request, view: 'x', title={title!r}, menu={title!r})\n"
+        + ("    raise RuntimeError('then it broke')\n" if fail else "")
+    )
+
+
+def test_a_contested_path_goes_to_the_first_plugin_by_distribution_name(plugin_site):
+    # zz-reports is called first (tryfirst, and pluggy calls later registrations first).
+    plugin_site.add("aa-reports", pages_plugin("From aa").replace("(tryfirst=True)", ""))
+    plugin_site.add("zz-reports", pages_plugin("From zz"))
+    app = plugin_site.app()
+    assert [entry.label for entry in app.state.menu] == ["From aa"]
+    assert any(
+        "the page '/report' from zz-reports is left out" in line
+        for line in app.state.refused_extensions
+    )
+
+
+def test_a_raising_dashboard_pages_has_none_of_its_pages_served(plugin_site):
+    plugin_site.add("half-reports", pages_plugin("Half", fail=True))
+    app = plugin_site.app()
+    assert [entry.label for entry in app.state.menu] == []
+    assert any("its hook raised" in line for line in app.state.refused_extensions)
