@@ -42,6 +42,7 @@ FLAG, HOLD = "flag", "hold"
 INSPECTION_FAILED = "inspection_failed"
 HELD = "held"
 MAX_TEXT = 500  # characters of one flag or hold reason; longer ones are cut
+SLOW_SECONDS = 1.0  # an inspector taking longer over one mail is logged
 # The decisions taken on the mail being inspected (by message id), while the hook runs.
 _decisions: contextvars.ContextVar[tuple[int, list[Decision]] | None] = contextvars.ContextVar(
     "protege_inspection", default=None
@@ -168,6 +169,14 @@ def inspect(app: Any, message: Message, agent: Any, verdict: Verdict) -> Inspect
     failures: list[Decision] = []
 
     def observe(plugin: LoadedPlugin, took: float, error: BaseException | None) -> None:
+        if took > SLOW_SECONDS:  # the mail's transaction (and on SQLite every writer) waited
+            logger.warning(
+                "inspect_inbound of plugin %s took %.1f s over message %s (more than %s s)",
+                _label(plugin),
+                took,
+                message.id,
+                SLOW_SECONDS,
+            )
         if error is not None:
             label = _label(plugin)
             logger.error(

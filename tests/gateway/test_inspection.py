@@ -4,8 +4,10 @@ raising inspector holds the mail, and no inspector can undo another's flag or ho
 from __future__ import annotations
 
 import contextlib
+import time
 
 from protege import hookimpl
+from protege.gateway import inspection
 from protege.gateway.inbound import ingest
 from protege.installation import open_installation
 from protege.models import AuditEntry, Message, Run
@@ -232,3 +234,18 @@ def test_an_inspector_s_failed_query_does_not_lose_the_mail(config, sundae):
     stored = Message.get_by_id(delivered.message.id)
     assert "could not look the sender up" in stored.flags
     assert AuditEntry.select().where(AuditEntry.subject_kind == "message").count() >= 1
+
+
+class Slow:
+    """An inspector that takes longer than inspection should."""
+
+    @hookimpl
+    def inspect_inbound(self, app, message):
+        time.sleep(inspection.SLOW_SECONDS + 0.05)  # at least that long, whatever the load
+
+
+def test_a_slow_inspector_is_logged_by_name(config, sundae, caplog):
+    app = app_with(config, sluggish=Slow())
+    (delivered,) = ingest(make_mail(), config=config, app=app)
+    assert delivered.status == "accepted"  # slow is not failed
+    assert any("inspect_inbound of plugin sluggish took" in r.message for r in caplog.records)
