@@ -303,7 +303,9 @@ class MailSettings:
 
     ``smtp_timeout`` is how many seconds the relay may take to answer one step (connecting,
     each command, sending the data); ``smtp_data_timeout`` how long it may take to answer
-    the mail itself. ``ehlo_name`` is the name protege greets the relay with; by
+    the mail itself; ``max_handoff_seconds`` how long any transport may hold one mail before
+    its claim is let go and the mail tried again. ``ehlo_name`` is the name protege greets
+    the relay with; by
     default this machine's fully qualified name when it has one, else the address literal
     of the connection (``[192.0.2.7]``).
     """
@@ -326,6 +328,10 @@ class MailSettings:
     # 5321 asks of senders (10 minutes): timing out there would send it again.
     smtp_data_timeout: float = attrs.field(default=600.0, validator=attrs.validators.gt(0))
     smtp_retries: int = attrs.field(default=3, validator=attrs.validators.ge(0))
+    # One hand-off to the transport, whichever it is: past this its claim on the mail is
+    # no longer renewed, so a transport that hangs holds the mail for this long, not for
+    # ever (it is tried again once the claim runs out).
+    max_handoff_seconds: float = attrs.field(default=1800.0, validator=attrs.validators.gt(0))
     max_message_bytes: int = 25 * MIB
     max_attachments: int = 10
     max_attachment_bytes: int = 10 * MIB

@@ -93,8 +93,18 @@ class _Renewal:
 
     def _renew(self) -> None:
         interval = lease_seconds(self.config) / 3
+        limit = datetime.timedelta(seconds=self.config.mail.max_handoff_seconds)
+        started = self.clock()
         try:
             while not self._done.wait(interval):
+                if self.clock() - started > limit:
+                    logger.warning(
+                        "mail %s: the transport has held it longer than max_handoff_seconds "
+                        "(%s s); its claim is let go, and it will be tried again",
+                        self.message_id,
+                        self.config.mail.max_handoff_seconds,
+                    )
+                    return
                 take_up_connection()
                 held = self.held
                 until = self.clock() + datetime.timedelta(seconds=lease_seconds(self.config))

@@ -202,3 +202,66 @@ def test_a_transport_raising_system_exit_fails_that_attempt_and_the_loop_goes_on
     waiting = Message.get_by_id(quitting.id)
     assert (waiting.status, waiting.delivery_attempts) == ("pending", 1)
     assert "SystemExit: the pigeon keeper quit" in waiting.delivery_error
+
+
+STUCK = """
+import threading
+
+from protege import Outcome, Transport, hookimpl
+
+GATE = threading.Event()
+ENTERED = threading.Event()
+
+
+class StuckTransport(Transport):
+    def send(self, message, envelope):
+        ENTERED.set()
+        GATE.wait(120)  # a connection that never answers, until the test lets it go
+        return [Outcome.delivered(address) for address in envelope.recipients]
+
+
+@hookimpl
+def register_transports(register):
+    register("stuck", StuckTransport)
+"""
+
+
+def test_a_transport_that_hangs_lets_its_claim_go_after_max_handoff_seconds(
+    protege_db, site, tmp_path, sundae, caplog
+):
+    import importlib
+    import threading
+
+    site.add("protege-stuck", STUCK)
+    config = load_config(tmp_path)
+    config = attrs.evolve(
+        config,
+        mail=attrs.evolve(config.mail, transport="stuck", max_handoff_seconds=60),
+        runs=attrs.evolve(config.runs, lease_seconds=1),
+    )
+    app = open_installation(config, plugins=site.host(), connect=False)
+    stuck = importlib.import_module("protege_stuck")
+    mail = queue(app, sundae, "jane@acme.com")
+    hours = iter(range(10_000))
+
+    def clock():  # an hour passes at each look: the first renewal finds the limit passed
+        return utcnow() + datetime.timedelta(hours=next(hours))
+
+    sending = threading.Thread(
+        target=send_pending, args=(app.config,), kwargs={"transport": app.transport, "clock": clock}
+    )
+    sending.start()
+    try:
+        assert stuck.ENTERED.wait(60)
+
+        name = f"protege-delivery-lease-{mail.id}"
+        renewals = [t for t in threading.enumerate() if t.name == name]
+        for renewal in renewals:  # ends on its own while send() still hangs
+            renewal.join(60)
+            assert not renewal.is_alive()
+        assert not stuck.GATE.is_set()
+        assert any("longer than max_handoff_seconds" in r.message for r in caplog.records)
+    finally:
+        stuck.GATE.set()
+        sending.join(60)
+    assert not sending.is_alive()
