@@ -136,6 +136,82 @@ def plugin_settings() -> Any:
 
 
 @hookspec
+def register_transports(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Called once each time an installation opens (and by ``protege doctor``), to offer
+    outbound mail transports by name: `register` takes each, as
+    ``register(name, TransportClass)``.
+
+    ``name`` is what ``[mail] transport`` (or ``PROTEGE_MAIL_TRANSPORT``) chooses: a
+    lower-case letter, then lower-case letters, digits, ``-`` and ``_``. ``TransportClass``
+    subclasses ``protege.Transport``; only the chosen one is made, once per installation,
+    called with the installation's ``Config`` (its ``plugin_settings(DISTRIBUTION)`` holds
+    the plugin's own ``[plugins.DISTRIBUTION]`` settings). The delivery loop then calls its
+    ``send(message, envelope)`` once per attempt at a mail, from its own threads and several
+    at once, with the exact bytes to send and a ``protege.Envelope`` (sender, recipients,
+    whether SMTPUTF8 is needed, Message-ID, attempt); ``send`` returns a
+    ``protege.Outcome`` per recipient: delivered, deferred (tried again after the backoff)
+    or refused (for good), each with its reason. ``send`` raising ``protege.MailRefused``
+    refuses everyone still waiting; raising anything else fails that attempt only (counted,
+    and tried again as a deferral is) and never stops the delivery loop.
+
+    protege's own ``outbox`` and ``smtp`` are registered through this hook; their names
+    cannot be taken. A name two plugins register cannot be chosen. A name nothing registers
+    stops the installation from opening (``protege serve`` refuses to start; ``protege
+    doctor`` reports it), naming the known ones. This hook should only register.
+
+    Example::
+
+        from protege import Outcome, Transport, hookimpl
+
+        class PigeonTransport(Transport):
+            def send(self, message, envelope):
+                loft = self.config.plugin_settings("protege-pigeon")["loft"]
+                release(loft, message)
+                return [Outcome.delivered(address) for address in envelope.recipients]
+
+        @hookimpl
+        def register_transports(register):
+            register("pigeon", PigeonTransport)
+    """
+
+
+@hookspec
+def register_blob_stores(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Called once each time an installation opens (and by ``protege doctor``), to offer
+    blob stores (where stored files keep their bytes) by name: `register` takes each, as
+    ``register(name, factory)``.
+
+    ``name`` is what ``[blobs] store`` (or ``PROTEGE_BLOB_STORE``) chooses: a lower-case
+    letter, then lower-case letters, digits, ``-`` and ``_``. ``factory`` is called once per
+    installation, and only for the chosen name, with the installation's ``Config`` (read
+    the plugin's own settings from ``config.plugin_settings(DISTRIBUTION)``), and returns an
+    object that keeps the ``protege.BlobStore`` contract: bytes put, got, checked and deleted
+    by their SHA-256 digest, from any thread. The installation hands the store down in its
+    config, so ``protege.blobs.store(..., config=context.config)`` and
+    ``protege.blobs.read(blob, context.config)`` reach it from tools and plugins. A factory
+    that raises stops the installation from opening, with its error.
+
+    protege's own ``local`` and ``s3`` are registered through this hook; their names cannot
+    be taken. A name two plugins register cannot be chosen; a name nothing registers stops
+    the installation from opening, naming the known ones. This hook should only register.
+
+    Example::
+
+        from protege import hookimpl
+
+        class VaultStore:
+            def __init__(self, settings):
+                self.settings = settings
+
+            # put, get, exists, delete, mark, check: see protege.BlobStore
+
+        @hookimpl
+        def register_blob_stores(register):
+            register("vault", lambda config: VaultStore(config.plugin_settings("protege-vault")))
+    """
+
+
+@hookspec
 def register_ingresses(register: Callable[[Ingress], Any]) -> None:
     """Called once when the dashboard starts, in the thread that builds it, to collect the HTTP
     ways in for mail: call ``register(ingress)`` with an instance of a ``protege.Ingress``
@@ -228,115 +304,6 @@ def dashboard_pages(app: Installation, register: Callable[..., Any]) -> None:
 
 
 @hookspec
-def register_transports(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    """Called once each time an installation opens (and by ``protege doctor``), to offer
-    outbound mail transports by name: `register` takes each, as
-    ``register(name, TransportClass)``.
-
-    ``name`` is what ``[mail] transport`` (or ``PROTEGE_MAIL_TRANSPORT``) chooses: a
-    lower-case letter, then lower-case letters, digits, ``-`` and ``_``. ``TransportClass``
-    subclasses ``protege.Transport``; only the chosen one is made, once per installation,
-    called with the installation's ``Config`` (its ``plugin_settings(DISTRIBUTION)`` holds
-    the plugin's own ``[plugins.DISTRIBUTION]`` settings). The delivery loop then calls its
-    ``send(message, envelope)`` once per attempt at a mail, from its own threads and several
-    at once, with the exact bytes to send and a ``protege.Envelope`` (sender, recipients,
-    whether SMTPUTF8 is needed, Message-ID, attempt); ``send`` returns a
-    ``protege.Outcome`` per recipient: delivered, deferred (tried again after the backoff)
-    or refused (for good), each with its reason. ``send`` raising ``protege.MailRefused``
-    refuses everyone still waiting; raising anything else fails that attempt only (counted,
-    and tried again as a deferral is) and never stops the delivery loop.
-
-    protege's own ``outbox`` and ``smtp`` are registered through this hook; their names
-    cannot be taken. A name two plugins register cannot be chosen. A name nothing registers
-    stops the installation from opening (``protege serve`` refuses to start; ``protege
-    doctor`` reports it), naming the known ones. This hook should only register.
-
-    Example::
-
-        from protege import Outcome, Transport, hookimpl
-
-        class PigeonTransport(Transport):
-            def send(self, message, envelope):
-                loft = self.config.plugin_settings("protege-pigeon")["loft"]
-                release(loft, message)
-                return [Outcome.delivered(address) for address in envelope.recipients]
-
-        @hookimpl
-        def register_transports(register):
-            register("pigeon", PigeonTransport)
-    """
-
-
-@hookspec
-def on_event(app: Any, run: Any, event: Any) -> None:
-    """Called once for each event of a run, after the batch holding it was committed to the
-    run's trail, so that a listener (traces, metrics, a live view) follows runs as they go.
-
-    Calls come from one dispatcher thread of the application, never from the run's own
-    thread: for each run, events arrive exactly in the order they were committed, and the
-    batch that ends a run arrives with the run's final status in ``run.status``. A listener
-    that raises is logged (with its plugin's name) and the run goes on; a slow one is logged
-    too, and holds up only the listeners behind it, never a run. The dispatcher's queue is
-    bounded: when listeners fall that far behind, further events are dropped, counted and
-    the count logged, rather than slow a run down. The return value is ignored.
-
-    ``app`` is the installation (``app.config``, ``app.plugins``...). ``run`` is a
-    ``protege.RunSnapshot``: the run as it stood when the batch was committed (``id``,
-    ``agent``, ``kind``, ``status``, ``correlation_id``...), a copy no other thread changes.
-    ``event`` is a ``protege.CommittedEvent``: its ``seq`` and ``kind``, and its payload read
-    afresh on each access (``event.payload`` as a dict, ``event.typed`` as the harness's own
-    event class), so one listener cannot change what another sees.
-
-    Example::
-
-        from protege import hookimpl
-
-
-        @hookimpl
-        def on_event(app, run, event):
-            if event.kind == "model_response":
-                tokens = event.payload.get("usage", {}).get("total_tokens", 0)
-                statsd.incr("protege.tokens", tokens, tags=[f"agent:{run.agent}"])
-    """
-
-
-@hookspec
-def register_blob_stores(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    """Called once each time an installation opens (and by ``protege doctor``), to offer
-    blob stores (where stored files keep their bytes) by name: `register` takes each, as
-    ``register(name, factory)``.
-
-    ``name`` is what ``[blobs] store`` (or ``PROTEGE_BLOB_STORE``) chooses: a lower-case
-    letter, then lower-case letters, digits, ``-`` and ``_``. ``factory`` is called once per
-    installation, and only for the chosen name, with the installation's ``Config`` (read
-    the plugin's own settings from ``config.plugin_settings(DISTRIBUTION)``), and returns an
-    object that keeps the ``protege.BlobStore`` contract: bytes put, got, checked and deleted
-    by their SHA-256 digest, from any thread. The installation hands the store down in its
-    config, so ``protege.blobs.store(..., config=context.config)`` and
-    ``protege.blobs.read(blob, context.config)`` reach it from tools and plugins. A factory
-    that raises stops the installation from opening, with its error.
-
-    protege's own ``local`` and ``s3`` are registered through this hook; their names cannot
-    be taken. A name two plugins register cannot be chosen; a name nothing registers stops
-    the installation from opening, naming the known ones. This hook should only register.
-
-    Example::
-
-        from protege import hookimpl
-
-        class VaultStore:
-            def __init__(self, settings):
-                self.settings = settings
-
-            # put, get, exists, delete, mark, check: see protege.BlobStore
-
-        @hookimpl
-        def register_blob_stores(register):
-            register("vault", lambda config: VaultStore(config.plugin_settings("protege-vault")))
-    """
-
-
-@hookspec
 def prompt_sections(
     app: Installation, context: RunContext
 ) -> PromptSection | list[PromptSection] | None:
@@ -413,4 +380,37 @@ def inspect_inbound(app: Any, message: Any) -> None:
                 message.flag("mentions a wire transfer")
             if message.sender_address.endswith("@competitor.example"):
                 message.hold("mail from a competitor waits for an operator")
+    """
+
+
+@hookspec
+def on_event(app: Any, run: Any, event: Any) -> None:
+    """Called once for each event of a run, after the batch holding it was committed to the
+    run's trail, so that a listener (traces, metrics, a live view) follows runs as they go.
+
+    Calls come from one dispatcher thread of the application, never from the run's own
+    thread: for each run, events arrive exactly in the order they were committed, and the
+    batch that ends a run arrives with the run's final status in ``run.status``. A listener
+    that raises is logged (with its plugin's name) and the run goes on; a slow one is logged
+    too, and holds up only the listeners behind it, never a run. The dispatcher's queue is
+    bounded: when listeners fall that far behind, further events are dropped, counted and
+    the count logged, rather than slow a run down. The return value is ignored.
+
+    ``app`` is the installation (``app.config``, ``app.plugins``...). ``run`` is a
+    ``protege.RunSnapshot``: the run as it stood when the batch was committed (``id``,
+    ``agent``, ``kind``, ``status``, ``correlation_id``...), a copy no other thread changes.
+    ``event`` is a ``protege.CommittedEvent``: its ``seq`` and ``kind``, and its payload read
+    afresh on each access (``event.payload`` as a dict, ``event.typed`` as the harness's own
+    event class), so one listener cannot change what another sees.
+
+    Example::
+
+        from protege import hookimpl
+
+
+        @hookimpl
+        def on_event(app, run, event):
+            if event.kind == "model_response":
+                tokens = event.payload.get("usage", {}).get("total_tokens", 0)
+                statsd.incr("protege.tokens", tokens, tags=[f"agent:{run.agent}"])
     """
