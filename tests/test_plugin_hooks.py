@@ -202,3 +202,17 @@ def test_observing_tells_each_implementation_s_time_and_failure_by_plugin():
     assert by_name["failing-one"][1] == "LookupError"
     assert by_name["slow-one"][1] is None
     assert by_name["slow-one"][0] >= SLOW
+
+
+def test_a_plugin_s_failures_are_in_its_report(site, host_project):
+    site.add(
+        "broken-tools",
+        "from protege import hookimpl\n\n@hookimpl\n"
+        "def register_tools(register):\n    raise ValueError('no tools today')\n",
+    )
+    manifest = build_manifest(host_project.config(), site.host())
+    (report,) = manifest.plugins
+    assert report.as_dict()["failures"] == [
+        {"hook": "register_tools", "error": "ValueError: no tools today", "count": 1}
+    ]
+    assert report.as_dict()["status"] == "error"
