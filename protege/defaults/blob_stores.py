@@ -9,12 +9,12 @@ and its connections are made once, not per file or per installation.
 from __future__ import annotations
 
 import functools
-import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from protege.config import BlobSettings, Config
+from protege.defaults import imported
 from protege.hookspecs import hookimpl
 
 
@@ -30,17 +30,12 @@ def s3(config: Config) -> Any:
 
 @functools.lru_cache(maxsize=64)
 def _local(data_dir: Path) -> Any:
-    return _class("protege.blobs.stores", "LocalBlobStore")(data_dir)
+    return imported("protege.blobs.stores", "LocalBlobStore")(data_dir)
 
 
 @functools.lru_cache(maxsize=64)
 def _s3(settings: BlobSettings) -> Any:
-    return _class("protege.blobs.s3", "S3BlobStore").from_settings(settings)
-
-
-def _class(module: str, name: str) -> Any:
-    # Imported when made, not when the plugins load: see protege.defaults.
-    return getattr(importlib.import_module(module), name)
+    return imported("protege.blobs.s3", "S3BlobStore").from_settings(settings)
 
 
 BUILTIN_STORES: dict[str, Callable[[Config], Any]] = {"local": local, "s3": s3}

@@ -3,27 +3,22 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
 from protege.config import Config
+from protege.defaults import imported
 from protege.hookspecs import hookimpl
 
 
 def outbox(config: Config) -> Any:
     """The ``outbox`` transport: ``.eml`` files under the data directory."""
-    return _class("protege.delivery.outbox", "OutboxTransport")(config)
+    return imported("protege.delivery.outbox", "OutboxTransport")(config)
 
 
 def smtp(config: Config) -> Any:
     """The ``smtp`` transport: the relay ``[mail]`` names."""
-    return _class("protege.delivery.smtp", "SmtpTransport")(config)
-
-
-def _class(module: str, name: str) -> Any:
-    # Imported when made, not when the plugins load: see protege.defaults.
-    return getattr(importlib.import_module(module), name)
+    return imported("protege.delivery.smtp", "SmtpTransport")(config)
 
 
 BUILTIN_TRANSPORTS: dict[str, Callable[[Config], Any]] = {"outbox": outbox, "smtp": smtp}
