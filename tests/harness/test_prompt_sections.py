@@ -450,7 +450,7 @@ def test_a_wrapper_around_the_hook_sees_the_call_and_the_sections_still_arrive(
 def test_a_plugin_cannot_take_the_name_of_protege_s_own_section(
     project, agent, scripted_model, site
 ):
-    # pluggy calls protege's own implementations last; their sections still come first.
+    # pluggy calls protege's own implementations last; they still win the name and room.
     site.add(
         "aaa-clock",
         plugin_source(
