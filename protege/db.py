@@ -1,4 +1,5 @@
-"""The database: SQLite by default, PostgreSQL by URL, behind one peewee proxy."""
+"""The database: SQLite by default, PostgreSQL by URL, behind one peewee proxy that each
+application's work routes to its own database (``protege.dbroute``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import selectors
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -15,10 +17,11 @@ import peewee
 
 from protege.config import load_config
 from protege.dblock import exclusive_on
+from protege.dbroute import RoutedDatabase
 from protege.errors import ProtegeError
 from protege.migrations import applied_versions, apply_pending, pending
 
-database = peewee.DatabaseProxy()
+database = RoutedDatabase()
 
 # WAL with synchronous=NORMAL: never corrupt, and a commit costs no fsync (the last
 # transactions may be lost on power failure, not on a crash of protege itself).
@@ -115,18 +118,28 @@ def open_database(url: str) -> peewee.Database:
 
 
 def connect(url: str | None = None) -> peewee.Database:
-    """Bind protege's records to the database at ``url`` (default: the configured one)."""
+    """Bind protege's records, for the whole process, to the database at ``url`` (default:
+    the configured one), closing the one bound before: for scripts, the command line and
+    tests. An application (``open_installation``) opens a database of its own instead."""
     if url is None:
         url = load_config().database_url
+    db = open_connected(url)
+    before = database.process_database
+    if before is not None and not before.is_closed():
+        before.close()
+    database.initialize(db)
+    return db
+
+
+def open_connected(url: str) -> peewee.Database:
+    """A database for ``url``, its first connection opened (so a bad URL or an unreachable
+    server is told at once), bound to nothing."""
     db = open_database(url)
     try:
         db.connect(reuse_if_open=True)
     except peewee.OperationalError as error:
         message = " ".join(str(error).split())
         raise DatabaseError(f"cannot open the database {_redacted(url)}: {message}") from None
-    if database.obj is not None and not database.obj.is_closed():
-        database.obj.close()
-    database.initialize(db)
     return db
 
 
@@ -166,8 +179,7 @@ class _Shelf:
         return kept
 
     def _evict(self, db: peewee.Database) -> list[Any]:
-        """Take out (to be closed) the connections of another database (the proxy was
-        bound anew) and those idle too long; with the lock held."""
+        """Take out (to be closed) the connections idle too long; with the lock held."""
         now = time.monotonic()
         fresh = [e for e in self._idle if e[0] is db and now - e[2] < SHELF_SECONDS]
         stale = [e[1] for e in self._idle if e[0] is not db or now - e[2] >= SHELF_SECONDS]
@@ -181,7 +193,17 @@ def _close(connections: list[Any]) -> None:
             connection.close()
 
 
-_SHELF = _Shelf()
+# One shelf for each database (two applications in one process have one each).
+_shelves: weakref.WeakKeyDictionary[peewee.Database, _Shelf] = weakref.WeakKeyDictionary()
+_shelves_lock = threading.Lock()
+
+
+def _shelf(db: peewee.Database) -> _Shelf:
+    with _shelves_lock:
+        shelf = _shelves.get(db)
+        if shelf is None:
+            shelf = _shelves[db] = _Shelf()
+        return shelf
 
 
 def take_up_connection() -> None:
@@ -191,7 +213,7 @@ def take_up_connection() -> None:
     state = getattr(db, "_state", None)  # peewee's per-thread connection state
     if state is None or getattr(state, "conn", None) is not None:
         return
-    connection = _SHELF.take(db)
+    connection = _shelf(db).take(db)
     if connection is not None:
         state.set_connection(connection)
 
@@ -210,7 +232,7 @@ def put_down_connection() -> None:
     if (
         isinstance(db, peewee.PostgresqlDatabase)
         and _clean(connection)
-        and _SHELF.put(db, connection)
+        and _shelf(db).put(db, connection)
     ):
         return
     with contextlib.suppress(Exception):
@@ -219,9 +241,12 @@ def put_down_connection() -> None:
         connection.close()
 
 
-def close_idle_connections() -> None:
-    """Close the connections put down and not taken up again (a process shutting down)."""
-    _SHELF.empty()
+def close_idle_connections(db: peewee.Database | None = None) -> None:
+    """Close the connections put down and not taken up again (a process or an application
+    shutting down): of ``db``, or of the database in use here."""
+    db = database.obj if db is None else db
+    if db is not None:
+        _shelf(db).empty()
 
 
 def _clean(connection: Any) -> bool:

@@ -1,48 +1,83 @@
-"""The installation: what every part of a running protege is handed, built once.
+"""The installation: protege's application object, what every part of it is handed.
 
-The command line, the SMTP server with its workers, and the test fixtures each build one
-``Installation`` and pass it down, as datasette passes its instance to every hook. Nothing
-below this module reads configuration or builds a manifest on its own.
+A host app, the command line, the SMTP server with its workers, and the test fixtures each
+build one ``Installation`` and pass it down, as datasette passes its instance to every hook;
+a host closes it when done, as it closes an ``httpx.Client``. Nothing below this module
+reads configuration or builds a manifest on its own, and two installations in one process
+each keep to their own database and data directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import peewee
 
-from protege import db
+from protege import db, dbroute
 from protege.blobs import BlobStore, blob_store_for, with_blob_store
 from protege.config import Config
 from protege.errors import ConfigError
 from protege.gateway.outbound import deliver as deliver_by_transport
 from protege.harness.runner import SendMail
-from protege.plugins import PluginHost, normalize, plugin_host
+from protege.plugins import PluginHost, normalize
 from protege.registry import Manifest, build_manifest
 from protege.registry.offered import Offered, offered
 from protege.transports import Transport
+
+if TYPE_CHECKING:
+    from protege.gateway.inbound import Delivered
+    from protege.models import Run
+    from protege.toolkits import SyncReport
+
+
+class InstallationClosed(ConfigError):
+    """The installation was used after ``close()``."""
+
+
+@attrs.define
+class _Lifetime:
+    """What changes over an installation's life (the rest of it is frozen)."""
+
+    owns_database: bool
+    closed: bool = False
+    lock: threading.Lock = attrs.field(factory=threading.Lock)
 
 
 @attrs.frozen
 class Installation:
     """Everything one protege installation runs with: its configuration (and with it the
     database, the data directory, and the blob store it resolved), the tools it offers, the
-    means to queue mail, and the transport that sends it."""
+    means to queue mail, and the transport that sends it.
+
+    Build it with ``open_installation``; use it as a context manager (or call ``close()``)
+    so that the database it opened is closed. Its own methods (``sync``, ``receive``,
+    ``run_queued``) work on its database wherever they are called; other code using
+    protege's records does so inside ``with installation.activated():`` when several
+    installations are open in one process (with one, that is where they go anyway).
+    """
 
     config: Config
     manifest: Manifest
     deliver: SendMail
-    # The database protege's records are bound to (through the proxy ``protege.db.database``,
-    # which peewee models need); blobs and the outbox live under ``data_dir``.
-    database: peewee.Database
+    # The database protege's records use in this installation's work (through the proxy
+    # ``protege.db.database``, which peewee models need; see ``protege.dbroute``); blobs
+    # and the outbox live under ``data_dir``.
+    database: peewee.Database | None
     # The plugins loaded for it (protege's internal ones included): call hooks through
     # ``plugins.hook``.
     plugins: PluginHost
     # What sends its mail: the transport ``[mail] transport`` names, made once for it; hand
     # it to ``protege.delivery`` (``send_pending(config, transport=...)``, ``DeliveryLoop``).
     transport: Transport
+    _lifetime: _Lifetime = attrs.field(
+        factory=lambda: _Lifetime(owns_database=False), alias="lifetime", repr=False
+    )
 
     @property
     def data_dir(self) -> Path:
@@ -54,6 +89,73 @@ class Installation:
         """Where stored files keep their bytes: the store ``[blobs] store`` names, made when
         the installation opened and carried by its ``config`` (what tools are handed)."""
         return blob_store_for(self.config)
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._lifetime.closed
+
+    @contextlib.contextmanager
+    def activated(self) -> Iterator[Installation]:
+        """Within the block, protege's records in this thread or task are this
+        installation's (and threads protege starts there inherit it)."""
+        if self._lifetime.closed:
+            raise InstallationClosed("this protege installation is closed")
+        if self.database is None:
+            yield self
+            return
+        with dbroute.using(self.database):
+            yield self
+
+    def sync(self) -> SyncReport:
+        """Migrate the database and rebuild the system toolkits from this installation's
+        manifest: what ``protege sync`` does after each deploy."""
+        from protege.toolkits import sync
+
+        with self.activated():
+            return sync(self.manifest)
+
+    def receive(
+        self,
+        raw: bytes,
+        *,
+        recipients: Sequence[str] | None = None,
+        **session: Any,
+    ) -> list[Delivered]:
+        """Take one raw email as the SMTP gateway would: store it for each agent it is for
+        (``recipients``, else its To, Cc and Delivered-To) and queue their runs. ``session``
+        passes what an SMTP session knows (``envelope_sender``, ``client_ip``, ``helo``) to
+        sender authentication. Raises ``MailRejected`` for mail refused whole."""
+        from protege.gateway.inbound import ingest
+
+        with self.activated():
+            return ingest(raw, config=self.config, recipients=recipients, app=self, **session)
+
+    def run_queued(self) -> list[Run]:
+        """Carry out the queued runs in this thread until none is left, then send the mail
+        they queued; returns the runs carried out."""
+        from protege.worker import drain
+
+        with self.activated():
+            return drain(self)
+
+    def close(self) -> None:
+        """Close what this installation opened for itself (its database); idempotent."""
+        lifetime = self._lifetime
+        with lifetime.lock:
+            if lifetime.closed:
+                return
+            lifetime.closed = True
+        if lifetime.owns_database and self.database is not None:
+            dbroute.closed(self.database)
+            db.close_idle_connections(self.database)
+            self.database.close()
+
+    def __enter__(self) -> Installation:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def offered_transports(plugins: PluginHost) -> Offered:
@@ -85,14 +187,16 @@ def open_installation(
     plugins: PluginHost | None = None,
     connect: bool = True,
 ) -> Installation:
-    """The installation ``config`` describes: its database connected (unless told not to),
-    its manifest built from its host modules and the installed plugins (unless given), its
-    blob store and mail transport found by name among those the plugins register (protege's
-    own included) and made once.
+    """The installation ``config`` describes: a database of its own connected (unless told
+    not to: then it uses the one bound for the process, ``protege.db.connect``), its
+    manifest built from its host modules and the installed plugins (unless given), its blob
+    store and mail transport found by name among those the plugins register (protege's own
+    included) and made once. Close it when done (``close()`` or ``with``).
 
     ``ConfigError`` (one line) when ``[mail] transport`` or ``[blobs] store`` names nothing
-    registered, or the chosen one cannot be made."""
-    plugins = plugin_host() if plugins is None else plugins
+    registered, or the chosen one cannot be made; ``DatabaseError`` when the database cannot
+    be opened."""
+    plugins = PluginHost() if plugins is None else plugins
     transports, stores = offered_transports(plugins), offered_stores(plugins)
     # Refused before anything is connected or imported for tools.
     for refusal in (
@@ -101,8 +205,28 @@ def open_installation(
     ):
         if refusal is not None:
             raise ConfigError(refusal)
-    if connect:
-        db.connect(config.database_url)
+    if not connect:
+        return _assemble(config, manifest, plugins, transports, stores, db.database.obj, False)
+    database = db.open_connected(config.database_url)
+    dbroute.opened(database)
+    try:
+        with dbroute.using(database):
+            return _assemble(config, manifest, plugins, transports, stores, database, True)
+    except BaseException:
+        dbroute.closed(database)
+        database.close()
+        raise
+
+
+def _assemble(
+    config: Config,
+    manifest: Manifest | None,
+    plugins: PluginHost,
+    transports: Offered,
+    stores: Offered,
+    database: peewee.Database | None,
+    owns_database: bool,
+) -> Installation:
     if manifest is None:
         manifest = build_manifest(config, plugins)
     written = config.plugins
@@ -132,7 +256,8 @@ def open_installation(
         config=config,
         manifest=manifest,
         deliver=functools.partial(deliver_by_transport, config=config),
-        database=db.database.obj,
+        database=database,
         plugins=plugins,
         transport=transports.build(config.mail.transport, config, refused),
+        lifetime=_Lifetime(owns_database=owns_database),
     )

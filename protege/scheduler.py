@@ -108,7 +108,8 @@ class Scheduler:
         try:
             while not self._stop.is_set():
                 try:
-                    self.tick()
+                    with self.installation.activated():
+                        self.tick()
                 except Exception:  # the database may be away for a while: try again later
                     logger.exception("scheduler pass failed; trying again")
                 self._stop.wait(self.settings.poll_seconds)

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from protege.db import close_idle_connections
+from protege.dbroute import hand_over
 from protege.delivery import DeliveryLoop, send_pending
 from protege.harness import carry_out, execute
 from protege.harness.cancels import CancelWatch
@@ -129,7 +130,8 @@ class Workers:
 
     def _main(self) -> None:
         try:
-            asyncio.run(self._serve())
+            with self.installation.activated():
+                asyncio.run(self._serve())
         finally:
             self._ready.set()  # a failure to start must not leave start() waiting
 
@@ -137,9 +139,13 @@ class Workers:
         config = self.installation.config
         self._loop = asyncio.get_running_loop()
         self._wake, self._stopping = asyncio.Event(), asyncio.Event()
-        io = ThreadPoolExecutor(config.serve.db_threads, thread_name_prefix="protege-db")
+        io = ThreadPoolExecutor(
+            config.serve.db_threads, thread_name_prefix="protege-db", initializer=hand_over()
+        )
         mail_io = ThreadPoolExecutor(
-            config.serve.max_concurrent_deliveries, thread_name_prefix="protege-delivery"
+            config.serve.max_concurrent_deliveries,
+            thread_name_prefix="protege-delivery",
+            initializer=hand_over(),
         )
         await self._loop.run_in_executor(io, preload, self.installation)
         delivery = DeliveryLoop(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import datetime
 import functools
 import logging
@@ -78,7 +79,10 @@ class _Renewal:
         self.clock = clock
         self._done = threading.Event()
         self._thread = threading.Thread(
-            target=self._renew, name=f"protege-delivery-lease-{message_id}", daemon=True
+            target=contextvars.copy_context().run,  # the lease is in this work's database
+            args=(self._renew,),
+            name=f"protege-delivery-lease-{message_id}",
+            daemon=True,
         )
 
     def __enter__(self) -> _Renewal:

@@ -411,6 +411,17 @@ def _in_daemon_thread(call: Any, done: Callable[[], None]) -> asyncio.Future:
     return future
 
 
+def _connected(work: Callable[[], None]) -> None:
+    take_up_connection()
+    try:
+        work()
+    finally:
+        # The next call on this thread starts clean, and an idle thread holds no
+        # connection of its own (PostgreSQL counts them) and no lock (SQLite's write
+        # lock blocks everyone): a transaction the call left open is rolled back.
+        put_down_connection()
+
+
 class _DaemonThreads:
     """Threads for tools, kept between calls (starting a thread costs more than most tool
     calls), and daemons, so that a tool stuck past its timeout never holds the process
@@ -428,19 +439,14 @@ class _DaemonThreads:
             start = self._idle == 0
             if not start:
                 self._idle -= 1
-        self._work.put(work)
+        # The call works where its run does (the application's database, say).
+        self._work.put(functools.partial(contextvars.copy_context().run, _connected, work))
         if start:
             threading.Thread(target=self._serve, name="protege-tool", daemon=True).start()
 
     def _serve(self) -> None:
         while True:
-            work = self._work.get()
-            take_up_connection()
-            work()
-            # The next call on this thread starts clean, and an idle thread holds no
-            # connection of its own (PostgreSQL counts them) and no lock (SQLite's write
-            # lock blocks everyone): a transaction the call left open is rolled back.
-            put_down_connection()
+            self._work.get()()
             with self._lock:
                 self._idle += 1
 

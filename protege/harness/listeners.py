@@ -12,6 +12,7 @@ slower than ``slow_seconds`` is logged by name; when the queue is full, events a
 from __future__ import annotations
 
 import collections
+import contextvars
 import datetime
 import logging
 import threading
@@ -113,7 +114,13 @@ class EventDispatcher:
         """Start the dispatcher's thread, if anything listens."""
         self._listening = self._hook is not None and bool(self._hook.get_hookimpls())
         if self._listening and self._thread is None:
-            self._thread = threading.Thread(target=self._main, name="protege-events", daemon=True)
+            # The listeners work where the runs do (the application's database).
+            self._thread = threading.Thread(
+                target=contextvars.copy_context().run,
+                args=(self._main,),
+                name="protege-events",
+                daemon=True,
+            )
             self._thread.start()
         return self
 

@@ -1,0 +1,184 @@
+"""Two installations in one process each keep to their own database and data directory:
+opening the second leaves the first as it was, each one's mail, runs and replies stay in
+its own records and folders, and code that says neither is refused rather than guessed."""
+
+from email.message import EmailMessage
+
+import peewee
+import pytest
+
+from protege import db
+from protege.config import DNS_OFFLINE_VARIABLE, load_config
+from protege.dbroute import NoActiveApplication
+from protege.installation import InstallationClosed, open_installation
+from protege.models import Agent, Message, Run, Toolkit
+from protege.testing import say, tool_call
+
+
+def mail(to: str, subject: str, attachment: bytes) -> bytes:
+    message = EmailMessage()
+    message["From"] = "Mara <mara@customers.example>"
+    message["To"] = to
+    message["Subject"] = subject
+    message["Message-ID"] = f"<{subject.replace(' ', '-')}@customers.example>"
+    message.set_content(f"About {subject}.")
+    message.add_attachment(attachment, maintype="text", subtype="plain", filename="note.txt")
+    return message.as_bytes()
+
+
+@pytest.fixture
+def environment(monkeypatch, scripted_model):
+    """What both installations read from the environment: the scripted model, no DNS."""
+    monkeypatch.setenv(DNS_OFFLINE_VARIABLE, "1")
+    for name in ("PROTEGE_DATABASE_URL", "PROTEGE_DATA_DIR", "PROTEGE_MAIL_TRANSPORT"):
+        monkeypatch.delenv(name, raising=False)
+    return scripted_model
+
+
+def opened(root, database_url=None):
+    """An installation of its own at ``root`` (its database opened for it), synced, with
+    one agent who may reply."""
+    root.mkdir()
+    config = load_config(root)
+    if database_url is not None:
+        import attrs
+
+        config = attrs.evolve(config, database_url=database_url)
+    app = open_installation(config)
+    app.sync()
+    return app
+
+
+def give_agent(app, name, address):
+    with app.activated():
+        agent = Agent.create(name=name, address=address)
+        agent.grant(Toolkit.create(name="Mail", member_tool_ids=["send_email"]))
+
+
+def answer_one(app, model, to, subject, attachment):
+    model.script(tool_call("send_email", mode="reply", body=f"Re {subject}"), say("sent"))
+    (delivered,) = app.receive(mail(to, subject, attachment))
+    assert delivered.run is not None
+    (run,) = app.run_queued()
+    assert run.status == "done", run.error
+
+
+def records(app):
+    with app.activated():
+        return {
+            "agents": [a.name for a in Agent.select().order_by(Agent.id)],
+            "subjects": sorted(m.subject for m in Message.select()),
+            "runs": Run.select().count(),
+        }
+
+
+def test_two_sqlite_installations_keep_to_their_own_files(environment, tmp_path):
+    first = opened(tmp_path / "first")
+    second = opened(tmp_path / "second")
+    try:
+        assert not first.database.is_closed()  # opening another left it as it was
+        give_agent(first, "Ada", "ada@first.example")
+        give_agent(second, "Bea", "bea@second.example")
+        answer_one(first, environment, "ada@first.example", "first order", b"for Ada only")
+        answer_one(second, environment, "bea@second.example", "second order", b"for Bea only")
+
+        assert records(first) == {
+            "agents": ["Ada"],
+            "subjects": ["Re: first order", "first order"],
+            "runs": 1,
+        }
+        assert records(second) == {
+            "agents": ["Bea"],
+            "subjects": ["Re: second order", "second order"],
+            "runs": 1,
+        }
+        pairs = ((first, b"Ada", b"first"), (second, b"Bea", b"second"))
+        for (app, mine, subject), (_, theirs, _) in zip(pairs, reversed(pairs), strict=True):
+            (reply,) = (app.data_dir / "outbox").glob("*.eml")
+            assert b"Re " + subject + b" order" in reply.read_bytes()
+            stored = b"".join(p.read_bytes() for p in app.data_dir.rglob("*") if p.is_file())
+            assert b"for " + mine + b" only" in stored
+            assert b"for " + theirs + b" only" not in stored
+    finally:
+        first.close()
+        second.close()
+
+
+def test_code_that_names_no_installation_is_refused_while_two_are_open(environment, tmp_path):
+    first = opened(tmp_path / "first")
+    second = opened(tmp_path / "second")
+    give_agent(first, "Ada", "ada@first.example")
+    with pytest.raises(NoActiveApplication, match="2 protege applications are open"):
+        Agent.select().count()
+    with pytest.raises(NoActiveApplication):
+        Agent.create(name="Stray", address="stray@nowhere.example")
+    second.close()
+    # With one left open, its records are the ones meant.
+    assert [a.name for a in Agent.select()] == ["Ada"]
+    first.close()
+    with pytest.raises(AttributeError, match="uninitialized"):  # nothing open: peewee says so
+        Agent.select().count()
+
+
+def test_a_closed_installation_is_refused_and_its_database_closed(environment, tmp_path):
+    with opened(tmp_path / "only") as app:
+        database = app.database
+    assert app.closed
+    assert database.is_closed()
+    with pytest.raises(InstallationClosed):
+        app.sync()
+    app.close()  # a second close does nothing
+
+
+def test_threads_protege_starts_work_on_their_installation_s_database(environment, tmp_path):
+    from protege.worker import Workers
+
+    first = opened(tmp_path / "first")
+    second = opened(tmp_path / "second")
+    try:
+        give_agent(second, "Bea", "bea@second.example")
+        environment.script(tool_call("send_email", mode="reply", body="Re threads"), say("ok"))
+        second.receive(mail("bea@second.example", "threads", b"x"))
+        finished = []
+        done = __import__("threading").Event()
+
+        def on_finished(run):
+            finished.append(run.status)
+            done.set()
+
+        workers = Workers(second, max_concurrent_runs=2, on_finished=on_finished)
+        workers.start()
+        try:
+            assert done.wait(60)
+        finally:
+            workers.stop()
+        assert finished == ["done"]
+        assert records(first)["runs"] == 0
+        assert records(second)["runs"] == 1
+    finally:
+        first.close()
+        second.close()
+
+
+@pytest.mark.usefixtures("protege_db")
+def test_an_installation_beside_one_on_another_database(environment, tmp_path, protege_db):
+    """The test database (PostgreSQL under ``make test-postgres``) beside a SQLite file."""
+    server = opened(tmp_path / "server", database_url=protege_db.url)
+    local = opened(tmp_path / "local")
+    try:
+        give_agent(server, "Ada", "ada@server.example")
+        give_agent(local, "Bea", "bea@local.example")
+        answer_one(server, environment, "ada@server.example", "server order", b"on the server")
+        answer_one(local, environment, "bea@local.example", "local order", b"on the laptop")
+        assert records(server)["agents"] == ["Ada"]
+        assert records(local)["agents"] == ["Bea"]
+        assert records(server)["subjects"] == ["Re: server order", "server order"]
+        assert records(local)["subjects"] == ["Re: local order", "local order"]
+        # The database the process bound (the fixture's) is the server one, untouched by
+        # the SQLite installation's work.
+        assert db.database.process_database is not None
+        assert [a.name for a in Agent.select()] == ["Ada"]
+        assert isinstance(local.database, peewee.SqliteDatabase)
+    finally:
+        server.close()
+        local.close()
