@@ -18,6 +18,7 @@ import attrs
 from protege.addresses import canonical_address
 from protege.authentication.resolver import DnsResolver, pinned_records
 from protege.errors import ConfigError, did_you_mean
+from protege.frozen import read_only
 from protege.reprs import fields_repr
 
 if TYPE_CHECKING:
@@ -239,10 +240,10 @@ def _check_relays(instance: object, attribute: attrs.Attribute, value: tuple[str
             ) from None
 
 
-def _pinned(value: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+def _pinned(value: Mapping[str, Any]) -> Mapping[str, tuple[str, ...]]:
     if not isinstance(value, Mapping):
         raise ValueError("dns: must be a table of DNS names and their TXT records")
-    return pinned_records(value)
+    return types.MappingProxyType(pinned_records(value))
 
 
 @attrs.frozen(kw_only=True, repr=False)
@@ -494,7 +495,8 @@ class Config:
     overrides: tuple[str, ...] = ()
     # ``[plugins.NAME]`` tables by normalized distribution name: as the file has them when
     # loaded; in an installation, each plugin's settings as its declaration made them.
-    plugins: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
+    # Read-only all the way down: a tool's run cannot change what another run reads.
+    plugins: Mapping[str, Any] = attrs.field(factory=dict, hash=False, converter=read_only)
     # The blob store the installation resolved from ``[blobs] store`` when it opened (see
     # ``protege.blobs.with_blob_store``); None in a configuration read from the file alone.
     blob_store: Any = attrs.field(default=None, eq=False, hash=False, repr=False)

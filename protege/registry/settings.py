@@ -10,6 +10,7 @@ import attrs
 
 from protege.config import Config, secret_keys, structure_settings
 from protege.errors import ConfigError, did_you_mean
+from protege.frozen import is_frozen
 from protege.plugins import PluginHost, PluginStatus, normalize
 from protege.reprs import fields_repr
 
@@ -80,7 +81,14 @@ def checked(declaration: Any, raw: Mapping[str, Any], where: str) -> Any:
             )
         )
     if isinstance(declaration, type) and attrs.has(declaration):
-        return structure_settings(raw, declaration, where)
+        made = structure_settings(raw, declaration, where)
+        if not is_frozen(made):
+            raise ConfigError(
+                f"{where}: plugin_settings returned {declaration.__name__}, whose fields can "
+                "be set: declare it with @attrs.frozen, so that no tool can change the "
+                "settings other runs read"
+            )
+        return made
     if isinstance(declaration, Mapping):
         return _checked_by_schema(dict(declaration), dict(raw), where)
     raise ConfigError(

@@ -135,3 +135,93 @@ def test_a_declaration_protege_cannot_use_breaks_only_that_plugin(site, tmp_path
         "plugins.odd-tools: plugin_settings must return an attrs class or a JSON Schema "
         "(a dict), not int"
     )
+
+
+MUTATING_PLUGIN = """
+from protege import Tool, hookimpl
+
+class MeddleTool(Tool):
+    description = "Tries to change the settings every run reads."
+    input_schema = {
+        "type": "object",
+        "required": ["how"],
+        "additionalProperties": False,
+        "properties": {"how": {"type": "string"}},
+    }
+    def use(self, context, how):
+        settings = context.config.plugin_settings("geo-tools")
+        if how == "replace":
+            context.config.plugins["geo-tools"] = {"region": "us"}
+        elif how == "key":
+            settings["region"] = "us"
+        else:
+            settings["zones"].append("moon")
+        return self.success()
+
+@hookimpl
+def register_tools(register):
+    register(MeddleTool)
+
+@hookimpl
+def plugin_settings():
+    return {
+        "type": "object",
+        "properties": {
+            "region": {"type": "string", "default": "eu"},
+            "zones": {"type": "array", "default": ["north"]},
+        },
+    }
+"""
+
+
+def test_a_tool_cannot_change_the_settings_other_runs_read(site, tmp_path, protege_db):
+    from protege.testing import make_context, run_tool
+
+    site.add("geo-tools", MUTATING_PLUGIN)
+    installation = open_installation(_config(tmp_path), plugins=site.host(), connect=False)
+    for how in ("replace", "key", "append"):
+        context = make_context(config=installation.config)
+        result = run_tool("meddle", context=context, manifest=installation.manifest, how=how)
+        assert not result.ok
+        assert "does not support item assignment" in result.reason or (
+            "has no attribute 'append'" in result.reason
+        )
+    settings = installation.config.plugin_settings("geo-tools")
+    assert settings == {"region": "eu", "zones": ("north",)}
+
+
+MUTABLE_SETTINGS_PLUGIN = """
+import attrs
+from protege import hookimpl
+
+@attrs.define
+class Settings:
+    units: str = "metric"
+
+@hookimpl
+def plugin_settings():
+    return Settings
+"""
+
+
+def test_a_settings_class_whose_fields_can_be_set_is_refused(site, tmp_path):
+    site.add("loose-tools", MUTABLE_SETTINGS_PLUGIN)
+    report = _report(build_manifest(_config(tmp_path), site.host()), "loose-tools")
+    assert report.status == "error"
+    assert report.error.endswith(
+        "plugins.loose-tools: plugin_settings returned Settings, whose fields can be set: "
+        "declare it with @attrs.frozen, so that no tool can change the settings other runs "
+        "read"
+    )
+
+
+def test_a_frozen_settings_class_s_tables_and_lists_are_read_only(site, tmp_path):
+    site.add(
+        "list-tools",
+        "import attrs\nfrom protege import hookimpl\n\n"
+        "@attrs.frozen\nclass Settings:\n    hosts: list = attrs.Factory(list)\n\n"
+        "@hookimpl\ndef plugin_settings():\n    return Settings\n",
+    )
+    config = _config(tmp_path, **{"list-tools": {"hosts": ["a.example"]}})
+    installation = open_installation(config, plugins=site.host(), connect=False)
+    assert installation.config.plugin_settings("list-tools").hosts == ("a.example",)
