@@ -9,7 +9,6 @@ import importlib.metadata
 import logging
 import os
 import re
-import threading
 import time
 import traceback
 import types
@@ -684,24 +683,3 @@ def _guarded_wrapper(function: Callable[..., Any], plugin: LoadedPlugin, hook: s
         return outcome
 
     return guarded
-
-
-_lock = threading.Lock()
-_host: PluginHost | None = None
-
-
-def plugin_host() -> PluginHost:
-    """This process's plugins, loaded on first use."""
-    global _host
-    with _lock:
-        if _host is None:
-            _host = PluginHost()
-        return _host
-
-
-def refresh() -> None:
-    """Forget the discovered and loaded plugins, so the next use scans and loads again."""
-    global _host
-    with _lock:
-        _discover_installed.cache_clear()
-        _host = None

@@ -96,6 +96,20 @@ def no_process_left_behind() -> Iterator[None]:
     serving.end_all()
 
 
+@pytest.fixture(autouse=True)
+def no_installation_left_open() -> Iterator[None]:
+    """A test that opens an installation with a database of its own closes it: one left
+    open would take the records of every later test in this process."""
+    from protege import dbroute
+
+    yield
+    left = dbroute.owned()
+    for database in left:
+        dbroute.closed(database)
+        database.close()
+    assert not left, f"{len(left)} installation(s) left open by this test"
+
+
 @pytest.fixture
 def run_protege(tmp_path: Path):
     """Run the real ``protege`` command in a subprocess, from an empty project folder."""
@@ -138,7 +152,6 @@ def protege_in_process(tmp_path: Path, monkeypatch):
     entry point from a ``pythonpath``."""
     from click.testing import CliRunner
 
-    from protege import registry
     from protege.cli import cli
 
     project = tmp_path / "project"
@@ -152,20 +165,17 @@ def protege_in_process(tmp_path: Path, monkeypatch):
             scoped.syspath_prepend(str(project))
             for name in [n for n in os.environ if n.startswith("PROTEGE_")]:
                 scoped.delenv(name)
-            registry.refresh()
             result = runner.invoke(cli, list(args), env=env or {})
         for name in set(sys.modules) - before:  # the project's tool modules, fresh each time
             module = sys.modules.get(name)
             if str(project) in str(getattr(module, "__file__", "") or ""):
                 del sys.modules[name]
-        registry.refresh()
         if result.exception is not None and not isinstance(result.exception, SystemExit):
             raise result.exception
         return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
 
     run.project = project
-    yield run
-    registry.refresh()
+    return run
 
 
 class HostProject:

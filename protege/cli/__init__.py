@@ -101,7 +101,8 @@ class ProtegeGroup(click.Group):
     def plugin_commands(self) -> dict[str, click.Command]:
         """Commands contributed through the ``register_commands`` hook, collected once."""
         if self._plugin_commands is None:
-            from protege.plugins import PluginStatus, plugin_host
+            from protege.cli.state import plugins as plugin_host
+            from protege.plugins import PluginStatus
 
             host = plugin_host()
             collected: dict[str, click.Command] = {}

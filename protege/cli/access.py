@@ -43,10 +43,10 @@ def explain(
     domain; --sender explains such mail unless --unauthenticated is given.
     """
     from protege.admin import explain as explanation_of
+    from protege.cli.state import manifest
     from protege.config import load_config
     from protege.errors import ProtegeError
     from protege.models import Agent, Message
-    from protege.registry import manifest
 
     if sum((sender is not None, scheduled, message_id is not None)) != 1:
         raise click.UsageError("give exactly one of --sender ADDRESS, --message ID or --scheduled")

@@ -78,8 +78,8 @@ def list_agents(archived: bool, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def show(name: str, as_json: bool) -> None:
     """Show an agent: access rules, each grant with its gate, and the tool catalogue."""
+    from protege.cli.state import manifest
     from protege.models import Agent
-    from protege.registry import manifest
 
     open_database()
     agent = Agent.named(name)

@@ -192,9 +192,9 @@ def require(
     from protege.access import DEFAULT_APPROVAL_TIMEOUT, checked_policy
     from protege.cli.database import audited
     from protege.cli.grants import describe_approval, parse_duration
+    from protege.cli.state import manifest
     from protege.errors import did_you_mean
     from protege.models import Agent
-    from protege.registry import manifest
 
     open_database()
     found = Agent.named(agent)
@@ -241,8 +241,8 @@ def required(agent: str | None, as_json: bool) -> None:
     """List the tools that wait for approval whatever grants them: those whose class
     requires it, and those an operator made wait on an agent."""
     from protege.cli.grants import format_duration
+    from protege.cli.state import manifest
     from protege.models import Agent
-    from protege.registry import manifest
 
     open_database()
     tools = manifest()

@@ -35,6 +35,7 @@ def open_installation(*, mail_transport: str | None = None) -> Installation:
     to import). ``mail_transport``, when given, replaces ``[mail] transport``."""
     import attrs
 
+    from protege.cli.state import plugins
     from protege.config import load_config
     from protege.installation import open_installation as build
 
@@ -43,7 +44,7 @@ def open_installation(*, mail_transport: str | None = None) -> Installation:
         config = attrs.evolve(config, mail=attrs.evolve(config.mail, transport=mail_transport))
     db.connect_existing(config.database_url)
     db.require_current()
-    installation = build(config, connect=False)
+    installation = build(config, connect=False, plugins=plugins())
     warn_missing_host_tools(installation.manifest)
     others = len(installation.manifest.problems()) - len(installation.manifest.host_import_errors)
     if others > 0:

@@ -33,9 +33,10 @@ def doctor(as_json: bool) -> None:
     toolkit members nothing offers and a missing send_email; exit 1 if any."""
     import attrs
 
+    from protege.cli.state import manifest
+    from protege.cli.state import plugins as plugin_host
     from protege.config import load_config
-    from protege.plugins import normalize, plugin_host
-    from protege.registry import manifest
+    from protege.plugins import normalize
 
     config = load_config()
     found = manifest()

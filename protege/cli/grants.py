@@ -32,8 +32,8 @@ def attach(agent: str, toolkit: str, allow_proactive: bool) -> None:
 def warn_of_skipped_approvals(agent, toolkit: str) -> None:
     """Say where ``toolkit``'s grant lets a sender skip an approval another grant asks for
     (or where another grant skips the approval this one asks for)."""
+    from protege.cli.state import manifest
     from protege.models.resolution import bypassed_approvals
-    from protege.registry import manifest
 
     for bypass in bypassed_approvals(agent, manifest()):
         if toolkit in (bypass.given_by, bypass.guarded_by):

@@ -16,7 +16,7 @@ def plugins(as_json: bool) -> None:
     import os
 
     from protege.cli.doctor import print_tracebacks
-    from protege.registry import manifest
+    from protege.cli.state import manifest
 
     found = manifest()
     reports = found.plugins

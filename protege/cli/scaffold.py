@@ -150,7 +150,7 @@ def new_tool(name: str, module: str | None) -> None:
 
 
 def _refuse_a_taken_id(name: str) -> None:
-    from protege.registry import manifest
+    from protege.cli.state import manifest
 
     taken = manifest().get(name)
     if taken is not None:

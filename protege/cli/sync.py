@@ -26,7 +26,7 @@ def sync(as_json: bool) -> None:
     """Migrate, then rebuild the system toolkits from the live manifest (run on each deploy)."""
     from protege import db
     from protege.cli.doctor import NO_REPLY
-    from protege.registry import manifest
+    from protege.cli.state import manifest
     from protege.toolkits import describe_stale
     from protege.toolkits import sync as run_sync
 

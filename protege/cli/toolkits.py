@@ -15,7 +15,7 @@ def toolkits() -> None:
 
 
 def _check_ids(tool_ids: tuple[str, ...], force: bool) -> None:
-    from protege.registry import manifest
+    from protege.cli.state import manifest
 
     found = manifest()
     unknown = [i for i in tool_ids if i not in found]
@@ -56,8 +56,8 @@ def create(name: str, description: str, tool_ids: tuple[str, ...], force: bool) 
 def list_toolkits(as_json: bool) -> None:
     """List toolkits, their members (marking those no installed tool answers to) and how
     many agents hold each."""
+    from protege.cli.state import manifest
     from protege.models import Agent, AgentToolkit, Toolkit
-    from protege.registry import manifest
 
     open_database()
     found = manifest()
@@ -90,8 +90,8 @@ def list_toolkits(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def show(name: str, as_json: bool) -> None:
     """Show a toolkit: its members (and any the manifest lacks) and the agents holding it."""
+    from protege.cli.state import manifest
     from protege.models import Toolkit
-    from protege.registry import manifest
 
     open_database()
     toolkit = Toolkit.named(name)

@@ -1,4 +1,4 @@
-"""``protege tools``: the manifest, as ``protege.registry.manifest()`` returns it."""
+"""``protege tools``: the manifest of this folder's installation and the installed plugins."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from protege.cli.output import echo_json, echo_table
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 def tools(as_json: bool) -> None:
     """List every tool on offer, where it comes from, and the tools it shadows."""
-    from protege.registry import manifest
+    from protege.cli.state import manifest
 
     found = manifest()
     if as_json:

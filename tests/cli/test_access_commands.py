@@ -5,7 +5,6 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from protege import registry
 from protege.cli import cli
 from protege.migrations import MIGRATIONS
 
@@ -41,7 +40,6 @@ def operator(host_project, protege_db, monkeypatch):
     (host_project.root / "protege.toml").write_text('tool_modules = ["scoop_tools"]\n')
     host_project.module("scoop_tools", SCOOP_TOOLS)
     monkeypatch.chdir(host_project.root)
-    registry.refresh()
     runner = CliRunner()
 
     def run(*args, ok=True):
@@ -53,7 +51,6 @@ def operator(host_project, protege_db, monkeypatch):
 
     yield run
     monkeypatch.undo()
-    registry.refresh()
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ HEAVY = ("peewee", "httpx", "bs4", "pypdf", "openai")
 
 PROGRAM = f"""
 import sys
-from protege.registry import manifest
+from protege.cli.state import manifest
 ids = manifest().ids()
 assert {{"search_emails", "send_email", "web_fetch", "web_search", "read_attachment",
          "create_file", "get_forecast"}} <= set(ids), ids

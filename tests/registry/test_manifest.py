@@ -2,8 +2,9 @@ import logging
 
 import pytest
 
-from protege import registry
-from protege.plugins import PluginStatus
+from protege.config import Config
+from protege.installation import open_installation
+from protege.plugins import PluginHost, PluginStatus
 from protege.registry import Origin, build_manifest
 
 STAMP_TOOL = """
@@ -143,17 +144,17 @@ def test_membership_and_lookup(site, host_project):
     assert len(manifest) == 1
 
 
-def test_process_manifest_is_memoized_until_refreshed():
-    first = registry.manifest()
-    assert registry.manifest() is first
-    refreshed = registry.refresh()
-    assert refreshed is not first
-    assert registry.manifest() is refreshed
-    assert refreshed.ids() == first.ids()
+def test_each_installation_loads_its_own_plugins_and_builds_its_own_manifest(tmp_path):
+    config = Config.defaults(tmp_path)
+    first = open_installation(config, connect=False)
+    second = open_installation(config, connect=False)
+    assert first.manifest is not second.manifest
+    assert first.plugins is not second.plugins
+    assert first.manifest.ids() == second.manifest.ids()
 
 
-def test_installed_weather_example_is_a_plugin_tool():
-    manifest = registry.refresh()
+def test_installed_weather_example_is_a_plugin_tool(tmp_path):
+    manifest = build_manifest(Config.defaults(tmp_path), PluginHost())
     forecast = manifest.get("get_forecast")
     assert forecast.origin is Origin.PLUGIN
     assert forecast.source == "protege-weather"

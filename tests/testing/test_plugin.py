@@ -8,7 +8,7 @@ import pytest
 
 from protege.config import load_config
 from protege.models import Agent, Message, Toolkit
-from protege.plugins import plugin_host
+from protege.plugins import PluginHost
 from protege.registry import build_manifest
 from protege.testing import run_reply, say, tool_call
 
@@ -72,7 +72,7 @@ def test_a_host_apps_model_relay_and_data_dir_are_replaced_by_the_tests_own(
         sender="jane@acme.com",
         body="Hi",
         config=config,
-        manifest=build_manifest(config, plugin_host()),
+        manifest=build_manifest(config, PluginHost()),
     )
 
     assert (run.status, run.error) == ("done", None)

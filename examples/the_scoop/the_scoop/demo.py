@@ -23,7 +23,7 @@ from pathlib import Path
 import attrs
 import click
 
-from protege import blobs, db
+from protege import blobs
 from protege.config import AuthenticationSettings, Config, load_config
 from protege.gateway.smtp import free_port, start_gateway
 from protege.installation import Installation, open_installation
@@ -31,7 +31,6 @@ from protege.models import Agent, Blob, Message, Responsibility, Run, Toolkit
 from protege.scheduler import Scheduler
 from protege.testing import DkimKey
 from protege.testing.model import ScriptedModel, Step
-from protege.toolkits import sync
 from protege.worker import drain
 from the_scoop import scenario as story
 
@@ -141,9 +140,14 @@ def demo_config(folder: Path) -> tuple[Config, bool]:
 
 
 def _run(config: Config, model: ScriptedModel | None, signer: DkimKey) -> None:
-    installation = open_installation(config)
-    db.migrate()
-    sync(installation.manifest)
+    with open_installation(config) as installation, installation.activated():
+        installation.sync()
+        _play(installation, config, model, signer)
+
+
+def _play(
+    installation: Installation, config: Config, model: ScriptedModel | None, signer: DkimKey
+) -> None:
     sundae = Agent.create(name="Sundae", address=story.SUNDAE, instructions=story.INSTRUCTIONS)
     for name, description, members, rules, approval in story.TOOLKITS:
         grant = sundae.grant(

@@ -11,7 +11,7 @@ import attrs
 import pytest
 from starlette.testclient import TestClient
 
-from protege import admin, registry
+from protege import admin
 from protege.models import Agent, Toolkit
 from protege.plugins import PluginHost, Selection, discover, normalize
 from protege_dashboard.app import create_app
@@ -51,12 +51,8 @@ def installation(protege_db, tmp_path, monkeypatch):
     (tmp_path / "protege.toml").write_text('tool_modules = ["scoop_tools_for_dashboard"]\n')
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    # The command line's manifest is built once per process: rebuilt for this folder, so that
-    # `protege ...` run in a test sees the same tools as the dashboard.
-    registry.refresh()
     yield admin.open_installation(admin.load_config(), connect=False)
     monkeypatch.undo()
-    registry.refresh()
 
 
 @pytest.fixture
