@@ -157,3 +157,17 @@ class BehindTheStore:
 def behind_the_store(request: pytest.FixtureRequest) -> BehindTheStore:
     """What a blob store holds, seen and changed without the store (see ``BehindTheStore``)."""
     return BehindTheStore(request)
+
+
+@pytest.fixture(autouse=True)
+def no_installation_left_open() -> Iterator[None]:
+    """A test that opens an installation with a database of its own closes it: one left
+    open would take the records of every later test in this process."""
+    from protege import dbroute
+
+    yield
+    left = dbroute.owned()
+    for database in left:
+        dbroute.closed(database)
+        database.close()
+    assert not left, f"{len(left)} installation(s) left open by this test"

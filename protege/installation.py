@@ -21,19 +21,20 @@ import peewee
 
 from protege import db, dbroute
 from protege.blobs import BlobStore, blob_store_for, with_blob_store
-from protege.config import Config
+from protege.config import Config, load_config
 from protege.errors import ConfigError
+from protege.gateway.inbound import Delivered, ingest
 from protege.gateway.outbound import deliver as deliver_by_transport
 from protege.harness.runner import SendMail
 from protege.plugins import PluginHost, normalize
 from protege.registry import Manifest, build_manifest
 from protege.registry.offered import Offered, offered
+from protege.toolkits import SyncReport, sync
 from protege.transports import Transport
+from protege.worker import drain
 
 if TYPE_CHECKING:
-    from protege.gateway.inbound import Delivered
     from protege.models import Run
-    from protege.toolkits import SyncReport
 
 
 class InstallationClosed(ConfigError):
@@ -110,8 +111,6 @@ class Installation:
     def sync(self) -> SyncReport:
         """Migrate the database and rebuild the system toolkits from this installation's
         manifest: what ``protege sync`` does after each deploy."""
-        from protege.toolkits import sync
-
         with self.activated():
             return sync(self.manifest)
 
@@ -126,16 +125,12 @@ class Installation:
         (``recipients``, else its To, Cc and Delivered-To) and queue their runs. ``session``
         passes what an SMTP session knows (``envelope_sender``, ``client_ip``, ``helo``) to
         sender authentication. Raises ``MailRejected`` for mail refused whole."""
-        from protege.gateway.inbound import ingest
-
         with self.activated():
             return ingest(raw, config=self.config, recipients=recipients, app=self, **session)
 
     def run_queued(self) -> list[Run]:
         """Carry out the queued runs in this thread until none is left, then send the mail
         they queued; returns the runs carried out."""
-        from protege.worker import drain
-
         with self.activated():
             return drain(self)
 
@@ -181,7 +176,7 @@ def offered_stores(plugins: PluginHost) -> Offered:
 
 
 def open_installation(
-    config: Config,
+    config: Config | None = None,
     *,
     manifest: Manifest | None = None,
     plugins: PluginHost | None = None,
@@ -195,7 +190,9 @@ def open_installation(
 
     ``ConfigError`` (one line) when ``[mail] transport`` or ``[blobs] store`` names nothing
     registered, or the chosen one cannot be made; ``DatabaseError`` when the database cannot
-    be opened."""
+    be opened. Without ``config``, the one ``protege.toml`` in the working directory (or
+    above it) and the environment describe."""
+    config = load_config() if config is None else config
     plugins = PluginHost() if plugins is None else plugins
     transports, stores = offered_transports(plugins), offered_stores(plugins)
     # Refused before anything is connected or imported for tools.

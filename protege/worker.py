@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from protege.db import close_idle_connections
 from protege.dbroute import hand_over
@@ -30,10 +31,12 @@ from protege.harness.cancels import CancelWatch
 from protege.harness.listeners import EventDispatcher
 from protege.harness.model import load_library
 from protege.harness.runner import new_owner
-from protege.installation import Installation
 from protege.models import Run
 from protege.models.base import utcnow
 from protege.queue import claim_next
+
+if TYPE_CHECKING:
+    from protege.installation import Installation
 
 logger = logging.getLogger(__name__)
 

@@ -96,19 +96,6 @@ def no_process_left_behind() -> Iterator[None]:
     serving.end_all()
 
 
-@pytest.fixture(autouse=True)
-def no_installation_left_open() -> Iterator[None]:
-    """A test that opens an installation with a database of its own closes it: one left
-    open would take the records of every later test in this process."""
-    from protege import dbroute
-
-    yield
-    left = dbroute.owned()
-    for database in left:
-        dbroute.closed(database)
-        database.close()
-    assert not left, f"{len(left)} installation(s) left open by this test"
-
 
 @pytest.fixture
 def run_protege(tmp_path: Path):

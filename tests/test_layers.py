@@ -48,6 +48,8 @@ LAYERS = [
             "authentication",
             "db",
             "dblock",
+            "dbroute",
+            "frozen",
             "migrations",
             "cron",
             "filetypes",

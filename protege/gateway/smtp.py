@@ -70,12 +70,20 @@ class GatewayHandler:
         its next try, and the sending server need not wait minutes for its own retry."""
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                return await asyncio.to_thread(work, *args, **kwargs)
+                return await asyncio.to_thread(self._for_app, work, *args, **kwargs)
             except (*TRANSIENT_ERRORS, StorageUnavailable) as error:
                 if attempt == ATTEMPTS:
                     raise
                 logger.warning("database unavailable (%s); trying again", error)
         raise AssertionError("unreachable")
+
+    def _for_app(self, work: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``work`` on the database of the installation this gateway takes mail for."""
+        activated = getattr(self.app, "activated", None)
+        if activated is None:
+            return work(*args, **kwargs)
+        with activated():
+            return work(*args, **kwargs)
 
     async def handle_RCPT(self, server, session, envelope, address: str, rcpt_options) -> str:
         try:

@@ -120,9 +120,10 @@ def mailer(protege_db):
 @pytest.fixture
 def app(config):
     from protege.installation import open_installation
-    from protege.registry import refresh
+    from protege.plugins import PluginHost
+    from protege.registry import build_manifest
 
-    mail = refresh()
+    mail = build_manifest(config, PluginHost())
     manifest = attrs.evolve(manifest_of([]), tools=(mail.get("send_email"),))
     return open_installation(config, manifest=manifest, connect=False)
 

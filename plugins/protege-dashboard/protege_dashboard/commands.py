@@ -16,11 +16,14 @@ if TYPE_CHECKING:
 
 # Imports wait until a command runs: `register_commands` runs for any plugin command.
 def _open(config: Config | None = None) -> Installation:
-    """This folder's installation (or ``config``'s), its schema checked current."""
+    """This folder's installation (or ``config``'s), its schema checked current; closed
+    when the command ends."""
     from protege import admin
 
     installation = admin.open_installation(config or admin.load_config())
-    admin.require_current()
+    click.get_current_context().call_on_close(installation.close)
+    with installation.activated():
+        admin.require_current()
     return installation
 
 

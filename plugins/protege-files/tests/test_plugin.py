@@ -1,5 +1,5 @@
+from protege.installation import open_installation
 from protege.plugins import PluginStatus, discover
-from protege.registry import refresh
 
 
 def test_found_through_its_entry_point_as_a_builtin():
@@ -9,7 +9,7 @@ def test_found_through_its_entry_point_as_a_builtin():
 
 
 def test_loads_cleanly_and_registers_its_two_tools():
-    manifest = refresh()
+    manifest = open_installation(connect=False).manifest
     (report,) = [r for r in manifest.plugins if r.plugin.source.distribution == "protege-files"]
     assert report.plugin.status is PluginStatus.OK
     assert report.plugin.hooks == ("plugin_settings", "register_tools")

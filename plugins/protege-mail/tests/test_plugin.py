@@ -1,5 +1,5 @@
+from protege.installation import open_installation
 from protege.plugins import PluginStatus, discover
-from protege.registry import refresh
 
 
 def test_found_through_its_entry_point_as_a_builtin():
@@ -9,7 +9,7 @@ def test_found_through_its_entry_point_as_a_builtin():
 
 
 def test_loads_cleanly_and_registers_only_what_it_ships():
-    manifest = refresh()
+    manifest = open_installation(connect=False).manifest
     (report,) = [r for r in manifest.plugins if r.plugin.source.distribution == "protege-mail"]
     assert report.plugin.status is PluginStatus.OK
     assert report.plugin.hooks == ("register_tools",)
