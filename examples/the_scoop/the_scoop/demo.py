@@ -23,16 +23,18 @@ from pathlib import Path
 import attrs
 import click
 
-from protege import blobs, db
-from protege.config import AuthenticationSettings, Config, load_config
-from protege.gateway.smtp import free_port, start_gateway
-from protege.installation import Installation, open_installation
+from protege import Config, Installation, blobs, open_installation
+from protege.admin import (
+    AuthenticationSettings,
+    Scheduler,
+    drain,
+    load_config,
+    migrate,
+    start_gateway,
+    sync,
+)
 from protege.models import Agent, Blob, Message, Responsibility, Run, Toolkit
-from protege.scheduler import Scheduler
-from protege.testing import DkimKey
-from protege.testing.model import ScriptedModel, Step
-from protege.toolkits import sync
-from protege.worker import drain
+from protege.testing import DkimKey, ScriptedModel, Step, free_port
 from the_scoop import scenario as story
 
 DEFAULT_REAL_MODEL = "gpt-4.1-mini"
@@ -142,7 +144,7 @@ def demo_config(folder: Path) -> tuple[Config, bool]:
 
 def _run(config: Config, model: ScriptedModel | None, signer: DkimKey) -> None:
     installation = open_installation(config)
-    db.migrate()
+    migrate()
     sync(installation.manifest)
     sundae = Agent.create(name="Sundae", address=story.SUNDAE, instructions=story.INSTRUCTIONS)
     for name, description, members, rules, approval in story.TOOLKITS:
