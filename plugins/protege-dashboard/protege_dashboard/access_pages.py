@@ -301,7 +301,10 @@ async def access_rule_remove(request: Request) -> Response:
     rule = found(AgentAccessRule, request.path_params["rule"])
     if rule.agent_id != agent.id:
         raise HTTPException(404, "no such record")
-    admin.remove_access_rule(agent, rule.kind, rule.pattern, actor=actor(request))
+    try:  # removed meanwhile, by another operator
+        admin.remove_access_rule(agent, rule.kind, rule.pattern, actor=actor(request))
+    except ProtegeError as error:
+        return redirect(f"/agents/{agent.id}", str(error), request, error=True)
     return redirect(f"/agents/{agent.id}", f"removed access rule {rule}", request)
 
 
@@ -375,8 +378,12 @@ async def grant_rule_remove(request: Request) -> Response:
     rule = found(AgentToolkitRule, request.path_params["rule"])
     if rule.grant_id != grant.id:
         raise HTTPException(404, "no such record")
-    admin.remove_gate_rule(grant, rule.kind, rule.pattern, actor=actor(request))
-    return redirect(f"/agents/{grant.agent_id}/grants/{grant.id}", f"removed {rule}", request)
+    here = f"/agents/{grant.agent_id}/grants/{grant.id}"
+    try:  # removed meanwhile, by another operator
+        admin.remove_gate_rule(grant, rule.kind, rule.pattern, actor=actor(request))
+    except ProtegeError as error:
+        return redirect(here, str(error), request, error=True)
+    return redirect(here, f"removed {rule}", request)
 
 
 async def grant_scheduled(request: Request) -> Response:
