@@ -3,10 +3,11 @@
 The command line and the dashboard (and any operator tool built on ``protege.admin``) offer
 the same operations: stop a run, run a responsibility now, attach and detach toolkits,
 change gate and access rules, answer approvals and say which calls need one. Each is one
-function here: it checks what it is asked, does it in one transaction, records it in the
-audit log (``protege.audit``) under the ``actor`` it is given, and returns what it did or
-raises a ``ProtegeError`` whose message is meant for the operator. Front ends only find the
-records and show the outcome.
+function here: it checks what it is asked, does it in one transaction, records it under
+the ``actor`` it is given (in the audit log, ``protege.audit``; an approval's answer on the
+approval itself and in its run's trail), and returns what it did or raises a
+``ProtegeError`` whose message is meant for the operator. Front ends only find the records
+and show the outcome.
 
 Call them with the installation's database connected (``open_installation``).
 """
@@ -243,9 +244,9 @@ def _remove(
 
 
 def answer_approval(
-    approval_id: int, decision: str, *, by: str, reason: str | None = None
+    approval_id: int, decision: str, *, actor: str, reason: str | None = None
 ) -> Answered:
-    """Approve (``approved``) or deny (``denied``) a waiting call as ``by``; its run is
+    """Approve (``approved``) or deny (``denied``) a waiting call as ``actor``; its run is
     queued again. The approval keeps who answered, when and why (the run's trail shows
     it). ``OperationRefused`` when it was answered or had expired."""
     if decision not in (APPROVED, DENIED):
@@ -255,7 +256,7 @@ def answer_approval(
         raise NotFound(f"no approval {approval_id}")
     if approval.status != PENDING:
         raise OperationRefused(f"approval {approval.id} was {approval.status} already")
-    if not Approval.answer(approval.id, decision, by, reason):
+    if not Approval.answer(approval.id, decision, actor, reason):
         if Approval.get_by_id(approval.id).status == "expired":
             raise OperationRefused(f"approval {approval.id} had expired: nothing decided")
         raise OperationRefused(f"approval {approval.id} was answered meanwhile")

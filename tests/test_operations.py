@@ -223,7 +223,7 @@ def test_access_rules_are_added_and_removed_and_audited_on_the_agent(sundae):
 def test_answering_an_approval_wakes_its_run(sundae, decision):
     run = _run(sundae, "waiting")
     approval = _approval(run)
-    answered = operations.answer_approval(approval.id, decision, by=ACTOR, reason="fine")
+    answered = operations.answer_approval(approval.id, decision, actor=ACTOR, reason="fine")
     assert (answered.approval.status, answered.approval.answered_by) == (decision, ACTOR)
     assert answered.run.status == "queued"
     assert answered.describe() == (
@@ -233,9 +233,9 @@ def test_answering_an_approval_wakes_its_run(sundae, decision):
 
 def test_an_approval_is_answered_once(sundae):
     approval = _approval(_run(sundae, "waiting"))
-    operations.answer_approval(approval.id, "approved", by=ACTOR)
+    operations.answer_approval(approval.id, "approved", actor=ACTOR)
     with pytest.raises(operations.OperationRefused, match="was approved already"):
-        operations.answer_approval(approval.id, "denied", by="operator:other")
+        operations.answer_approval(approval.id, "denied", actor="operator:other")
     assert (
         Approval.get_by_id(approval.id).status,
         Approval.get_by_id(approval.id).answered_by,
@@ -248,16 +248,16 @@ def test_an_approval_is_answered_once(sundae):
 def test_an_answer_past_the_deadline_decides_nothing(sundae):
     approval = _approval(_run(sundae, "waiting"), expires_in=-datetime.timedelta(minutes=1))
     with pytest.raises(operations.OperationRefused, match="had expired: nothing decided"):
-        operations.answer_approval(approval.id, "approved", by=ACTOR)
+        operations.answer_approval(approval.id, "approved", actor=ACTOR)
     assert Approval.get_by_id(approval.id).status == "expired"
 
 
 def test_an_approval_is_approved_or_denied_nothing_else(sundae):
     approval = _approval(_run(sundae, "waiting"))
     with pytest.raises(ProtegeError, match="approved or denied, not 'expired'"):
-        operations.answer_approval(approval.id, "expired", by=ACTOR)
+        operations.answer_approval(approval.id, "expired", actor=ACTOR)
     with pytest.raises(operations.NotFound, match="no approval 999"):
-        operations.answer_approval(999, "approved", by=ACTOR)
+        operations.answer_approval(999, "approved", actor=ACTOR)
     assert Approval.get_by_id(approval.id).status == "pending"
 
 

@@ -98,7 +98,7 @@ def _answer(approval_id: int, decision: str, reason: str | None, run_now: bool) 
     if installation is None:
         open_database()
     answered = answer_approval(
-        _approval(approval_id).id, decision, by=command_line_actor(), reason=reason
+        _approval(approval_id).id, decision, actor=command_line_actor(), reason=reason
     )
     click.echo(answered.describe())
     run = answered.run

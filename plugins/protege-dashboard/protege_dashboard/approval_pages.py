@@ -37,7 +37,7 @@ async def approval_answer(request: Request) -> Response:
         return redirect(back, "say approve or deny", request, error=True)
     reason = " ".join(str(form.get("reason", "")).split())[:500] or None
     try:
-        answered = admin.answer_approval(approval.id, decision, by=actor(request), reason=reason)
+        answered = admin.answer_approval(approval.id, decision, actor=actor(request), reason=reason)
     except ProtegeError as error:
         return redirect(back, str(error), request, error=True)
     return redirect(back, answered.describe(), request)
