@@ -3,7 +3,8 @@
 docs/api.md has a section per public module (a heading ``## `protege.x` ``) listing the
 names it exports (``- `name`: ...``). Each public module's ``__all__`` is exactly that list;
 the strictly typed modules of pyproject.toml cover the public modules; and protege's own
-plugins and the examples import nothing but the public modules and their listed names.
+plugins, the examples and the plugins ``protege plugin new`` writes import nothing but the
+public modules and their listed names.
 """
 
 from __future__ import annotations
@@ -227,3 +228,24 @@ def test_plugins_and_examples_import_only_the_public_api():
         if (found := offences(protege_imports(path.read_text(), str(path))))
     }
     assert wrong == {}
+
+
+class _Placeholders(dict):
+    def __missing__(self, key: str) -> str:
+        return "placeholder"
+
+
+def test_the_plugins_protege_plugin_new_writes_import_only_the_public_api():
+    from protege.cli import templates
+
+    written = {
+        name: getattr(templates, name).format_map(_Placeholders())
+        for name in ("MODULE", "TESTS", "TOOL_CLASS", "TOOL_TESTS")
+    }
+    wrong = {
+        name: found
+        for name, source in written.items()
+        if (found := offences(protege_imports(source, name)))
+    }
+    assert wrong == {}
+    assert protege_imports(written["MODULE"])  # it does import protege: the check bites
