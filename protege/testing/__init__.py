@@ -17,7 +17,6 @@ server on loopback. docs/api.md lists every name this module exports.
 """
 
 from protege.gateway.smtp import free_port
-
 from protege.testing.database import TestDatabase, fresh_database
 from protege.testing.model import (
     ScriptedModel,
