@@ -1,8 +1,9 @@
 """protege: AI colleagues that live in a Python application and are reached by email.
 
-This module is the public API for tool and plugin authors; everything it does not export
-(other than ``protege.models``, ``protege.blobs``, ``protege.mail`` and ``protege.testing``)
-is internal.
+This module is the front of the public API: the tool contract, the hooks' contracts and the
+application object (``Installation``, made by ``open_installation``). The public modules and
+the names each exports are listed once, in docs/api.md; every other module is internal and
+may change between versions.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "BlobStore": "protege.blobs.stores",
     "CommittedEvent": "protege.harness.events",
+    "Config": "protege.config",
     "DashboardView": "protege.dashboard",
     "Envelope": "protege.transports",
     "InboundMail": "protege.gateway.inspection",
     "Ingress": "protege.ingresses",
     "IngressRefused": "protege.ingresses",
+    "Installation": "protege.installation",
     "Intake": "protege.ingresses",
     "MailRefused": "protege.transports",
     "MailScope": "protege.context",
@@ -37,17 +40,20 @@ _EXPORTS = {
     "Trust": "protege.result",
     "failure": "protege.result",
     "hookimpl": "protege.hookspecs",
+    "open_installation": "protege.installation",
     "success": "protege.result",
 }
 
 __all__ = [
     "BlobStore",
     "CommittedEvent",
+    "Config",
     "DashboardView",
     "Envelope",
     "InboundMail",
     "Ingress",
     "IngressRefused",
+    "Installation",
     "Intake",
     "MailRefused",
     "MailScope",
@@ -64,11 +70,13 @@ __all__ = [
     "Trust",
     "failure",
     "hookimpl",
+    "open_installation",
     "success",
 ]
 
 if TYPE_CHECKING:
     from protege.blobs.stores import BlobStore
+    from protege.config import Config
     from protege.context import MailScope, RunContext
     from protege.dashboard import DashboardView
     from protege.errors import ProtegeError
@@ -77,6 +85,7 @@ if TYPE_CHECKING:
     from protege.harness.listeners import RunSnapshot
     from protege.hookspecs import hookimpl
     from protege.ingresses import Ingress, IngressRefused, Intake
+    from protege.installation import Installation, open_installation
     from protege.result import Part, Result, Trust, failure, success
     from protege.sections import PromptSection, Resolver
     from protege.tool import Tool

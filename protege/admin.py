@@ -1,24 +1,11 @@
 """What operator tools need from protege (public API): the dashboard, scripts, other front ends.
 
 Each name here is what the command line itself uses, so a tool built on this module answers
-exactly as the command line does:
-
-- ``open_installation``, ``load_config``, ``require_current``, ``migrate``: open an
-  installation as ``protege serve`` does, and check (or bring) its schema up to date.
-- ``explain``: what ``protege access explain`` prints (``Explanation.lines()``) or returns as
-  JSON (``Explanation.as_json()``).
-- ``ingest``: the SMTP gateway's way in for one raw message, with its limits and refusals
-  (``MailRejected`` with the SMTP code, ``StorageUnavailable``); ``all_refused`` tells
-  whether every agent's access rules refused the sender (the gateway's 550).
-- ``read_event``, ``render_event``, ``printable``, ``EVENT_KINDS``: a run's events as
-  ``protege runs show`` reads them.
-- ``change``, ``snapshot``, ``audit_entries``: the audit log (``protege.audit``).
-- ``normalize_pattern``: the check and normal form of an allow/deny pattern.
-- ``current_plugin``: the plugin whose hook implementation is running, for a plugin that
-  calls a registration hook of its own (the dashboard's ingresses and pages) to tell whose
-  each registration is.
-- ``queue_responsibility``: queue a run of a responsibility now, for the workers of
-  ``protege serve`` to carry out.
+and acts exactly as the command line does: opening an installation, explaining access,
+reading runs and the audit log, and the operator's operations (``protege.operations``:
+stopping runs, granting toolkits, gate and access rules, approvals), which check, change
+and record in the audit log in one call. The names and what each is for are listed once,
+in docs/api.md.
 """
 
 from __future__ import annotations
@@ -31,10 +18,14 @@ import attrs
 from protege.access import Decision, normalize_pattern, routing_key
 from protege.audit import Change, change, command_line_actor, snapshot
 from protege.audit import entries as audit_entries
-from protege.authentication import Verdict
-from protege.config import Config, load_config
+from protege.authentication import MethodResult, Verdict, sender_of, unverified
+from protege.authentication import Resolver as DnsLookup  # not the prompt sections' Resolver
+from protege.authentication.dmarc import aligned as dmarc_aligned
+from protege.authentication.dmarc import lookup as dmarc_lookup
+from protege.config import AuthenticationSettings, Config, load_config
 from protege.db import migrate, require_current
 from protege.gateway.inbound import Delivered, MailRejected, StorageUnavailable, ingest
+from protege.gateway.smtp import start_gateway
 from protege.harness.events import KINDS as EVENT_KINDS
 from protege.harness.events import printable
 from protege.harness.events import read as read_event
@@ -44,26 +35,68 @@ from protege.models import Agent
 from protege.models.messages import REFUSED
 from protege.models.resolution import ApprovalBypass, Resolution, bypassed_approvals, unapprovable
 from protege.models.resolution import explain as explain_resolution
+from protege.operations import (
+    Answered,
+    Cancelled,
+    NotFound,
+    OperationRefused,
+    add_access_rule,
+    add_gate_rule,
+    answer_approval,
+    attach_toolkit,
+    cancel_run,
+    clear_grant_approval,
+    detach_toolkit,
+    queue_responsibility,
+    remove_access_rule,
+    remove_gate_rule,
+    require_grant_approval,
+    require_tool_approval,
+    set_scheduled_runs,
+    set_whole_archive,
+    unrequire_tool_approval,
+)
 from protege.plugins import current_plugin
-from protege.queue import queue_scheduled as queue_responsibility
 from protege.registry import Manifest
+from protege.scheduler import Scheduler
+from protege.toolkits import sync
+from protege.worker import drain
 
 __all__ = [
     "EVENT_KINDS",
+    "Answered",
     "ApprovalBypass",
+    "AuthenticationSettings",
+    "Cancelled",
     "Change",
     "Config",
     "Delivered",
+    "DnsLookup",
     "Explanation",
     "Installation",
     "MailRejected",
+    "MethodResult",
+    "NotFound",
+    "OperationRefused",
+    "Scheduler",
     "StorageUnavailable",
+    "Verdict",
+    "add_access_rule",
+    "add_gate_rule",
     "all_refused",
+    "answer_approval",
+    "attach_toolkit",
     "audit_entries",
     "bypassed_approvals",
+    "cancel_run",
     "change",
+    "clear_grant_approval",
     "command_line_actor",
     "current_plugin",
+    "detach_toolkit",
+    "dmarc_aligned",
+    "dmarc_lookup",
+    "drain",
     "explain",
     "ingest",
     "load_config",
@@ -73,10 +106,21 @@ __all__ = [
     "printable",
     "queue_responsibility",
     "read_event",
+    "remove_access_rule",
+    "remove_gate_rule",
     "render_event",
     "require_current",
+    "require_grant_approval",
+    "require_tool_approval",
+    "sender_of",
+    "set_scheduled_runs",
+    "set_whole_archive",
     "snapshot",
+    "start_gateway",
+    "sync",
     "unapprovable",
+    "unrequire_tool_approval",
+    "unverified",
 ]
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "clean_address",
     "new_message_id",
     "record_inbound",
+    "redact_tokens",
     "reply_headers",
     "routing_key",
     "search",

@@ -92,26 +92,16 @@ def deny(approval_id: int, reason: str | None, run_now: bool) -> None:
 
 def _answer(approval_id: int, decision: str, reason: str | None, run_now: bool) -> None:
     from protege.audit import command_line_actor
-    from protege.models import Approval, Run
+    from protege.operations import answer_approval
 
     installation = open_installation() if run_now else None
     if installation is None:
         open_database()
-    approval = _approval(approval_id)
-    if approval.status != "pending":
-        raise ProtegeError(f"approval {approval_id} was {approval.status} already")
-    if not Approval.answer(approval.id, decision, command_line_actor(), reason):
-        status = Approval.get_by_id(approval.id).status
-        if status == "expired":
-            raise ProtegeError(f"approval {approval_id} had expired: nothing decided")
-        raise ProtegeError(f"approval {approval_id} was answered meanwhile")
-    run = Run.get_by_id(approval.run_id)
-    then = (
-        f"run {run.id} is queued again"
-        if run.status == "queued"
-        else f"run {run.id} is {run.status}"
+    answered = answer_approval(
+        _approval(approval_id).id, decision, actor=command_line_actor(), reason=reason
     )
-    click.echo(f"approval {approval_id} ({approval.tool}) {decision}; {then}")
+    click.echo(answered.describe())
+    run = answered.run
     if installation is not None and run.status == "queued":
         from protege.cli.runs import carried_out
 
@@ -189,26 +179,26 @@ def require(
 ) -> None:
     """Make every call to TOOL on AGENT's runs wait for approval, whichever toolkit gives
     it: no grant can lift this (unlike a grant's own approval)."""
-    from protege.access import DEFAULT_APPROVAL_TIMEOUT, checked_policy
-    from protege.cli.database import audited
+    from protege.access import DEFAULT_APPROVAL_TIMEOUT
+    from protege.audit import command_line_actor
     from protege.cli.grants import describe_approval, parse_duration
     from protege.cli.state import manifest
-    from protege.errors import did_you_mean
     from protege.models import Agent
+    from protege.operations import require_tool_approval
 
     open_database()
     found = Agent.named(agent)
     tools = manifest()
-    if tool not in tools:
-        raise ProtegeError(f"no tool {tool!r} in the manifest{did_you_mean(tool, tools.ids())}")
-    policy = checked_policy(
-        approval_by,
-        approval_to,
-        parse_duration(approval_timeout) if approval_timeout else DEFAULT_APPROVAL_TIMEOUT,
-        self_approval,
+    policy = require_tool_approval(
+        found,
+        tool,
+        tools,
+        actor=command_line_actor(),
+        approvers=approval_by,
+        notify=approval_to,
+        timeout=parse_duration(approval_timeout) if approval_timeout else DEFAULT_APPROVAL_TIMEOUT,
+        self_approval=self_approval,
     )
-    with audited("approval required for a tool", found):
-        found.require_approval(tool, policy)
     click.echo(describe_approval(tool, found.name, policy).replace("'s tools wait", " waits", 1))
     if tool not in {entry.id for entry in found.available_tools(tools)}:
         click.echo(f"(no toolkit attached to {found.name} gives {tool} yet)")
@@ -220,17 +210,13 @@ def require(
 def unrequire(agent: str, tool: str) -> None:
     """Take back `approvals require` for TOOL on AGENT (a grant's approval, and a tool that
     requires approval itself, still apply)."""
-    from protege.cli.database import audited
+    from protege.audit import command_line_actor
     from protege.models import Agent
+    from protege.operations import unrequire_tool_approval
 
     open_database()
     found = Agent.named(agent)
-    if tool not in found.approvals_required():
-        raise ProtegeError(
-            f"{tool} does not require approval on {found.name} (see `protege approvals required`)"
-        )
-    with audited("approval no longer required for a tool", found):
-        found.drop_required_approval(tool)
+    unrequire_tool_approval(found, tool, actor=command_line_actor())
     click.echo(f"{tool} no longer requires approval on {found.name} whatever grants it")
 
 

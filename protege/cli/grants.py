@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from protege.cli.database import agent_and_toolkit, audited, open_database
-from protege.errors import ProtegeError
+from protege.cli.database import agent_and_toolkit, open_database
 
 
 @click.group()
@@ -19,12 +18,17 @@ def grants() -> None:
 @click.option("--allow-proactive", is_flag=True, help="Also offer the tools on scheduled runs.")
 def attach(agent: str, toolkit: str, allow_proactive: bool) -> None:
     """Grant TOOLKIT to AGENT, with an open sender gate."""
+    from protege.audit import command_line_actor
     from protege.models import Agent, Toolkit
+    from protege.operations import attach_toolkit
 
     open_database()
-    with audited("toolkit attached") as change:
-        grant = Agent.named(agent).grant(Toolkit.named(toolkit), allow_proactive=allow_proactive)
-        change.created(grant)
+    grant = attach_toolkit(
+        Agent.named(agent),
+        Toolkit.named(toolkit),
+        actor=command_line_actor(),
+        allow_proactive=allow_proactive,
+    )
     click.echo(f"attached {grant.toolkit.name} to {grant.agent.name} (gate: open to every sender)")
     warn_of_skipped_approvals(grant.agent, grant.toolkit.name)
 
@@ -45,10 +49,12 @@ def warn_of_skipped_approvals(agent, toolkit: str) -> None:
 @click.argument("toolkit")
 def detach(agent: str, toolkit: str) -> None:
     """Take TOOLKIT away from AGENT, with its gate rules."""
+    from protege.audit import command_line_actor
+    from protege.operations import detach_toolkit
+
     open_database()
     found_agent, found_toolkit, grant = agent_and_toolkit(agent, toolkit)
-    with audited("toolkit detached", grant):
-        grant.delete_instance(recursive=True)
+    detach_toolkit(grant, actor=command_line_actor())
     click.echo(f"detached {found_toolkit.name} from {found_agent.name}")
 
 
@@ -107,7 +113,8 @@ def configure(
 ) -> None:
     """Set the terms of a grant: scheduled runs, the approval its tools need, and the mail
     its mail tools reach."""
-    from protege.access import DEFAULT_APPROVAL_TIMEOUT, checked_policy
+    from protege import operations
+    from protege.audit import command_line_actor
 
     approval_options = bool(approval_by or approval_to or approval_timeout) or (
         self_approval is not None
@@ -121,22 +128,15 @@ def configure(
     if no_approval and approval_options:
         raise click.UsageError("--no-approval cannot go with other approval options")
     open_database()
+    actor = command_line_actor()
     found_agent, found_toolkit, grant = agent_and_toolkit(agent, toolkit)
     lines = []
     if allow_proactive is not None:
-        with audited(
-            "scheduled runs allowed" if allow_proactive else "scheduled runs refused", grant
-        ):
-            grant.allow_proactive = allow_proactive
-            grant.save()
+        operations.set_scheduled_runs(grant, allow_proactive, actor=actor)
         state = "offered" if allow_proactive else "not offered"
         lines.append(f"{found_toolkit.name} is {state} on {found_agent.name}'s scheduled runs")
     if whole_archive is not None:
-        with audited(
-            "whole mail archive opened" if whole_archive else "mail scoped to the sender", grant
-        ):
-            grant.whole_archive = whole_archive
-            grant.save()
+        operations.set_whole_archive(grant, whole_archive, actor=actor)
         lines.append(describe_archive(found_toolkit.name, found_agent.name, whole_archive))
         if whole_archive and not any(rule.kind == "allow" for rule in grant.rules):
             click.echo(
@@ -146,25 +146,17 @@ def configure(
                 err=True,
             )
     if no_approval:
-        with audited("approval no longer required", grant):
-            grant.require_approval(None)
+        operations.clear_grant_approval(grant, actor=actor)
         lines.append(f"{found_toolkit.name}'s tools run without approval for {found_agent.name}")
     elif approval_options:
-        current = grant.approval
-        if not approval_by and current is None:
-            raise ProtegeError("say who approves with --approval-by PATTERN")
-        policy = checked_policy(
-            approval_by or (current.approvers if current else ()),
-            approval_to or (current.notify if current and not approval_by else ()),
-            parse_duration(approval_timeout)
-            if approval_timeout
-            else (current.timeout if current else DEFAULT_APPROVAL_TIMEOUT),
-            self_approval
-            if self_approval is not None
-            else (current.self_approval if current else True),
+        policy = operations.require_grant_approval(
+            grant,
+            actor=actor,
+            approvers=approval_by or None,  # None keeps the grant's approvers
+            notify=approval_to or None,
+            timeout=parse_duration(approval_timeout) if approval_timeout else None,
+            self_approval=self_approval,
         )
-        with audited("approval required", grant):
-            grant.require_approval(policy)
         lines.append(describe_approval(found_toolkit.name, found_agent.name, policy))
     for line in lines:
         click.echo(line)

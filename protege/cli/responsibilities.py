@@ -277,21 +277,11 @@ def delete(name: str, agent: str | None, yes: bool) -> None:
 def run_now(name: str, agent: str | None, as_json: bool) -> None:
     """Carry out a responsibility now, once, in this process, and show the run."""
     from protege.cli.runs import carried_out, show_outcome
-    from protege.models import Run
-    from protege.queue import queue_scheduled
+    from protege.operations import queue_responsibility
 
     installation = open_installation()
-    duty = _find(name, agent)
-    going = (
-        Run.select()
-        .where((Run.responsibility == duty) & Run.status.in_(["queued", "running"]))
-        .first()
-    )
-    if going is not None:
-        raise ProtegeError(
-            f"{duty.name!r} has run {going.id} {going.status} already; wait for it to end"
-        )
-    show_outcome(carried_out(queue_scheduled(duty), installation), as_json)
+    queued = queue_responsibility(_find(name, agent))
+    show_outcome(carried_out(queued, installation), as_json)
 
 
 @click.command()

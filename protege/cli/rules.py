@@ -4,24 +4,16 @@ from __future__ import annotations
 
 import click
 
-from protege.cli.database import agent_and_toolkit, audited, open_database
+from protege.cli.database import agent_and_toolkit, open_database
 from protege.cli.output import echo_json
-from protege.errors import ProtegeError
 
 KIND = click.Choice(["allow", "deny"])
 
 
-def _remove(subject, rules, kind: str, pattern: str, where: str) -> None:
-    from protege.access import normalize_pattern
+def _actor() -> str:
+    from protege.audit import command_line_actor
 
-    wanted = normalize_pattern(pattern)
-    matching = [rule for rule in rules if rule.kind == kind and rule.pattern == wanted]
-    if not matching:
-        raise ProtegeError(f"no rule '{kind} {wanted}' on {where}")
-    with audited("rule removed", subject):
-        for rule in matching:
-            rule.delete_instance()
-    click.echo(f"removed {kind} {wanted} from {where}")
+    return command_line_actor()
 
 
 def _list(rules, as_json: bool, empty: str) -> None:
@@ -47,10 +39,11 @@ def rules() -> None:
 @click.argument("pattern")
 def add_rule(agent: str, toolkit: str, kind: str, pattern: str) -> None:
     """Add an allow or deny PATTERN (an address, or one with a single *) to a grant's gate."""
+    from protege.operations import add_gate_rule
+
     open_database()
     _, _, grant = agent_and_toolkit(agent, toolkit)
-    with audited("rule added", grant):
-        rule = grant.add_rule(kind, pattern)
+    rule = add_gate_rule(grant, kind, pattern, actor=_actor())
     click.echo(f"{grant.toolkit.name} on {grant.agent.name}: {rule}")
 
 
@@ -61,9 +54,12 @@ def add_rule(agent: str, toolkit: str, kind: str, pattern: str) -> None:
 @click.argument("pattern")
 def remove_rule(agent: str, toolkit: str, kind: str, pattern: str) -> None:
     """Remove a rule from a grant's gate."""
+    from protege.operations import remove_gate_rule
+
     open_database()
     _, _, grant = agent_and_toolkit(agent, toolkit)
-    _remove(grant, grant.rules, kind, pattern, f"{grant.toolkit.name} on {grant.agent.name}")
+    removed = remove_gate_rule(grant, kind, pattern, actor=_actor())
+    click.echo(f"removed {kind} {removed} from {grant.toolkit.name} on {grant.agent.name}")
 
 
 @rules.command("list")
@@ -89,11 +85,11 @@ def access_rules() -> None:
 def add_access_rule(agent: str, kind: str, pattern: str) -> None:
     """Add an allow or deny PATTERN to an agent's access rules."""
     from protege.models import Agent
+    from protege.operations import add_access_rule
 
     open_database()
     found = Agent.named(agent)
-    with audited("access rule added", found):
-        rule = found.add_access_rule(kind, pattern)
+    rule = add_access_rule(found, kind, pattern, actor=_actor())
     click.echo(f"{found.name}: {rule}")
 
 
@@ -104,10 +100,12 @@ def add_access_rule(agent: str, kind: str, pattern: str) -> None:
 def remove_access_rule(agent: str, kind: str, pattern: str) -> None:
     """Remove one of an agent's access rules."""
     from protege.models import Agent
+    from protege.operations import remove_access_rule
 
     open_database()
     found = Agent.named(agent)
-    _remove(found, found.access_rules, kind, pattern, found.name)
+    removed = remove_access_rule(found, kind, pattern, actor=_actor())
+    click.echo(f"removed {kind} {removed} from {found.name}")
 
 
 @access_rules.command("list")

@@ -65,25 +65,11 @@ def retry(run_id: int, as_json: bool) -> None:
 @click.argument("run_id", type=int)
 def cancel(run_id: int) -> None:
     """Stop a run: a queued or waiting one at once, a running one at its next step."""
-    from protege.audit import change, command_line_actor
-    from protege.models import Run
-    from protege.models.base import utcnow
+    from protege.audit import command_line_actor
+    from protege.operations import cancel_run
 
     open_database()
-    run = Run.get_or_none(Run.id == run_id)
-    if run is None:
-        raise ProtegeError(f"there is no run {run_id}")
-    # Recorded in the audit log only when it changed something: the error undoes the entry.
-    with change(command_line_actor(), "cancel requested", run):
-        was = Run.request_cancel(run_id, utcnow())
-        if was not in ("queued", "running", "waiting"):
-            raise ProtegeError(f"run {run_id} is {was} already: there is nothing to cancel")
-    if was == "queued":
-        click.echo(f"run {run_id} cancelled (it had not started)")
-    elif was == "waiting":
-        click.echo(f"run {run_id} cancelled (it was waiting for approval)")
-    else:
-        click.echo(f"run {run_id} will stop at its next step")
+    click.echo(cancel_run(run_id, actor=command_line_actor()).describe())
 
 
 def carried_out(run, installation):

@@ -12,9 +12,11 @@ any project that has protege installed:
 and these functions: ``make_context`` and ``run_tool`` to call a tool as dispatch would,
 ``run_reply`` and ``run_scheduled`` to run an agent end to end, ``attach_files`` to give
 stored mail attachments, ``with_plugin_settings`` to try a plugin's ``[plugins.NAME]``
-settings; and ``DkimKey`` to sign mail so that it proves its sender.
+settings; ``DkimKey`` to sign mail so that it proves its sender, and ``free_port`` for a
+server on loopback. docs/api.md lists every name this module exports.
 """
 
+from protege.gateway.smtp import free_port
 from protege.testing.database import TestDatabase, fresh_database
 from protege.testing.model import (
     ScriptedModel,
@@ -42,6 +44,7 @@ __all__ = [
     "Step",
     "TestDatabase",
     "attach_files",
+    "free_port",
     "fresh_database",
     "http_error",
     "make_context",

@@ -23,15 +23,15 @@ from pathlib import Path
 import attrs
 import click
 
-from protege import blobs
-from protege.config import AuthenticationSettings, Config, load_config
-from protege.gateway.smtp import free_port, start_gateway
-from protege.installation import Installation, open_installation
+from protege import Config, Installation, blobs, open_installation
+from protege.admin import (
+    AuthenticationSettings,
+    Scheduler,
+    load_config,
+    start_gateway,
+)
 from protege.models import Agent, Blob, Message, Responsibility, Run, Toolkit
-from protege.scheduler import Scheduler
-from protege.testing import DkimKey
-from protege.testing.model import ScriptedModel, Step
-from protege.worker import drain
+from protege.testing import DkimKey, ScriptedModel, Step, free_port
 from the_scoop import scenario as story
 
 DEFAULT_REAL_MODEL = "gpt-4.1-mini"
@@ -182,7 +182,7 @@ def _play(
             _show_verdict()
             if model is not None:  # scripted once the mail is in: it names its photo
                 model.script(*_with_photo(story.SCRIPT[number]))
-            for run in drain(installation):
+            for run in installation.run_queued():
                 _show_run(run)
             previous = (
                 Message.select()
@@ -405,7 +405,7 @@ def _scouts_morning(installation: Installation, model: ScriptedModel | None) -> 
     clock = due + datetime.timedelta(seconds=30)
     for queued in Scheduler(installation, clock=lambda: clock).tick().queued:
         click.echo(f"    the scheduler, at {clock:%a %d %b %H:%M %Z}, queued run {queued.id}")
-    for run in drain(installation):
+    for run in installation.run_queued():
         _show_run(run)
     report_mail = (
         Message.select()

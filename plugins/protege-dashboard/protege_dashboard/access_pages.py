@@ -254,9 +254,12 @@ async def agent_attach(request: Request) -> Response:
     form = await checked_form(request)
     toolkit = found(Toolkit, form.get("toolkit"))
     try:
-        with admin.change(actor(request), "toolkit attached") as change:
-            grant = agent.grant(toolkit, allow_proactive=form.get("allow_proactive") == "on")
-            change.created(grant)
+        admin.attach_toolkit(
+            agent,
+            toolkit,
+            actor=actor(request),
+            allow_proactive=form.get("allow_proactive") == "on",
+        )
     except ProtegeError as error:
         return redirect(f"/agents/{agent.id}", str(error), request, error=True)
     return redirect(f"/agents/{agent.id}", f"attached {toolkit.name}", request)
@@ -274,8 +277,7 @@ async def grant_detach(request: Request) -> Response:
     grant = _grant(request)
     await checked_form(request)
     name, agent_id = grant.toolkit.name, grant.agent_id
-    with admin.change(actor(request), "toolkit detached", grant):
-        grant.delete_instance(recursive=True)
+    admin.detach_toolkit(grant, actor=actor(request))
     return redirect(f"/agents/{agent_id}", f"detached {name}", request)
 
 
@@ -285,8 +287,7 @@ async def access_rule_add(request: Request) -> Response:
     form = await checked_form(request)
     kind, pattern = str(form.get("kind", "")), str(form.get("pattern", ""))
     try:
-        with admin.change(actor(request), "access rule added", agent):
-            rule = agent.add_access_rule(kind, pattern)
+        rule = admin.add_access_rule(agent, kind, pattern, actor=actor(request))
     except ProtegeError as error:
         typed = {"rule_kind": kind, "rule_pattern": pattern}
         return _agent(request, agent, error=str(error), typed=typed)
@@ -300,8 +301,10 @@ async def access_rule_remove(request: Request) -> Response:
     rule = found(AgentAccessRule, request.path_params["rule"])
     if rule.agent_id != agent.id:
         raise HTTPException(404, "no such record")
-    with admin.change(actor(request), "access rule removed", agent):
-        rule.delete_instance()
+    try:  # removed meanwhile, by another operator
+        admin.remove_access_rule(agent, rule.kind, rule.pattern, actor=actor(request))
+    except ProtegeError as error:
+        return redirect(f"/agents/{agent.id}", str(error), request, error=True)
     return redirect(f"/agents/{agent.id}", f"removed access rule {rule}", request)
 
 
@@ -362,8 +365,7 @@ async def grant_rule_add(request: Request) -> Response:
     here = f"/agents/{grant.agent_id}/grants/{grant.id}"
     kind, pattern = str(form.get("kind", "")), str(form.get("pattern", ""))
     try:
-        with admin.change(actor(request), "rule added", grant):
-            rule = grant.add_rule(kind, pattern)
+        rule = admin.add_gate_rule(grant, kind, pattern, actor=actor(request))
     except ProtegeError as error:
         return grant_view(request, grant, str(error), {"kind": kind, "pattern": pattern})
     return redirect(here, f"added rule {rule}", request)
@@ -376,9 +378,12 @@ async def grant_rule_remove(request: Request) -> Response:
     rule = found(AgentToolkitRule, request.path_params["rule"])
     if rule.grant_id != grant.id:
         raise HTTPException(404, "no such record")
-    with admin.change(actor(request), "rule removed", grant):
-        rule.delete_instance()
-    return redirect(f"/agents/{grant.agent_id}/grants/{grant.id}", f"removed {rule}", request)
+    here = f"/agents/{grant.agent_id}/grants/{grant.id}"
+    try:  # removed meanwhile, by another operator
+        admin.remove_gate_rule(grant, rule.kind, rule.pattern, actor=actor(request))
+    except ProtegeError as error:
+        return redirect(here, str(error), request, error=True)
+    return redirect(here, f"removed {rule}", request)
 
 
 async def grant_scheduled(request: Request) -> Response:
@@ -386,10 +391,7 @@ async def grant_scheduled(request: Request) -> Response:
     grant = _grant(request)
     form = await checked_form(request)
     allow = form.get("allow_proactive") == "on"
-    action = "scheduled runs allowed" if allow else "scheduled runs refused"
-    with admin.change(actor(request), action, grant):
-        grant.allow_proactive = allow
-        grant.save()
+    admin.set_scheduled_runs(grant, allow, actor=actor(request))
     said = "offered" if allow else "not offered"
     return redirect(
         f"/agents/{grant.agent_id}/grants/{grant.id}", f"tools {said} on scheduled runs", request
@@ -402,10 +404,7 @@ async def grant_archive(request: Request) -> Response:
     grant = _grant(request)
     form = await checked_form(request)
     whole = form.get("whole_archive") == "on"
-    action = "whole mail archive opened" if whole else "mail scoped to the sender"
-    with admin.change(actor(request), action, grant):
-        grant.whole_archive = whole
-        grant.save()
+    admin.set_whole_archive(grant, whole, actor=actor(request))
     said = "all of the agent's mail" if whole else "only the mail the sender took part in"
     return redirect(
         f"/agents/{grant.agent_id}/grants/{grant.id}", f"mail tools reach {said}", request

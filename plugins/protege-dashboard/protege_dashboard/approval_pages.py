@@ -36,13 +36,11 @@ async def approval_answer(request: Request) -> Response:
     if decision is None:
         return redirect(back, "say approve or deny", request, error=True)
     reason = " ".join(str(form.get("reason", "")).split())[:500] or None
-    if not Approval.answer(approval.id, decision, actor(request), reason):
-        now = Approval.get_by_id(approval.id).status
-        said = "had expired: nothing decided" if now == "expired" else "was answered already"
-        return redirect(back, f"approval {approval.id} {said}", request, error=True)
-    run = Run.get_by_id(approval.run_id)
-    said = f"approval {approval.id} ({approval.tool}) {decision}; run {run.id} is {run.status}"
-    return redirect(back, said, request)
+    try:
+        answered = admin.answer_approval(approval.id, decision, actor=actor(request), reason=reason)
+    except ProtegeError as error:
+        return redirect(back, str(error), request, error=True)
+    return redirect(back, answered.describe(), request)
 
 
 async def grant_approval(request: Request) -> Response:
@@ -54,19 +52,19 @@ async def grant_approval(request: Request) -> Response:
     form = await checked_form(request)
     try:
         if form.get("action") == "clear":
-            with admin.change(actor(request), "approval no longer required", grant):
-                grant.require_approval(None)
+            admin.clear_grant_approval(grant, actor=actor(request))
             return redirect(here, "tools run without approval", request)
         hours = str(form.get("timeout_hours", "")).strip()
         if not hours.isdigit() or int(hours) < 1:
             raise ProtegeError("the timeout is a whole number of hours, at least 1")
-        with admin.change(actor(request), "approval required", grant):
-            policy = grant.require_approval(
-                _words(form.get("approvers")),
-                _words(form.get("notify")),
-                int(hours) * 3600,
-                form.get("self_approval") == "on",
-            )
+        policy = admin.require_grant_approval(
+            grant,
+            actor=actor(request),
+            approvers=_words(form.get("approvers")),
+            notify=_words(form.get("notify")),
+            timeout=int(hours) * 3600,
+            self_approval=form.get("self_approval") == "on",
+        )
     except ProtegeError as error:  # said as an error, the form holding what was typed
         typed = {
             "approvers": str(form.get("approvers", "")),
@@ -75,7 +73,6 @@ async def grant_approval(request: Request) -> Response:
             "self_approval": form.get("self_approval") == "on",
         }
         return grant_view(request, grant, error=str(error), typed={"approval": typed})
-    assert policy is not None
     return redirect(here, f"tools wait for approval by {', '.join(policy.approvers)}", request)
 
 

@@ -12,13 +12,13 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from protege import admin
-from protege.authentication import Resolver, Verdict, unverified
+from protege.admin import DnsLookup, Verdict, unverified
 from protege_dashboard.provider_verdicts import ProviderReport, from_domain, provider_verdict
 
 logger = logging.getLogger(__name__)
 
 
-def resolver_of(request: Request) -> Resolver:
+def resolver_of(request: Request) -> DnsLookup:
     """The DNS resolver of this app's ingresses: one, kept on the app so that its cache
     serves every request, built again only when ``[mail.authentication]`` changed."""
     settings = request.app.state.installation.config.mail.authentication

@@ -14,7 +14,15 @@ from typing import Any
 
 import attrs
 
-from protege.authentication import MethodResult, Resolver, Verdict, dmarc, sender_of, unverified
+from protege.admin import (
+    DnsLookup,
+    MethodResult,
+    Verdict,
+    dmarc_aligned,
+    dmarc_lookup,
+    sender_of,
+    unverified,
+)
 
 
 def form_text(form: Mapping[str, bytes], name: str) -> str | None:
@@ -34,7 +42,7 @@ class ProviderReport:
     dkim: tuple[tuple[str | None, str], ...] = ()
 
 
-def provider_verdict(raw: bytes, report: ProviderReport, resolver: Resolver) -> Verdict:
+def provider_verdict(raw: bytes, report: ProviderReport, resolver: DnsLookup) -> Verdict:
     """The sender verdict ``report`` gives ``raw``: authenticated (method ``relay``) when
     the provider reports a DKIM pass for a domain aligned with the From domain, or an SPF
     pass for an envelope domain aligned with it, as that domain's DMARC record asks;
@@ -44,7 +52,7 @@ def provider_verdict(raw: bytes, report: ProviderReport, resolver: Resolver) -> 
     if sender is None:
         return unverified(f"{provider}: the From header is not one readable mailbox")
     written, ascii_domain = sender.written_domain, sender.ascii_domain
-    record = dmarc.lookup(ascii_domain, resolver)
+    record = dmarc_lookup(ascii_domain, resolver)
     # A record DNS could not fetch may ask for strict alignment: assume it does.
     unsure = record.status == "temperror"
     strict_dkim, strict_spf = record.strict_dkim or unsure, record.strict_spf or unsure
@@ -90,7 +98,7 @@ def _reported(
             ascii_domain = domain.encode("idna").decode("ascii")
         except UnicodeError:
             ascii_domain = ""
-        is_aligned = bool(ascii_domain) and dmarc.aligned(ascii_domain, from_domain, strict=strict)
+        is_aligned = bool(ascii_domain) and dmarc_aligned(ascii_domain, from_domain, strict=strict)
     said = f"for {domain}" if domain else "naming no domain"
     reason = f"{provider} reported {check} {result} {said}"
     return MethodResult("relay", result, domain, is_aligned, reason)

@@ -3,7 +3,6 @@ responsibilities, and the audit log."""
 
 from __future__ import annotations
 
-import datetime
 import json
 from typing import Any
 from urllib.parse import quote
@@ -130,21 +129,11 @@ async def run_cancel(request: Request) -> Response:
     running one at its next step; recorded in the audit log."""
     run = found(Run, request.path_params["id"])
     await checked_form(request)
-    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)  # naive UTC, as stored
     try:
-        with admin.change(actor(request), "cancel requested", run):
-            was = Run.request_cancel(run.id, now)
-            if was not in STOPPABLE:  # it ended meanwhile: nothing changed, nothing recorded
-                raise ProtegeError(f"run {run.id} is {was} already: there is nothing to cancel")
+        cancelled = admin.cancel_run(run.id, actor=actor(request))
     except ProtegeError as error:
         return redirect(f"/runs/{run.id}", str(error), request, error=True)
-    if was == "queued":
-        said = f"run {run.id} cancelled (it had not started)"
-    elif was == "waiting":
-        said = f"run {run.id} cancelled (it was waiting for approval)"
-    else:
-        said = f"run {run.id} will stop at its next step"
-    return redirect(f"/runs/{run.id}", said, request)
+    return redirect(f"/runs/{run.id}", cancelled.describe(), request)
 
 
 async def blob_download(request: Request) -> Response:
@@ -284,15 +273,10 @@ async def responsibility_run(request: Request) -> Response:
     """Queue a run of the responsibility now, for the workers of ``protege serve``."""
     duty = found(Responsibility, request.path_params["id"])
     await checked_form(request)
-    going = (
-        Run.select()
-        .where((Run.responsibility == duty) & Run.status.in_(["queued", "running"]))
-        .first()
-    )
-    if going is not None:
-        said = f"run {going.id} is {going.status} already"
-        return redirect("/responsibilities", said, request, error=True)
-    run = admin.queue_responsibility(duty)
+    try:
+        run = admin.queue_responsibility(duty)
+    except ProtegeError as error:
+        return redirect("/responsibilities", str(error), request, error=True)
     said = f"queued run {run.id}: `protege serve` carries it out"
     return redirect(f"/runs/{run.id}", said, request)
 

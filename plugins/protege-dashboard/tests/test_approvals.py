@@ -135,7 +135,7 @@ def test_a_waiting_call_is_approved_from_the_approvals_page(signed_in, scoop, to
         token_of,
         decision="deny",
     )
-    assert f"approval {approval.id} was answered already" in again.text
+    assert f"approval {approval.id} was approved already" in again.text
     assert Approval.get_by_id(approval.id).status == "approved"
 
 

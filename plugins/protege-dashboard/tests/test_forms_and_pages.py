@@ -88,7 +88,7 @@ def test_a_refusal_after_a_redirect_is_shown_as_an_error(signed_in, scoop, token
     duty = Responsibility.create(agent=scoop, name="Stock report", prompt="Count the tubs.")
     _post(signed_in, "/responsibilities", f"/responsibilities/{duty.id}/run", token_of)
     again = _post(signed_in, "/responsibilities", f"/responsibilities/{duty.id}/run", token_of)
-    assert "is queued already" in _error(again.text)
+    assert "queued already; wait for it to end" in _error(again.text)
     assert 'id="flash"' not in again.text
 
 

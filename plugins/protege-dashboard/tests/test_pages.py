@@ -325,7 +325,7 @@ def test_responsibilities_are_edited_switched_and_run_now(signed_in, scoop, toke
     assert queued.status == "queued"
     assert ran.url.path == f"/runs/{queued.id}"
     again = _post(signed_in, "/responsibilities", f"/responsibilities/{duty.id}/run", token_of)
-    assert f"run {queued.id} is queued already" in again.text
+    assert f"has run {queued.id} queued already" in again.text
     assert Run.select().where(Run.responsibility == duty).count() == 1
 
 
