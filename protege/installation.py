@@ -17,8 +17,8 @@ from protege import db
 from protege.blobs import BlobStore, blob_store_for, with_blob_store
 from protege.config import Config
 from protege.errors import ConfigError
-from protege.gateway.outbound import deliver as deliver_by_transport
-from protege.harness.runner import SendMail
+from protege.gateway.outbound import queue_mail
+from protege.harness.runner import QueueMail
 from protege.plugins import PluginHost, normalize, plugin_host
 from protege.registry import Manifest, build_manifest
 from protege.registry.offered import Offered, offered
@@ -33,7 +33,7 @@ class Installation:
 
     config: Config
     manifest: Manifest
-    deliver: SendMail
+    queue_mail: QueueMail
     # The database protege's records are bound to (through the proxy ``protege.db.database``,
     # which peewee models need); blobs and the outbox live under ``data_dir``.
     database: peewee.Database
@@ -131,7 +131,7 @@ def open_installation(
     return Installation(
         config=config,
         manifest=manifest,
-        deliver=functools.partial(deliver_by_transport, config=config),
+        queue_mail=functools.partial(queue_mail, config=config),
         database=db.database.obj,
         plugins=plugins,
         transport=transports.build(config.mail.transport, config, refused),

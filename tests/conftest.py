@@ -265,7 +265,7 @@ def run_context(
         agent=agent,
         message=None if sender is None else Inbound(sender, authenticated),
         responsibility=responsibility,
-        deliver=lambda mail, attachments=(): None,
+        mail_queue=lambda mail, attachments=(), *, call: None,
         config=attrs.evolve(config, mail=mail),
         logger=logging.getLogger("test"),
         correlation_id="test",
