@@ -1,4 +1,4 @@
-"""The one object every tool call in a run receives."""
+"""The object every tool call in a run receives: the run's context, naming the call."""
 
 from __future__ import annotations
 
@@ -142,12 +142,13 @@ class RunContext:
         ``mail`` holds ``to``, ``cc``, ``bcc`` (lists of addresses), ``subject``, ``body``
         and, for replies, ``in_reply_to`` and ``references``; From is always the agent.
         ``attachments`` are stored files (``Blob`` or its id). Mail can be queued only
-        while the tool call that queues it is running: from the tool itself, or from a
-        thread or task it started and waits for; after the call returned or timed out it is
-        refused with ``CallOver``. One call queues one mail: asked again (a run resumed
-        after a crash runs the call again), it queues nothing and returns the first outcome.
-        Mail the gateway refuses (no recipient, too many, a bad address, attachments over
-        the limits) raises, and nothing is stored.
+        while the tool call that queues it is running: from the tool itself, or from any
+        thread or task it starts (waiting for them before it returns); once the call has
+        returned or timed out, it is refused with ``CallOver`` and nothing is stored. A
+        call queues at most one mail: asked again in that call, or when a run resumed
+        after a crash runs the call again, it queues nothing and returns the first outcome
+        (marked ``repeated``). Mail the gateway refuses (no recipient, too many, a bad
+        address, attachments over the limits) raises, and nothing is stored.
         """
         return self._mail_queue(mail, attachments, call=self.call)
 

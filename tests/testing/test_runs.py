@@ -4,6 +4,7 @@ import pytest
 
 from protege import Tool
 from protege.config import Config
+from protege.context import CallOver
 from protege.models import Responsibility
 from protege.registry import Manifest, Origin, ToolEntry
 from protege.testing import make_context, run_tool
@@ -30,10 +31,22 @@ class ExplodeTool(Tool):
         raise RuntimeError("kaboom")
 
 
+KEPT = []
+
+
+class KeepContextTool(Tool):
+    description = "Keeps its context, to use it after the call."
+
+    def use(self, context):
+        KEPT.append(context)
+        return self.success()
+
+
 MANIFEST = Manifest(
     tools=(
         ToolEntry(ExplodeTool, Origin.PLUGIN, "tests"),
         ToolEntry(GreetTool, Origin.PLUGIN, "tests"),
+        ToolEntry(KeepContextTool, Origin.PLUGIN, "tests"),
     )
 )
 
@@ -101,3 +114,17 @@ def test_make_context_takes_its_old_names_deliver_and_deliveries_with_a_warning(
 def test_make_context_refuses_a_name_given_twice(tmp_path):
     with pytest.raises(TypeError, match="queued= or its old name deliveries=, not both"):
         make_context(queued=[], deliveries=[], config=Config.defaults(tmp_path))
+
+
+def test_run_tool_refuses_mail_queued_after_the_call_returned(tmp_path):
+    queued, KEPT[:] = [], []
+    context = make_context(queued=queued, config=Config.defaults(tmp_path))
+    assert run_tool("keep_context", context=context, manifest=MANIFEST).ok
+    (kept,) = KEPT
+    assert (kept.call.tool, kept.call.running) == ("keep_context", False)
+    with pytest.raises(CallOver, match="only while the tool call that queues it is running"):
+        kept.queue_mail({"to": ["jane@acme.com"], "body": "late"})
+    assert queued == []
+    # The context as made (for calling use() directly) belongs to no call: it records.
+    direct = context.queue_mail({"to": ["jane@acme.com"], "body": "direct"})
+    assert (direct, len(queued)) == ({"status": "recorded"}, 1)
