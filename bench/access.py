@@ -93,7 +93,7 @@ def main() -> None:
             context = RunContext(
                 agent=agent,
                 message=_Inbound(),
-                deliver=lambda mail, attachments=(): None,
+                mail_queue=lambda mail, attachments=(), *, call: None,
                 config=None,
                 logger=logging.getLogger("bench"),
             )

@@ -1,34 +1,79 @@
-"""The one object every tool call in a run receives."""
+"""The object every tool call in a run receives: the run's context, naming the call."""
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
 from protege.addresses import routing_key
+from protege.errors import ProtegeError
 
 if TYPE_CHECKING:
     from protege.config import Config
     from protege.models import Agent, Message, Responsibility
 
-# The tool call being run, for what must happen at most once per call (sending mail). Set
-# by the harness around each call; read by delivery.
-current_tool_call: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "protege_tool_call", default=None
-)
+# The rule a tool's mail is held to, in the words its refusal uses.
+QUEUED_WHILE_RUNNING = "mail can be queued only while the tool call that queues it is running"
 
 
-class Deliver(Protocol):
-    """Sends mail as the run's agent: ``deliver(mail, attachments=())`` returns what became
-    of it (``status``, ``message_id``, recipients, refusals)."""
+class CallOver(ProtegeError):
+    """Mail was queued through a context whose tool call is not running: the call returned
+    or timed out, or the context was never handed to a tool call (a prompt section's)."""
+
+
+@attrs.frozen(eq=False)
+class Call:
+    """One tool call, as the tool running it sees it (``context.call``): the model's ``id``
+    for the call and the ``tool`` it calls, and whether it is still ``running``.
+
+    The harness makes one for each call it runs, even when a model uses one id twice, and
+    ends it when the call returns or times out. Mail queued through the context is tied to
+    its call (a run retried after a crash queues that call's mail once), and refused once
+    the call has ended, from whichever thread or task of the tool it comes.
+    """
+
+    id: str
+    tool: str
+    _over: threading.Event = attrs.field(factory=threading.Event, repr=False)
+
+    @property
+    def running(self) -> bool:
+        """Whether the call is still running: it has neither returned nor timed out."""
+        return not self._over.is_set()
+
+    def end(self) -> None:
+        """Mark the call over (the harness does, when it returns or times out)."""
+        self._over.set()
+
+
+def running(call: Call | None) -> Call:
+    """``call`` if it is running; otherwise ``CallOver``, naming the rule."""
+    if call is None:
+        raise CallOver(
+            f"{QUEUED_WHILE_RUNNING}; this context belongs to no tool call "
+            "(only the one handed to a tool's use() does)"
+        )
+    if not call.running:
+        raise CallOver(
+            f"{QUEUED_WHILE_RUNNING}; call {call.id} to {call.tool} has ended "
+            "(it returned, or timed out)"
+        )
+    return call
+
+
+class RunMailQueue(Protocol):
+    """What a run's context queues mail with (the harness makes it for each run):
+    ``queue(mail, attachments, call=...)`` stores the mail as the run's agent, pending for
+    the delivery loop to send, tied to the tool ``call`` that queued it, and returns what
+    became of it (``status``, ``message_id``, recipients, refusals)."""
 
     def __call__(
-        self, mail: Mapping[str, Any], attachments: Sequence[Any] = ()
+        self, mail: Mapping[str, Any], attachments: Sequence[Any] = (), *, call: Call | None
     ) -> dict[str, Any]: ...
 
 
@@ -62,10 +107,12 @@ class RunContext:
     """Everything a tool may know about the run it is part of, frozen for the run's lifetime.
 
     A reply run has ``message`` set; a scheduled run has ``responsibility`` set; never both.
-    ``deliver(mail, attachments=())`` queues mail as the run's agent; ``cancelled`` tells
+    ``queue_mail(mail, attachments=())`` queues mail as the run's agent, for the delivery
+    loop to send; ``call`` is the tool call the context was handed to; ``cancelled`` tells
     whether an operator cancelled the run; ``mail_scope(tool_id)`` says which of the
     agent's mail a tool may show. Being frozen, the context cannot carry state from one
-    tool call to the next.
+    tool call to the next: each call is handed a context of its own, the run's with its
+    ``call``.
     """
 
     agent: Agent
@@ -73,7 +120,8 @@ class RunContext:
     responsibility: Responsibility | None = attrs.field(
         default=None, validator=_exactly_one_subject
     )
-    deliver: Deliver
+    # How ``queue_mail`` queues: given as ``mail_queue=`` (the harness's, or a test's).
+    _mail_queue: RunMailQueue = attrs.field(repr=False)
     config: Config
     logger: logging.Logger | logging.LoggerAdapter
     correlation_id: str | None = None
@@ -81,6 +129,39 @@ class RunContext:
     cancellation: threading.Event = attrs.field(factory=threading.Event, repr=False)
     # The tools a grant that admitted this run gives with the whole mail archive open.
     whole_archive: frozenset[str] = frozenset()
+    # The tool call this context was handed to; None in the run's own (prompt sections').
+    call: Call | None = None
+
+    def queue_mail(
+        self, mail: Mapping[str, Any], attachments: Sequence[Any] = ()
+    ) -> dict[str, Any]:
+        """Queue ``mail`` to be sent as the run's agent, and return what became of it: its
+        ``status`` (``queued``: stored, the delivery loop sends it after the call), its
+        ``message_id`` and recipients, and any refusals.
+
+        ``mail`` holds ``to``, ``cc``, ``bcc`` (lists of addresses), ``subject``, ``body``
+        and, for replies, ``in_reply_to`` and ``references``; From is always the agent.
+        ``attachments`` are stored files (``Blob`` or its id). Mail can be queued only
+        while the tool call that queues it is running: from the tool itself, or from any
+        thread or task it starts (waiting for them before it returns); once the call has
+        returned or timed out, it is refused with ``CallOver`` and nothing is stored. A
+        call queues at most one mail: asked again in that call, or when a run resumed
+        after a crash runs the call again, it queues nothing and returns the first outcome
+        (marked ``repeated``). Mail the gateway refuses (no recipient, too many, a bad
+        address, attachments over the limits) raises, and nothing is stored.
+        """
+        return self._mail_queue(mail, attachments, call=self.call)
+
+    def deliver(self, mail: Mapping[str, Any], attachments: Sequence[Any] = ()) -> dict[str, Any]:
+        """Deprecated: call ``queue_mail`` (which this calls), the same thing by its true
+        name: the mail is queued here, and sent by the delivery loop."""
+        warnings.warn(
+            "RunContext.deliver is deprecated: call context.queue_mail(mail, attachments), "
+            "which queues the mail for the delivery loop to send",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.queue_mail(mail, attachments)
 
     def mail_scope(self, tool_id: str) -> MailScope:
         """Which of the agent's mail the tool ``tool_id`` may show in this run: on a

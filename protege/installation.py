@@ -24,8 +24,8 @@ from protege.blobs import BlobStore, blob_store_for, with_blob_store
 from protege.config import Config, load_config
 from protege.errors import ConfigError
 from protege.gateway.inbound import Delivered, ingest
-from protege.gateway.outbound import deliver as deliver_by_transport
-from protege.harness.runner import SendMail
+from protege.gateway.outbound import queue_mail
+from protege.harness.runner import QueueMail
 from protege.plugins import PluginHost, normalize
 from protege.registry import Manifest, build_manifest
 from protege.registry.offered import Offered, offered
@@ -65,7 +65,7 @@ class Installation:
 
     config: Config
     manifest: Manifest
-    deliver: SendMail
+    queue_mail: QueueMail
     # The database protege's records use in this installation's work (through the proxy
     # ``protege.db.database``, which peewee models need; see ``protege.dbroute``); blobs
     # and the outbox live under ``data_dir``.
@@ -215,6 +215,18 @@ def open_installation(
         raise
 
 
+def _on_database(queue: QueueMail, database: peewee.Database | None) -> QueueMail:
+    """``queue``, working on ``database`` from whatever thread a tool calls it."""
+    if database is None:
+        return queue
+
+    def queued(*args: Any, **kwargs: Any) -> Any:
+        with dbroute.using(database):
+            return queue(*args, **kwargs)
+
+    return queued
+
+
 def _assemble(
     config: Config,
     manifest: Manifest | None,
@@ -252,7 +264,7 @@ def _assemble(
     return Installation(
         config=config,
         manifest=manifest,
-        deliver=functools.partial(deliver_by_transport, config=config),
+        queue_mail=_on_database(functools.partial(queue_mail, config=config), database),
         database=database,
         plugins=plugins,
         transport=transports.build(config.mail.transport, config, refused),

@@ -220,7 +220,7 @@ class Scheduler:
             ),
         }
         try:
-            self.installation.deliver(agent=agent, run=run, mail=mail, attachments=())
+            self.installation.queue_mail(agent=agent, run=run, mail=mail, attachments=())
         except Exception:  # the failure stays recorded on the run; the mail is best effort
             logger.exception("could not mail the failure of run %s to %s", run.id, address)
 

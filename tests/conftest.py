@@ -96,7 +96,6 @@ def no_process_left_behind() -> Iterator[None]:
     serving.end_all()
 
 
-
 @pytest.fixture
 def run_protege(tmp_path: Path):
     """Run the real ``protege`` command in a subprocess, from an empty project folder."""
@@ -262,7 +261,7 @@ def run_context(
         agent=agent,
         message=None if sender is None else Inbound(sender, authenticated),
         responsibility=responsibility,
-        deliver=lambda mail, attachments=(): None,
+        mail_queue=lambda mail, attachments=(), *, call: None,
         config=attrs.evolve(config, mail=mail),
         logger=logging.getLogger("test"),
         correlation_id="test",

@@ -4,13 +4,14 @@ import attrs
 import pytest
 
 from protege import RunContext
+from protege.context import Call, CallOver, running
 
 
 def make(**overrides):
     values = {
         "agent": "sundae",
         "message": "inbound",
-        "deliver": lambda mail, attachments=(): ("sent", mail, attachments),
+        "mail_queue": lambda mail, attachments=(), *, call: ("queued", mail, attachments, call),
         "config": object(),
         "logger": logging.getLogger("test"),
         "correlation_id": "run-1",
@@ -19,20 +20,22 @@ def make(**overrides):
     return RunContext(**values)
 
 
-def test_has_the_seven_members_of_the_contract_the_cancellation_signal_and_the_mail_scope():
+def test_has_the_members_of_the_contract_the_call_the_cancellation_signal_and_the_mail_scope():
     assert [a.name for a in attrs.fields(RunContext)] == [
         "agent",
         "message",
         "responsibility",
-        "deliver",
+        "_mail_queue",
         "config",
         "logger",
         "correlation_id",
         "cancellation",
         "whole_archive",
+        "call",
     ]
     public = {name for name in dir(make()) if not name.startswith("_")}
-    assert public == {a.name for a in attrs.fields(RunContext)} | {"cancelled", "mail_scope"}
+    fields = {a.name for a in attrs.fields(RunContext) if not a.name.startswith("_")}
+    assert public == fields | {"cancelled", "mail_scope", "queue_mail", "deliver"}
 
 
 def test_cancelled_follows_the_runs_cancellation():
@@ -48,8 +51,43 @@ def test_is_frozen():
         context.agent = "scout"  # type: ignore[misc]
 
 
-def test_deliver_is_called_like_a_method():
-    assert make().deliver("mail", attachments=[1]) == ("sent", "mail", [1])
+def test_queue_mail_hands_the_mail_on_with_the_call_the_context_belongs_to():
+    call = Call(id="call_1", tool="send_email")
+    context = attrs.evolve(make(), call=call)
+    assert context.queue_mail("mail", attachments=[1]) == ("queued", "mail", [1], call)
+    assert make().queue_mail("mail") == ("queued", "mail", (), None)
+
+
+def test_deliver_is_the_deprecated_name_of_queue_mail():
+    with pytest.warns(
+        DeprecationWarning, match=r"RunContext.deliver is deprecated: call context\.queue_mail"
+    ):
+        assert make().deliver("mail", [1]) == ("queued", "mail", [1], None)
+
+
+def test_a_call_runs_until_it_is_ended():
+    call = Call(id="call_1", tool="send_email")
+    assert running(call) is call
+    call.end()
+    assert not call.running
+    with pytest.raises(CallOver) as refused:
+        running(call)
+    assert str(refused.value) == (
+        "mail can be queued only while the tool call that queues it is running; "
+        "call call_1 to send_email has ended (it returned, or timed out)"
+    )
+
+
+def test_a_context_of_no_call_cannot_queue_mail():
+    with pytest.raises(CallOver, match="this context belongs to no tool call"):
+        running(None)
+
+
+def test_two_calls_with_one_id_are_two_calls():
+    first, second = Call(id="call_1", tool="t"), Call(id="call_1", tool="t")
+    first.end()
+    assert first != second
+    assert second.running
 
 
 @pytest.mark.parametrize(

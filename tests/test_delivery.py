@@ -15,7 +15,7 @@ from aiosmtpd.controller import Controller
 from protege import blobs
 from protege.config import load_config
 from protege.delivery import DeliveryLoop, claim_due, hand_off, send_pending
-from protege.gateway.outbound import deliver
+from protege.gateway import outbound
 from protege.gateway.smtp import free_port
 from protege.models import Agent, Message
 from protege.models.base import utcnow
@@ -39,7 +39,8 @@ def sundae(protege_db):
 
 
 def queue_mail(agent, config, to="jane@acme.com"):
-    outcome = deliver(agent=agent, run=None, config=config, mail={"to": [to], "body": "Hello."})
+    mail = {"to": [to], "body": "Hello."}
+    outcome = outbound.queue_mail(agent=agent, run=None, config=config, mail=mail)
     assert outcome["status"] == "queued"
     return Message.get(Message.message_id == outcome["message_id"])
 

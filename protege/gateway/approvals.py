@@ -22,7 +22,7 @@ import attrs
 
 from protege.access import routing_key
 from protege.config import Config
-from protege.gateway.outbound import DeliveryRefused, deliver
+from protege.gateway.outbound import DeliveryRefused, queue_mail
 from protege.gateway.parse import ParsedMail
 from protege.harness.approval import reply_address
 from protege.mail import APPROVE_TAG, MESSAGE_ID_PREFIX
@@ -149,7 +149,7 @@ def _explain(
     """Mail an approver whose reply could not be read how to answer."""
     threading = [*parsed.references, *([parsed.message_id] if parsed.message_id else [])]
     try:
-        deliver(
+        queue_mail(
             agent=agent,
             run=None,
             config=config,

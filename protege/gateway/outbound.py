@@ -1,6 +1,7 @@
-"""Outbound mail: what ``context.deliver`` does. From is always the agent; each tool call
-sends at most once; the message is checked, then stored in its thread as pending, with the
-exact bytes to send; the delivery loop (``protege.delivery``) hands it to the transport.
+"""Outbound mail: what ``context.queue_mail`` does. From is always the agent; each tool
+call queues at most one mail; the message is checked, then stored in its thread as pending,
+with the exact bytes to send; the delivery loop (``protege.delivery``) sends it through the
+transport.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from typing import Any
 
 from protege import blobs
 from protege.config import Config, MailSettings
-from protege.context import current_tool_call
 from protege.db import database
 from protege.gateway.compose import (
     DeliveryRefused,
@@ -28,10 +28,10 @@ from protege.models import Agent, Blob, Message, MessageAttachment, Run
 from protege.models.base import utcnow
 from protege.models.messages import OUTBOUND, PENDING
 
-__all__ = ["DeliveryRefused", "deliver", "describe"]
+__all__ = ["DeliveryRefused", "describe", "queue_mail"]
 
 
-def deliver(
+def queue_mail(
     *,
     agent: Agent,
     run: Run | None,
@@ -40,6 +40,7 @@ def deliver(
     attachments: Sequence[Blob | int] = (),
     message_id: str | None = None,
     reply_to: Sequence[str] = (),
+    tool_call_id: str | None = None,
 ) -> dict[str, Any]:
     """Queue ``mail`` to be sent as ``agent`` and return what became of it (``queued``).
 
@@ -47,16 +48,17 @@ def deliver(
     for replies, ``in_reply_to``, ``references`` and ``loop``; any ``from`` is ignored.
     Every header value is sanitised, and the mail is refused (``DeliveryRefused``, nothing
     stored, nothing sent) when it has no recipient, more than ``max_recipients``, or would
-    not come out exactly as meant. Asked again for the same run and tool call, it queues
-    nothing and returns the first outcome. The rendered bytes are stored with the message,
-    so a mail sent again after a crash is the same mail, Message-ID and all.
+    not come out exactly as meant. Asked again for the same run and ``tool_call_id`` (the
+    model's id of the call that queues it), it queues nothing and returns the first
+    outcome. The rendered bytes are stored with the message, so a mail sent again after a
+    crash is the same mail, Message-ID and all.
 
     ``message_id`` and ``reply_to`` are protege's own (an approval request's token travels
     in them); tools cannot set them through ``mail``.
     """
-    call_id = current_tool_call.get()
-    if run is not None and call_id is not None:
-        for earlier in Message.fetch("run_id = {p} AND tool_call_id = {p}", run.id, call_id):
+    if run is not None and tool_call_id is not None:
+        found = Message.fetch("run_id = {p} AND tool_call_id = {p}", run.id, tool_call_id)
+        for earlier in found:
             return {**describe(earlier), "repeated": True}
     to, cc, bcc = (_clean(mail.get(field)) for field in ("to", "cc", "bcc"))
     _check_recipients([*to, *cc, *bcc], config.mail)
@@ -99,7 +101,7 @@ def deliver(
             reference_ids=list(outgoing.references),
             thread_key=_thread(run, outgoing),
             run=run.id if run is not None else None,
-            tool_call_id=call_id,
+            tool_call_id=tool_call_id,
             raw_blob=raw_blob,
             pending_recipients=list(dict.fromkeys(recipients)),
             next_attempt_at=utcnow(),
@@ -119,7 +121,7 @@ def _thread(run: Run | None, outgoing: Outgoing) -> str:
 
 
 def describe(message: Message) -> dict[str, Any]:
-    """What became of an outbound ``message`` so far, as ``context.deliver`` reports it."""
+    """What became of an outbound ``message`` so far, as ``context.queue_mail`` reports it."""
     outcome = {
         "status": "queued" if message.status == PENDING else message.status,
         "message_id": message.message_id,

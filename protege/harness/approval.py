@@ -73,7 +73,7 @@ class Desk:
         run: Run,
         policies: dict[str, ApprovalPolicy],
         dispatcher: Dispatcher,
-        deliver: Callable[..., dict[str, Any]],
+        queue_mail: Callable[..., dict[str, Any]],
         clock: Callable[[], datetime.datetime],
         resumed: bool = True,
         authenticated: bool = False,
@@ -86,7 +86,7 @@ class Desk:
         self.may_have_approvals = resumed
         self.policies = policies
         self.dispatcher = dispatcher
-        self.deliver = deliver
+        self.queue_mail = queue_mail
         self.clock = clock
         message = run.message if run.message_id is not None else None
         self.sender: str | None = None if message is None else message.sender
@@ -147,7 +147,7 @@ class Desk:
                     approval.id,
                 )
                 return approval, True
-            self.deliver(
+            self.queue_mail(
                 agent=agent,
                 run=self.run,
                 mail=self._request_mail(approval),

@@ -22,14 +22,13 @@ import threading
 import time
 import traceback
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 
-from protege.context import RunContext, current_tool_call
+from protege.context import Call, RunContext
 from protege.db import put_down_connection, take_up_connection
-from protege.errors import ProtegeError
 from protege.harness import events
 from protege.harness.events import EventLog
 from protege.harness.fence import Fence
@@ -41,53 +40,6 @@ from protege.tool import Tool
 
 MAX_SCHEMA_ERRORS = 10
 # Deeper arguments are refused: no tool needs them, and validating them recurses.
-
-# A token unique to each dispatch of a call (a model may reuse call ids), for LiveCalls.
-_call_token: contextvars.ContextVar[object | None] = contextvars.ContextVar(
-    "protege_call_token", default=None
-)
-
-
-class CallOver(ProtegeError):
-    """A tool used its run's means (sending mail) after its call had ended."""
-
-
-class LiveCalls:
-    """The tool calls of one run attempt that are running now.
-
-    A sync tool past its timeout cannot be stopped; its thread runs on. What it may still
-    do through its context is checked here, so that it cannot send mail once its call has
-    timed out or its run has moved on or ended.
-    """
-
-    def __init__(self) -> None:
-        self._tokens: set[object] = set()
-        self._lock = threading.Lock()
-
-    @contextlib.contextmanager
-    def running(self) -> Iterator[None]:
-        """Mark the code inside (and threads and tasks it starts) as one live call."""
-        token = object()
-        with self._lock:
-            self._tokens.add(token)
-        reset = _call_token.set(token)
-        try:
-            yield
-        finally:
-            _call_token.reset(reset)
-            with self._lock:
-                self._tokens.discard(token)
-
-    def check(self) -> None:
-        """Raise ``CallOver`` unless the caller runs inside a call that is still live."""
-        token = _call_token.get()
-        with self._lock:
-            live = token is not None and token in self._tokens
-        if not live:
-            raise CallOver(
-                "this tool call is over (it timed out, or its run moved on): "
-                "it can no longer send mail"
-            )
 
 
 class _Escaped(Exception):
@@ -129,11 +81,9 @@ class Dispatcher:
         context: RunContext,
         fence: Fence,
         max_result_bytes: int,
-        live: LiveCalls | None = None,
         tool_threads: int = 64,
     ) -> None:
         self.granted = {entry.id: entry for entry in granted}
-        self.live = LiveCalls() if live is None else live
         self.context = context
         self.fence = fence
         self.max_result_bytes = max_result_bytes
@@ -164,12 +114,13 @@ class Dispatcher:
             return self._finish(
                 call_id, tool_id, failure(reason), Trust.TRUSTED, refused=True, before=(refusal,)
             )
-        token = current_tool_call.set(call_id)
+        # Each call is handed a context of its own, naming it: mail the tool queues through
+        # it is tied to this call, and refused once the call has returned or timed out.
+        running = Call(id=call_id, tool=tool_id)
         try:
-            with self.live.running():
-                result = await self._run(entry, raw_arguments)
+            result = await self._run(entry, raw_arguments, attrs.evolve(self.context, call=running))
         finally:
-            current_tool_call.reset(token)
+            running.end()
         return self._finish(call_id, tool_id, result, entry.tool_class.trust)
 
     def decline(self, call: dict[str, Any], reason: str) -> Outcome:
@@ -210,13 +161,13 @@ class Dispatcher:
         checked = _arguments(entry, call["function"].get("arguments") or "{}")
         return checked.reason if isinstance(checked, Result) else None
 
-    async def _run(self, entry: ToolEntry, raw_arguments: str) -> Result:
+    async def _run(self, entry: ToolEntry, raw_arguments: str, context: RunContext) -> Result:
         arguments = _arguments(entry, raw_arguments)
         if isinstance(arguments, Result):
             return arguments
         try:
             outcome = await asyncio.wait_for(
-                self._call(entry, arguments), timeout=entry.tool_class.timeout
+                self._call(entry, arguments, context), timeout=entry.tool_class.timeout
             )
         except TimeoutError:
             return failure(f"the tool did not finish within {entry.tool_class.timeout:g} s")
@@ -234,7 +185,7 @@ class Dispatcher:
             )
         return outcome
 
-    async def _call(self, entry: ToolEntry, arguments: dict[str, Any]) -> Any:
+    async def _call(self, entry: ToolEntry, arguments: dict[str, Any], context: RunContext) -> Any:
         """Run the tool in a thread of its own, an async tool on an event loop of its own,
         so that a tool that blocks holds up nothing but itself."""
         slots = _slots(self.tool_threads)
@@ -248,10 +199,10 @@ class Dispatcher:
         apart = None
         if inspect.iscoroutinefunction(entry.tool_class.use):
             apart = _Apart()
-            work = functools.partial(_use_apart, entry.tool_class, self.context, arguments, apart)
+            work = functools.partial(_use_apart, entry.tool_class, context, arguments, apart)
             watch = asyncio.create_task(_watch(apart, entry, self.logger))
         else:
-            work = functools.partial(_use, entry.tool_class, self.context, arguments)
+            work = functools.partial(_use, entry.tool_class, context, arguments)
         try:
             return await _in_daemon_thread(work, release)
         except asyncio.CancelledError:
@@ -263,7 +214,7 @@ class Dispatcher:
             else:
                 self.logger.warning(
                     "tool %s is still running past its timeout of %g s; its thread is left "
-                    "to finish (it can no longer send mail)",
+                    "to finish (it can no longer queue mail)",
                     entry.id,
                     entry.tool_class.timeout,
                 )

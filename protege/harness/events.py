@@ -193,7 +193,8 @@ class BudgetExhausted(RunEvent):
 
 @attrs.frozen(kw_only=True)
 class Delivery(RunEvent):
-    """Mail a tool sent through the run's ``deliver``, and what the transport made of it."""
+    """Mail a tool queued through the run's ``queue_mail``, and what became of it: queued,
+    then what the transport made of it."""
 
     kind: ClassVar[str] = DELIVERY
     status: str | None = None

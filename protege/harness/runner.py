@@ -28,14 +28,14 @@ import peewee
 
 from protege import failpoints
 from protege.config import Config, RunSettings
-from protege.context import RunContext
-from protege.db import connection_broken, database
+from protege.context import Call, CallOver, RunContext, running
+from protege.db import connection_broken, database, put_down_connection
 from protege.errors import ProtegeError
 from protege.harness import events
 from protege.harness.approval import Desk
 from protege.harness.approval import note as approval_note
 from protege.harness.cancels import Cancellation, CancelWatch
-from protege.harness.dispatch import CallOver, Dispatcher, LiveCalls, Outcome
+from protege.harness.dispatch import Dispatcher, Outcome
 from protege.harness.events import CommittedEvent, EventLog
 from protege.harness.fence import Fence
 from protege.harness.listeners import EventDispatcher, snapshot
@@ -54,8 +54,10 @@ from protege.result import failure
 T = TypeVar("T")
 
 
-class SendMail(Protocol):
-    """Queues mail as an agent, for a run (or none), and says what became of it."""
+class QueueMail(Protocol):
+    """Queues mail as an agent, for a run (or none) and the tool call in it that asked
+    (``tool_call_id``: one call queues one mail), and says what became of it. The delivery
+    loop sends it, through the installation's transport."""
 
     def __call__(
         self,
@@ -66,12 +68,13 @@ class SendMail(Protocol):
         attachments: Sequence[Blob | int] = (),
         message_id: str | None = None,
         reply_to: Sequence[str] = (),
+        tool_call_id: str | None = None,
     ) -> dict[str, Any]: ...
 
 
 class RunResources(Protocol):
     """What a run is handed by whoever carries it out (``protege.installation`` builds the
-    real one): the configuration, the tools on offer, the means to send mail, and the
+    real one): the configuration, the tools on offer, the means to queue mail, and the
     plugins (whose hooks give the run's prompt sections)."""
 
     @property
@@ -81,7 +84,7 @@ class RunResources(Protocol):
     def manifest(self) -> Manifest: ...
 
     @property
-    def deliver(self) -> SendMail: ...
+    def queue_mail(self) -> QueueMail: ...
 
     @property
     def plugins(self) -> PluginHost: ...
@@ -130,9 +133,9 @@ def execute(
     stops the process after the run is marked failed).
 
     A queued run is claimed first; a run claimed already comes with its ``claim``. The
-    model's plain text is stored as an event and never delivered: mail goes out only
-    through tools, by the installation's ``deliver`` (which queues it for the delivery
-    loop, or ``protege.delivery.send_pending``).
+    model's plain text is stored as an event and never sent: mail goes out only through
+    tools, queued by the installation's ``queue_mail`` and sent by the delivery loop (or
+    ``protege.delivery.send_pending``).
 
     The run's events go to the ``on_event`` listeners through ``listeners``; without one, a
     dispatcher of its own is started and closed (the listeners heard the whole run) before
@@ -495,8 +498,7 @@ class _Attempt:
     def _prepare(self) -> _Setup:
         """Everything a run needs before its first model call (in the database's thread)."""
         run, config = self.run, self.config
-        live = LiveCalls()
-        context = self._context(live)
+        context = self._context()
         resolution = run.agent.resolve_for(context, self.installation.manifest)
         context = attrs.evolve(context, whole_archive=resolution.whole_archive)
         granted = resolution.tools
@@ -518,13 +520,13 @@ class _Attempt:
         sections = gather(self.installation, context)
         messages = build_messages(run, fence, config, budget, sections.render(fence))
         dispatcher = Dispatcher(
-            granted, context, fence, config.runs.max_result_bytes, live, config.runs.tool_threads
+            granted, context, fence, config.runs.max_result_bytes, config.runs.tool_threads
         )
         desk = Desk(
             run,
             resolution.approvals,
             dispatcher,
-            self.installation.deliver,
+            self.installation.queue_mail,
             self.clock,
             resumed=self.log.seq > 0,
             authenticated=context.message is not None
@@ -721,31 +723,36 @@ class _Attempt:
             events.BudgetExhausted(budget=budget, limit=limit),
         )
 
-    def _context(self, live: LiveCalls) -> RunContext:
+    def _context(self) -> RunContext:
         run, installation, log = self.run, self.installation, self.log
         agent: Agent = run.agent
         run_logger = self.logger
 
-        def deliver(mail: Any, attachments: Any = ()) -> dict[str, Any]:
+        def queue(mail: Any, attachments: Any = (), *, call: Call | None) -> dict[str, Any]:
             try:
-                live.check()
-            except CallOver:
+                asking = running(call)
+            except CallOver as refusal:
                 run_logger.warning(
-                    "run %s: a tool call that is over tried to send mail (to %s); refused",
-                    run.id,
-                    _recipients(mail),
+                    "run %s: mail (to %s) refused: %s", run.id, _recipients(mail), refusal
                 )
                 raise
             # The pending mail and the event that asked for it land in one transaction, and
             # only while this worker still holds the run: one that lost it sends nothing.
             self._name_for_listeners()
+            # A thread of the tool's own has no connection until this one, and nobody to put
+            # it down after the call, as protege's tool threads do: it is put down here.
+            opened_here = database.is_closed()
             try:
                 with self.order.turn() as turn:
                     with database.atomic():
                         self._renew()
                         turn.take()
-                        outcome = installation.deliver(
-                            agent=agent, run=run, mail=dict(mail), attachments=attachments
+                        outcome = installation.queue_mail(
+                            agent=agent,
+                            run=run,
+                            mail=dict(mail),
+                            attachments=attachments,
+                            tool_call_id=asking.id,
                         )
                         written = (
                             []
@@ -756,13 +763,16 @@ class _Attempt:
             except peewee.IntegrityError:  # another worker wrote this run's next event
                 self.lost = True
                 raise LeaseLost(f"run {run.id} was taken over by another worker") from None
+            finally:
+                if opened_here:
+                    put_down_connection()
             return outcome
 
         return RunContext(
             agent=agent,
             message=run.message if run.message_id is not None else None,
             responsibility=run.responsibility if run.responsibility_id is not None else None,
-            deliver=deliver,
+            mail_queue=queue,
             config=installation.config,
             logger=run_logger,
             correlation_id=run.correlation_id,

@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
 from protege import blobs
 from protege.config import Config
-from protege.context import RunContext
+from protege.context import Call, RunContext, running
 from protege.delivery import send_pending
 from protege.errors import ConfigError
 from protege.harness import execute
@@ -25,6 +26,8 @@ from protege.plugins import normalize
 from protege.queue import queue_reply, queue_scheduled
 from protege.registry import Manifest
 from protege.result import Result
+
+T = TypeVar("T")
 
 
 def run_reply(
@@ -114,16 +117,24 @@ def make_context(
     message: Message | None = None,
     responsibility: Responsibility | None = None,
     config: Config,
-    deliver: Callable[..., Any] | None = None,
-    deliveries: list[dict[str, Any]] | None = None,
+    queue_mail: Callable[..., Any] | None = None,
+    queued: list[dict[str, Any]] | None = None,
     authenticated: bool = True,
     whole_archive: Iterable[str] = (),
+    deliver: Callable[..., Any] | None = None,
+    deliveries: list[dict[str, Any]] | None = None,
 ) -> RunContext:
     """A run context for calling a tool directly: a reply run from ``sender`` (or to
     ``message``) by default, a scheduled run when ``responsibility`` is given. Records need
-    no database: an agent and message that are not saved do. Deliveries go to
-    ``deliveries`` unless ``deliver`` is given. ``config`` is what the tool sees as
-    ``context.config`` (``protege_app.config`` in a test).
+    no database: an agent and message that are not saved do. ``config`` is what the tool
+    sees as ``context.config`` (``protege_app.config`` in a test).
+
+    Mail the tool queues (``context.queue_mail``) is appended to ``queued`` as
+    ``{"mail": ..., "attachments": [...]}`` and answered ``{"status": "recorded"}``, unless
+    ``queue_mail`` is given: it is called as ``queue_mail(mail, attachments=...)`` and its
+    answer is the tool's. Through ``run_tool``, mail queued once the call has returned or
+    timed out is refused (``CallOver``), as in a run. ``deliver`` and ``deliveries`` are
+    the deprecated names of ``queue_mail`` and ``queued``.
 
     The made-up message's sender counts as proven (the test speaks for them) unless
     ``authenticated`` is false. Mail tools show the mail that sender took part in; the
@@ -142,22 +153,45 @@ def make_context(
             thread_key="<test@example.test>",
             sender_authenticated=authenticated,
         )
-    recorded = deliveries if deliveries is not None else []
+    queue_mail = _renamed(queue_mail, deliver, "deliver", "queue_mail")
+    queued = _renamed(queued, deliveries, "deliveries", "queued")
+    recorded = queued if queued is not None else []
 
     def record(mail: Any, attachments: Any = ()) -> dict[str, Any]:
         recorded.append({"mail": mail, "attachments": list(attachments)})
         return {"status": "recorded"}
 
+    given = queue_mail or record
+
+    def queue(mail: Any, attachments: Any = (), *, call: Call | None = None) -> Any:
+        if call is not None:  # called through run_tool: held to the rule dispatch keeps
+            running(call)
+        return given(mail, attachments=attachments)
+
     return RunContext(
         agent=agent,
         message=message,
         responsibility=responsibility,
-        deliver=deliver or record,
+        mail_queue=queue,
         config=config,
         logger=logging.getLogger("protege.testing"),
         correlation_id="test",
         whole_archive=frozenset(whole_archive),
     )
+
+
+def _renamed(value: T | None, old: T | None, old_name: str, name: str) -> T | None:
+    """``value``, or what was given by its deprecated name ``old_name`` (with a warning)."""
+    if old is None:
+        return value
+    if value is not None:
+        raise TypeError(f"make_context takes {name}= or its old name {old_name}=, not both")
+    warnings.warn(
+        f"make_context's {old_name}= is deprecated: pass {name}=",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return old
 
 
 def run_tool(tool_id: str, *, context: RunContext, manifest: Manifest, **input: Any) -> Result:

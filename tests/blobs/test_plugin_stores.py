@@ -11,7 +11,7 @@ from protege import blobs
 from protege.config import load_config
 from protege.delivery import send_pending
 from protege.gateway.inbound import ingest
-from protege.gateway.outbound import deliver
+from protege.gateway.outbound import queue_mail
 from protege.installation import open_installation
 from protege.models import Agent, Message
 from protege.plugins import PluginHost, Selection, discover
@@ -117,7 +117,7 @@ def test_an_attachment_is_kept_in_the_plugins_store_and_read_from_it_by_a_tool(a
 
 def test_queued_mail_is_kept_in_the_plugins_store_and_sent_from_it(app, vault):
     sundae = Agent.create(name="Sundae", address="sundae@thescoop.example")
-    outcome = deliver(
+    outcome = queue_mail(
         agent=sundae, run=None, config=app.config, mail={"to": ["jane@acme.com"], "body": "Hi"}
     )
     queued = Message.get(Message.message_id == outcome["message_id"])

@@ -135,13 +135,13 @@ def test_mail_arriving_while_the_store_fails_is_deferred_and_nothing_is_kept(s3_
 
 def test_mail_queued_on_one_machine_is_sent_by_another(s3_config, s3_server):
     from protege.delivery import send_pending
-    from protege.gateway.outbound import deliver
+    from protege.gateway.outbound import queue_mail
     from protege.models import Agent, Message
 
     bucket = s3_server.new_bucket()
     here, there = s3_config(bucket, folder="machine-a"), s3_config(bucket, folder="machine-b")
     agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
-    deliver(agent=agent, run=None, config=here, mail={"to": ["jane@acme.com"], "body": "Hi"})
+    queue_mail(agent=agent, run=None, config=here, mail={"to": ["jane@acme.com"], "body": "Hi"})
     (sent,) = send_pending(there)  # machine A is gone; B's delivery loop takes the mail
     assert sent.status == "sent"
     (path,) = (there.data_dir / "outbox").glob("*.eml")

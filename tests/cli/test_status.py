@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from protege.gateway.outbound import deliver
+from protege.gateway.outbound import queue_mail
 from protege.mail import record_inbound
 from protege.models import Agent, Run
 from protege.models.base import utcnow
@@ -32,7 +32,7 @@ def test_status_counts_queued_running_stuck_failed_runs_and_pending_mail(
     Run.claim(runs[2].id, "dead", now - datetime.timedelta(hours=1), 60)  # stuck
     Run.claim(runs[3].id, "ended", now, 60)
     Run.get_by_id(runs[3].id).finish("failed", "the model said no", owner="ended")
-    deliver(agent=sundae, run=None, config=load_config(tmp_path), mail={"to": ["j@acme.com"]})
+    queue_mail(agent=sundae, run=None, config=load_config(tmp_path), mail={"to": ["j@acme.com"]})
     env = {"PROTEGE_DATABASE_URL": protege_db.url}
     shown = run_protege("status", env=env)
     assert shown.returncode == 0, shown.stderr

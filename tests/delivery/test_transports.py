@@ -13,7 +13,7 @@ import pytest
 from protege import blobs
 from protege.config import load_config
 from protege.delivery import DeliveryLoop, send_pending
-from protege.gateway.outbound import deliver
+from protege.gateway.outbound import queue_mail
 from protege.installation import open_installation
 from protege.models import Agent, Message
 from protege.models.base import utcnow
@@ -94,7 +94,9 @@ def sundae(protege_db):
 
 
 def queue(app, agent, *to):
-    outcome = deliver(agent=agent, run=None, config=app.config, mail={"to": list(to), "body": "Hi"})
+    outcome = queue_mail(
+        agent=agent, run=None, config=app.config, mail={"to": list(to), "body": "Hi"}
+    )
     return Message.get(Message.message_id == outcome["message_id"])
 
 

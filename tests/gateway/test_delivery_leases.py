@@ -6,7 +6,7 @@ import attrs
 import pytest
 
 from protege.delivery import claim_due
-from protege.gateway.outbound import deliver
+from protege.gateway.outbound import queue_mail
 from protege.models.base import utcnow
 
 
@@ -21,7 +21,7 @@ def test_a_mail_whose_loop_died_is_taken_over_after_the_runs_lease(sundae, confi
     # renewals, whatever the transport.
     config = _with(config, lease_seconds=2)
     config = attrs.evolve(config, mail=attrs.evolve(config.mail, transport=transport))
-    deliver(agent=sundae, run=None, config=config, mail={"to": ["a@b.example"], "body": "Hi"})
+    queue_mail(agent=sundae, run=None, config=config, mail={"to": ["a@b.example"], "body": "Hi"})
     now = utcnow()
     taken = claim_due(config, now, 10)  # by a loop that dies before handing it over
     assert len(taken) == 1

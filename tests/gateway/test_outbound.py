@@ -1,4 +1,4 @@
-"""context.deliver's gateway: From forced, stored in its thread, sent once per tool call."""
+"""context.queue_mail's gateway: From forced, stored in its thread, queued once per tool call."""
 
 import datetime
 import email
@@ -13,9 +13,8 @@ from aiosmtpd.controller import Controller
 
 from protege import blobs
 from protege.config import load_config
-from protege.context import current_tool_call
 from protege.delivery import send_pending
-from protege.gateway.outbound import DeliveryRefused, deliver, describe
+from protege.gateway.outbound import DeliveryRefused, describe, queue_mail
 from protege.gateway.smtp import free_port
 from protege.mail import record_inbound
 from protege.models import Message
@@ -92,7 +91,7 @@ def smtp_config(config, relay, **changes):
 
 def send(agent, config, mail):
     """Queue ``mail`` and deliver it to the end; what became of it."""
-    queued = deliver(agent=agent, run=None, config=config, mail=mail)
+    queued = queue_mail(agent=agent, run=None, config=config, mail=mail)
     assert queued["status"] == "queued"
     return settle(config, queued)
 
@@ -115,7 +114,7 @@ def parse(path):
 
 
 def test_mail_goes_to_the_outbox_from_the_agent(sundae, config):
-    outcome = deliver(
+    outcome = queue_mail(
         agent=sundae,
         run=None,
         config=config,
@@ -148,7 +147,7 @@ def test_mail_goes_to_the_outbox_from_the_agent(sundae, config):
 
 def test_a_reply_is_threaded(sundae, config):
     inbound = record_inbound(sundae, sender="jane@acme.com", body="?", message_id="<j1@acme.com>")
-    outcome = deliver(
+    outcome = queue_mail(
         agent=sundae,
         run=None,
         config=config,
@@ -173,7 +172,7 @@ def test_attachments_travel_and_are_linked(sundae, config):
     blob = blobs.store(
         b"a,b\n", filename="r.csv", content_type="text/csv", agent=sundae, config=config
     )
-    outcome = deliver(
+    outcome = queue_mail(
         agent=sundae,
         run=None,
         config=config,
@@ -196,7 +195,7 @@ def test_attachments_travel_and_are_linked(sundae, config):
 )
 def test_undeliverable_mail_is_refused_before_anything_is_stored(sundae, config, mail, message):
     with pytest.raises(DeliveryRefused, match=message):
-        deliver(agent=sundae, run=None, config=config, mail=mail)
+        queue_mail(agent=sundae, run=None, config=config, mail=mail)
     assert Message.select().count() == 0
 
 
@@ -205,7 +204,7 @@ def test_attachment_limits(sundae, config):
     tight = attrs.evolve(config, mail=attrs.evolve(config.mail, max_attachment_bytes=3))
     blob = blobs.store(b"abcd", filename="x.txt", content_type="text/plain", config=config)
     with pytest.raises(DeliveryRefused, match=r"x\.txt is 4 bytes; the limit is 3"):
-        deliver(
+        queue_mail(
             agent=sundae,
             run=None,
             config=tight,
@@ -214,18 +213,11 @@ def test_attachment_limits(sundae, config):
         )
 
 
-def test_the_same_tool_call_sends_once(sundae, config):
+def test_the_same_tool_call_queues_once(sundae, config):
     run = queue_reply(record_inbound(sundae, sender="jane@acme.com", body="?"))
-    token = current_tool_call.set("call_1")
-    try:
-        first = deliver(
-            agent=sundae, run=run, config=config, mail={"to": ["jane@acme.com"], "body": "once"}
-        )
-        again = deliver(
-            agent=sundae, run=run, config=config, mail={"to": ["jane@acme.com"], "body": "once"}
-        )
-    finally:
-        current_tool_call.reset(token)
+    mail = {"to": ["jane@acme.com"], "body": "once"}
+    first = queue_mail(agent=sundae, run=run, config=config, mail=mail, tool_call_id="call_1")
+    again = queue_mail(agent=sundae, run=run, config=config, mail=mail, tool_call_id="call_1")
     assert again == {**first, "repeated": True}
     settle(config, first)
     assert len(outbox(config)) == 1
@@ -445,12 +437,12 @@ def test_one_mail_goes_to_at_most_max_recipients(sundae, config):
 
 
 def real_delivery_context(agent, config, inbound):
-    """A tool's run context whose deliver is the gateway itself."""
+    """A tool's run context whose queue_mail is the gateway itself."""
 
-    def deliver_for_real(mail, attachments=()):
-        return deliver(agent=agent, run=None, config=config, mail=mail, attachments=attachments)
+    def queue_for_real(mail, attachments=()):
+        return queue_mail(agent=agent, run=None, config=config, mail=mail, attachments=attachments)
 
-    return make_context(agent, message=inbound, config=config, deliver=deliver_for_real)
+    return make_context(agent, message=inbound, config=config, queue_mail=queue_for_real)
 
 
 def test_send_email_reports_the_mail_queued_and_refusals_land_on_the_message(

@@ -10,7 +10,7 @@ import pytest
 from protege import blobs
 from protege.delivery import send_pending
 from protege.gateway.compose import Outgoing, difference, header_text, render
-from protege.gateway.outbound import DeliveryRefused, deliver
+from protege.gateway.outbound import DeliveryRefused, queue_mail
 from protege.mail import record_inbound
 from protege.models import Agent, Message
 from protege.models.messages import SYNTHETIC_ID
@@ -51,13 +51,13 @@ def text_of(parsed):
 
 
 def tool_context(agent, config, message=None, **options):
-    """A run context whose deliver is the real gateway, writing to ``config``'s outbox."""
+    """A run context whose queue_mail is the real gateway, writing to ``config``'s outbox."""
 
     def send(mail, attachments=()):
-        return deliver(agent=agent, run=None, config=config, mail=mail, attachments=attachments)
+        return queue_mail(agent=agent, run=None, config=config, mail=mail, attachments=attachments)
 
     subject = {"message": message} if message is not None else {"sender": "mara@thescoop.com"}
-    return make_context(agent, config=config, deliver=send, **subject, **options)
+    return make_context(agent, config=config, queue_mail=send, **subject, **options)
 
 
 def assert_no_injected_header(raw, parsed):
@@ -115,7 +115,7 @@ def test_new_mail_with_injected_subject_adds_no_header(sundae, config, protege_a
 )
 def test_a_display_name_cannot_add_a_header(protege_db, config, name):
     agent = Agent.create(name=name, address="sundae@thescoop.example")
-    deliver(agent=agent, run=None, config=config, mail={"to": ["j@acme.com"], "body": "b"})
+    queue_mail(agent=agent, run=None, config=config, mail={"to": ["j@acme.com"], "body": "b"})
     raw, sent = sent_mail(config)
     assert_no_injected_header(raw, sent)
     (sender,) = sent["From"].addresses
@@ -136,7 +136,7 @@ def test_a_display_name_cannot_add_a_header(protege_db, config, name):
 )
 def test_an_address_with_line_breaks_or_encoded_words_is_refused(sundae, config, address):
     with pytest.raises(DeliveryRefused, match="is not an email address"):
-        deliver(agent=sundae, run=None, config=config, mail={"cc": [address], "body": "b"})
+        queue_mail(agent=sundae, run=None, config=config, mail={"cc": [address], "body": "b"})
     assert not outbox(config)
     assert Message.select().count() == 0
 
@@ -175,7 +175,7 @@ def test_an_attachment_name_cannot_add_a_header(sundae, config):
     blob.filename = "=?utf-8?q?r.txt=0D=0AX-Evil:_1?="
     blob.save()
     mail = {"to": ["j@acme.com"], "body": "b"}
-    deliver(agent=sundae, run=None, config=config, mail=mail, attachments=[blob])
+    queue_mail(agent=sundae, run=None, config=config, mail=mail, attachments=[blob])
     _, sent = sent_mail(config)
     (attached,) = sent.iter_attachments()
     assert "X-Evil" not in attached
@@ -297,7 +297,7 @@ def test_a_new_mail_from_a_reply_run_carries_the_loop_count(sundae, config, prot
     ],
 )
 def test_a_subject_the_email_package_would_refold_still_lets_the_reply_go(sundae, config, subject):
-    outcome = deliver(
+    outcome = queue_mail(
         agent=sundae,
         run=None,
         config=config,
@@ -318,7 +318,7 @@ def test_an_attachment_name_with_quotes_still_goes_out(sundae, config):
     blob.save()
     mail = {"to": ["j@acme.com"], "body": "b"}
     assert (
-        deliver(agent=sundae, run=None, config=config, mail=mail, attachments=[blob])["status"]
+        queue_mail(agent=sundae, run=None, config=config, mail=mail, attachments=[blob])["status"]
         == "queued"
     )
     _, sent = sent_mail(config)

@@ -6,7 +6,7 @@ import pytest
 
 from protege.config import AuthenticationSettings
 from protege.gateway.inbound import ingest
-from protege.gateway.outbound import deliver
+from protege.gateway.outbound import queue_mail
 from protege.mail import reply_headers
 from protege.testing import DkimKey
 
@@ -101,7 +101,7 @@ def test_the_agents_answer_stays_in_the_strangers_thread_and_he_can_continue_it(
         headers=replying_to(JANES_ROOT, "<eve.1@evil.example>"),
     )
     mail = {"to": ["eve@evil.example"], "subject": "Re: Melted", "body": "Hello."}
-    outcome = deliver(
+    outcome = queue_mail(
         agent=sundae,
         run=eve.run,
         config=proving,

@@ -218,7 +218,7 @@ def test_a_real_delivery_outcome_fits_the_delivery_event(protege_app):
     from protege.models import Agent
 
     agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
-    outcome = protege_app.deliver(
+    outcome = protege_app.queue_mail(
         agent=agent, run=None, mail={"to": ["jane@acme.com"], "subject": "s", "body": "b"}
     )
     fields = {field.name for field in attrs.fields(events.Delivery)}

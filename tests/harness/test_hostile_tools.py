@@ -10,7 +10,8 @@ import attrs
 import pytest
 
 from protege import Tool
-from protege.harness.dispatch import MAX_ARGUMENT_DEPTH, CallOver, Dispatcher
+from protege.context import CallOver
+from protege.harness.dispatch import MAX_ARGUMENT_DEPTH, Dispatcher
 from protege.harness.fence import Fence
 from protege.installation import open_installation
 from protege.mail import record_inbound
@@ -85,13 +86,13 @@ REFUSALS = []
 
 
 class LateSendTool(Tool):
-    description = "Outlives its timeout, then tries to send mail."
+    description = "Outlives its timeout, then tries to queue mail."
     timeout = 0.1
 
     def use(self, context):
         LET_GO.wait(30)
         try:
-            context.deliver({"to": ["mara@thescoop.com"], "body": "too late"})
+            context.queue_mail({"to": ["mara@thescoop.com"], "body": "too late"})
         except Exception as error:
             REFUSALS.append(error)
         finally:
@@ -189,7 +190,7 @@ def late_sender():
     LET_GO.set()
 
 
-def test_a_tool_past_its_timeout_cannot_send_mail_once_the_run_is_done(
+def test_a_tool_past_its_timeout_cannot_queue_mail_once_the_run_is_done(
     run, scripted_model, config, late_sender, caplog
 ):
     done = run(tool_call("late_send"), say("ok"))
@@ -199,16 +200,18 @@ def test_a_tool_past_its_timeout_cannot_send_mail_once_the_run_is_done(
     assert TRIED.wait(30)
     (refusal,) = REFUSALS
     assert isinstance(refusal, CallOver)
+    (call_id,) = [e.payload["call_id"] for e in done.timeline() if e.kind == "tool_call"]
     assert str(refusal) == (
-        "this tool call is over (it timed out, or its run moved on): it can no longer send mail"
+        "mail can be queued only while the tool call that queues it is running; "
+        f"call {call_id} to late_send has ended (it returned, or timed out)"
     )
-    assert "tried to send mail (to mara@thescoop.com); refused" in caplog.text
+    assert "mail (to mara@thescoop.com) refused: mail can be queued only while" in caplog.text
     assert Message.select().where(Message.direction == "outbound").count() == 0
     assert not list(config.data_dir.glob("outbox/*.eml"))
     assert "delivery" not in [e.kind for e in done.timeline()]
 
 
-def test_a_tool_past_its_timeout_cannot_send_mail_while_the_run_goes_on(
+def test_a_tool_past_its_timeout_cannot_queue_mail_while_the_run_goes_on(
     run, scripted_model, config, late_sender
 ):
     done = run(tool_call("late_send"), tool_call("let_go"), say("ok"))

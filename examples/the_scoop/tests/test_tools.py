@@ -1,22 +1,14 @@
-import logging
-
 import pytest
 
-from protege import RunContext
 from protege.config import Config
+from protege.testing import make_context
 from protege.tool import check_tool_class
 from the_scoop.tools import CheckFlavorStockTool, LookupOrderTool, ProcessRefundTool
 
 
 @pytest.fixture
 def context(tmp_path):
-    return RunContext(
-        agent=None,
-        message=object(),
-        deliver=lambda mail, attachments=(): None,
-        config=Config.defaults(tmp_path),
-        logger=logging.getLogger("the_scoop"),
-    )
+    return make_context(config=Config.defaults(tmp_path))
 
 
 @pytest.mark.parametrize("tool", [LookupOrderTool, CheckFlavorStockTool, ProcessRefundTool])

@@ -123,7 +123,7 @@ class SendEmailTool(Tool):
             return self.failure(too_many)
         mail["body"] = body
         try:
-            outcome = context.deliver(mail, attachments=files)
+            outcome = context.queue_mail(mail, attachments=files)
         except Exception as error:  # a refusal from the gateway (bad address, limits)
             return self.failure(error)
         # "queued": stored, and sent by the delivery loop apart from this run ("sent" and

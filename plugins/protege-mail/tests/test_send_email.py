@@ -41,7 +41,7 @@ def send(sundae, inbound=None, responsibility=None, **arguments):
         sundae,
         message=inbound,
         responsibility=responsibility,
-        deliver=recorder,
+        queue_mail=recorder,
         config=sundae.app.config,
     )
     result = run_tool("send_email", context=context, manifest=sundae.app.manifest, **arguments)
@@ -207,7 +207,7 @@ def test_a_gateway_failure_becomes_a_failure(sundae):
         return {"status": "failed", "error": "SMTP 554: rejected"}
 
     context = make_context(
-        sundae, message=inbound_message(sundae), deliver=failing, config=sundae.app.config
+        sundae, message=inbound_message(sundae), queue_mail=failing, config=sundae.app.config
     )
     result = run_tool(
         "send_email", context=context, mode="reply", body="x", manifest=sundae.app.manifest
@@ -227,7 +227,7 @@ def test_reply_all_over_the_recipient_limit_fails_with_what_to_do(sundae):
 
 def test_the_recipient_limit_comes_from_the_configuration(sundae):
     recorder = Recorder()
-    context = make_context(sundae, deliver=recorder, config=sundae.app.config)
+    context = make_context(sundae, queue_mail=recorder, config=sundae.app.config)
     tight = attrs.evolve(context.config.mail, max_recipients=2)
     context = attrs.evolve(context, config=attrs.evolve(context.config, mail=tight))
     result = run_tool(
@@ -269,7 +269,7 @@ def test_recipients_the_relay_refused_are_listed_in_a_success(sundae):
         return {"status": "sent", "message_id": "<o@x>", **mail, "refused": refused}
 
     context = make_context(
-        sundae, message=inbound_message(sundae), deliver=partly, config=sundae.app.config
+        sundae, message=inbound_message(sundae), queue_mail=partly, config=sundae.app.config
     )
     result = run_tool(
         "send_email", context=context, mode="reply", body="x", manifest=sundae.app.manifest
