@@ -82,9 +82,10 @@ def agent(protege_db):
 
 @pytest.fixture
 def app(config, manifest):
-    from protege.registry import refresh
+    from protege.plugins import PluginHost
+    from protege.registry import build_manifest
 
-    mail = refresh()
+    mail = build_manifest(config, PluginHost())
     everything = attrs.evolve(
         manifest, tools=tuple(sorted([*manifest.tools, mail.get("send_email")], key=lambda e: e.id))
     )

@@ -11,7 +11,6 @@ from protege.harness.runner import carry_out
 from protege.installation import open_installation
 from protege.models import Agent, Event, Message, Run, Toolkit
 from protege.models.base import utcnow
-from protege.registry import refresh
 from protege.testing import say, tool_call
 
 EML = (
@@ -55,7 +54,7 @@ def test_a_worker_that_lost_its_lease_leaves_the_run_to_the_new_worker(
     # The new worker has written its first event, under the number the old one would use.
     Event.append(delivered.run.id, [(1, "run_resumed", '{"attempt": 2, "reason": "taken"}')])
     scripted_model.script(answer)
-    installation = open_installation(config, manifest=refresh(), connect=False)
+    installation = open_installation(config, connect=False)
 
     run = _carry_out(Run.get_by_id(delivered.run.id), first, installation, lambda: started)
 
@@ -78,7 +77,7 @@ def test_a_worker_that_lost_its_lease_cannot_end_a_run_the_new_worker_ended(
     Event.append(delivered.run.id, [(1, "run_resumed", '{"attempt": 2, "reason": "taken"}')])
     assert Run.get_by_id(delivered.run.id).finish("done", None, "worker-b")
     scripted_model.script(say("Done."))
-    installation = open_installation(config, manifest=refresh(), connect=False)
+    installation = open_installation(config, connect=False)
 
     run = _carry_out(Run.get_by_id(delivered.run.id), first, installation, lambda: started)
 

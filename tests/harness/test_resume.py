@@ -6,8 +6,9 @@ from protege.errors import ProtegeError
 from protege.harness import execute
 from protege.installation import open_installation
 from protege.models import Agent, Message, Toolkit
+from protege.plugins import PluginHost
 from protege.queue import requeue
-from protege.registry import refresh
+from protege.registry import build_manifest
 from protege.testing import http_error, run_reply, say, tool_call
 
 
@@ -19,7 +20,7 @@ def agent(protege_db):
 
 
 def test_a_retried_run_does_not_send_its_mail_twice(agent, config, scripted_model):
-    manifest = refresh()
+    manifest = build_manifest(config, PluginHost())
     scripted_model.script(
         tool_call("send_email", mode="reply", body="Your refund is on its way."),
         http_error(401),
