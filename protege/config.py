@@ -243,7 +243,7 @@ def _check_relays(instance: object, attribute: attrs.Attribute, value: tuple[str
 def _pinned(value: Mapping[str, Any]) -> Mapping[str, tuple[str, ...]]:
     if not isinstance(value, Mapping):
         raise ValueError("dns: must be a table of DNS names and their TXT records")
-    return types.MappingProxyType(pinned_records(value))
+    return read_only(pinned_records(value))
 
 
 @attrs.frozen(kw_only=True, repr=False)

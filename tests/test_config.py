@@ -136,7 +136,7 @@ READ_PLAIN_FILE = """
 import sys
 from protege.config import load_config
 config = load_config()
-assert config.mail.transport == "smtp" and config.plugins["shop"] == {"n": (1, {"a": 2})}
+assert config.mail.transport == "smtp" and config.plugins["shop"] == {"n": [1, {"a": 2}]}
 print("cattrs" in sys.modules)
 """
 

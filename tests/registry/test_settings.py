@@ -4,6 +4,7 @@ manifest is built, handed to the plugin's tools through the installation's confi
 from __future__ import annotations
 
 import attrs
+import pytest
 
 from protege.config import Config
 from protege.installation import open_installation
@@ -183,11 +184,9 @@ def test_a_tool_cannot_change_the_settings_other_runs_read(site, tmp_path, prote
         context = make_context(config=installation.config)
         result = run_tool("meddle", context=context, manifest=installation.manifest, how=how)
         assert not result.ok
-        assert "does not support item assignment" in result.reason or (
-            "has no attribute 'append'" in result.reason
-        )
+        assert result.reason.startswith("TypeError: these settings are read-only")
     settings = installation.config.plugin_settings("geo-tools")
-    assert settings == {"region": "eu", "zones": ("north",)}
+    assert settings == {"region": "eu", "zones": ["north"]}
 
 
 MUTABLE_SETTINGS_PLUGIN = """
@@ -224,4 +223,7 @@ def test_a_frozen_settings_class_s_tables_and_lists_are_read_only(site, tmp_path
     )
     config = _config(tmp_path, **{"list-tools": {"hosts": ["a.example"]}})
     installation = open_installation(config, plugins=site.host(), connect=False)
-    assert installation.config.plugin_settings("list-tools").hosts == ("a.example",)
+    hosts = installation.config.plugin_settings("list-tools").hosts
+    assert hosts == ["a.example"]
+    with pytest.raises(TypeError, match="read-only"):
+        hosts.append("b.example")
