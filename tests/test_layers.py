@@ -15,7 +15,10 @@ PACKAGE = Path(__file__).parent.parent / "protege"
 
 # From the top down: a module may import its own layer and the ones below, never above.
 LAYERS = [
-    ("entry points", {"cli", "testing", "worker", "installation", "admin", "__main__"}),
+    (
+        "entry points",
+        {"cli", "testing", "serving", "supervisor", "worker", "installation", "admin", "__main__"},
+    ),
     ("gateway", {"gateway", "scheduler", "delivery"}),
     ("run queue", {"queue"}),
     ("harness", {"harness"}),
