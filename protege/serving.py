@@ -200,6 +200,8 @@ class Server:
                         cancelled = True
                         for part in self._tasks.values():
                             part.cancel()
+                if not task.cancelled() and task.exception() is not None:
+                    logger.error("the server stopped with an error: %r", task.exception())
         finally:
             self._state = "stopped"
             self._stopped.set()
