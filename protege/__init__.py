@@ -1,8 +1,9 @@
 """protege: AI colleagues that live in a Python application and are reached by email.
 
 This module is the public API for tool and plugin authors; everything it does not export
-(other than ``protege.models``, ``protege.blobs``, ``protege.mail`` and ``protege.testing``)
-is internal.
+(other than ``protege.models``, ``protege.blobs``, ``protege.mail``, ``protege.testing``,
+and ``protege.serving`` and ``protege.supervisor`` for hosts serving an installation) is
+internal.
 """
 
 from __future__ import annotations
