@@ -182,3 +182,53 @@ def test_a_port_taken_is_a_serve_error_and_nothing_is_left_running(protege_app):
         with pytest.raises(ServeError, match=f"cannot listen for mail on 127.0.0.1:{port}: "):
             asyncio.run(host())
     assert protege_threads() == []
+
+
+def test_leaving_the_block_ends_the_smtp_sessions_still_open(protege_app):
+    async def host():
+        async with serve(protege_app, host="127.0.0.1", port=0, scheduler=False) as server:
+            reader, writer = await asyncio.open_connection(*server.smtp_address)
+            greeting = await reader.readline()
+            writer.write(b"EHLO client.example\r\n")
+            await writer.drain()
+            while not (await reader.readline()).startswith(b"250 "):
+                pass  # the EHLO answer's last line: the session is open and idle
+        try:
+            ended = await asyncio.wait_for(reader.read(), 30)  # the server closed the session
+        except ConnectionResetError:  # closed with data unread: as closed
+            ended = b""
+        writer.close()
+        return greeting, ended, server.smtp_address
+
+    greeting, ended, address = asyncio.run(host())
+    assert greeting.startswith(b"220 ")
+    assert ended == b""
+    assert not listening(address)
+    assert protege_threads() == []
+
+
+def test_a_callback_that_raises_is_logged_and_serving_goes_on(
+    protege_app, sundae, scripted_model, caplog
+):
+    scripted_model.script(say("Noted."))
+    finished = []
+
+    def broken(line):
+        raise RuntimeError("the host's log is full")
+
+    async def host():
+        done = asyncio.Event()
+
+        def ended(run):
+            finished.append(run.status)
+            done.set()
+
+        async with serve(
+            protege_app, host="127.0.0.1", port=0, on_line=broken, on_finished=ended
+        ) as server:
+            await asyncio.to_thread(send, server.smtp_address)
+            await asyncio.wait_for(done.wait(), 60)
+
+    asyncio.run(host())
+    assert finished == ["done"]
+    assert "a serve callback failed" in caplog.text
