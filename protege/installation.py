@@ -29,6 +29,7 @@ from protege.harness.runner import QueueMail
 from protege.plugins import PluginHost, normalize
 from protege.registry import Manifest, build_manifest
 from protege.registry.offered import Offered, offered
+from protege.serving import Server, serve
 from protege.toolkits import SyncReport, sync
 from protege.transports import Transport
 from protege.worker import drain
@@ -133,6 +134,12 @@ class Installation:
         they queued; returns the runs carried out."""
         with self.activated():
             return drain(self)
+
+    def serve(self, **options: Any) -> Server:
+        """A server for this installation on the running event loop: the SMTP gateway,
+        the workers with their delivery loop, and the scheduler (``options`` as
+        ``protege.serving.serve`` takes them). Use it as ``async with app.serve(): ...``."""
+        return serve(self, **options)
 
     def close(self) -> None:
         """Close what this installation opened for itself (its database); idempotent."""

@@ -9,11 +9,13 @@ it at once. Every decision takes the time from an injected clock.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import attrs
 import peewee
@@ -53,8 +55,10 @@ class Scheduler:
     """Queues the due runs of every enabled responsibility, in passes.
 
     ``tick()`` makes one pass at the clock's time; ``start()`` makes one every
-    ``[responsibilities] poll_seconds`` in a thread until ``stop()``. ``on_line`` hears a
-    line for each run it queues, retries or reports.
+    ``[responsibilities] poll_seconds`` in a thread until ``stop()``, and ``await serve()``
+    the same on the running event loop (each pass in a thread of its own) until ``stop()``
+    or a cancel. ``on_line`` hears a line for each run it queues, retries or reports (on
+    the thread making the pass).
     """
 
     def __init__(
@@ -70,9 +74,14 @@ class Scheduler:
         self.on_line = on_line
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="protege-scheduler", daemon=True)
+        self._woken: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
 
     def tick(self) -> Pass:
         """Queue what is due now and apply the failure policy; returns what was done."""
+        with self.installation.activated():  # from whichever thread makes the pass
+            return self._tick()
+
+    def _tick(self) -> Pass:
         now = self.clock()
         if now.tzinfo is None or now.utcoffset() is None:
             raise ValueError("the scheduler's clock must return an aware datetime")
@@ -93,9 +102,43 @@ class Scheduler:
         self._thread.start()
         return self
 
+    async def serve(self) -> None:
+        """Make a pass now and then every ``poll_seconds`` on the running event loop, each
+        in a thread of the scheduler's own, until ``stop()`` or the task is cancelled (a
+        pass under way then finishes in its thread, and ``serve`` returns once it did)."""
+        loop = asyncio.get_running_loop()
+        woken = asyncio.Event()
+        self._woken = (loop, woken)
+        passes = ThreadPoolExecutor(1, thread_name_prefix="protege-scheduler")
+        try:
+            while not self._stop.is_set():
+                try:
+                    await loop.run_in_executor(passes, self.tick)
+                except Exception:  # the database may be away for a while: try again later
+                    logger.exception("scheduler pass failed; trying again")
+                with contextlib.suppress(TimeoutError):  # asyncio.timeout never eats a cancel
+                    async with asyncio.timeout(self.settings.poll_seconds):
+                        await woken.wait()
+        finally:
+            self._woken = None
+            passes.submit(self._close_connection)  # the connection of the passes' thread
+            shutting = loop.run_in_executor(None, passes.shutdown)
+            cancelled = False
+            while not shutting.done():  # not left half done by a second cancel
+                try:
+                    await asyncio.wait({shutting})
+                except asyncio.CancelledError:
+                    cancelled = True
+            if cancelled:
+                raise asyncio.CancelledError
+
     def stop(self, timeout: float | None = None) -> None:
         """Stop after the current pass (at once, when it is waiting)."""
         self._stop.set()
+        woken = self._woken
+        if woken is not None:
+            with contextlib.suppress(RuntimeError):  # its loop has ended already
+                woken[0].call_soon_threadsafe(woken[1].set)
         if self._thread.is_alive():
             self._thread.join(timeout)
 
@@ -108,12 +151,18 @@ class Scheduler:
         try:
             while not self._stop.is_set():
                 try:
-                    with self.installation.activated():
-                        self.tick()
+                    self.tick()
                 except Exception:  # the database may be away for a while: try again later
                     logger.exception("scheduler pass failed; trying again")
                 self._stop.wait(self.settings.poll_seconds)
         finally:
+            self._close_connection()
+
+    def _close_connection(self) -> None:
+        """Close this thread's connection to the installation's database."""
+        if self.installation.closed:  # and with it that database
+            return
+        with self.installation.activated():
             database.close()
 
     def _queue_due(self, responsibility_id: int, now: datetime.datetime, done: Pass) -> None:

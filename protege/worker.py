@@ -1,8 +1,8 @@
 """Workers: what takes queued runs out of the database and carries them out.
 
-``Workers`` is what ``protege serve`` runs: one event loop, in a thread of its own, carrying
-up to ``max_concurrent_runs`` runs at once (a run spends its life waiting on the model),
-with database work in a bounded thread pool and the delivery loop beside the runs. Several
+``Workers`` is what ``protege serve`` runs: on one event loop (the host's, or a thread's
+own), up to ``max_concurrent_runs`` runs at once (a run spends its life waiting on the
+model), with database work in a bounded thread pool and the delivery loop beside the runs. Several
 processes, on one machine or many, may share one database: claims and leases keep each run
 with one worker, and a run whose worker died is taken over. ``drain`` carries out what is
 queued in the calling thread, for the command line, scripts and tests.
@@ -35,7 +35,7 @@ from protege.models import Run
 from protege.models.base import utcnow
 from protege.queue import claim_next
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # only named: the installation may import the workers
     from protege.installation import Installation
 
 logger = logging.getLogger(__name__)
@@ -74,9 +74,11 @@ def drain(installation: Installation, *, clock: Clock = utcnow) -> list[Run]:
 class Workers:
     """Carries out queued runs in this process, many at once, until stopped.
 
-    ``on_finished`` is called (on the workers' thread) with each run that ended. ``clock``
-    tells the time leases are measured in. The runs' events go to the ``on_event``
-    listeners through ``events``, a dispatcher started and closed with the workers.
+    On the caller's event loop (``await workers.serve()``, as ``protege.serving`` does) or
+    on a thread of its own (``start()``, then ``stop()``). ``on_finished`` is called (on
+    the workers' loop) with each run that ended. ``clock`` tells the time leases are
+    measured in. The runs' events go to the ``on_event`` listeners through ``events``, a
+    dispatcher started and closed with the workers.
     """
 
     def __init__(
@@ -94,20 +96,35 @@ class Workers:
         self.poll_interval = poll_interval or settings.poll_interval
         self.on_finished = on_finished
         self.clock = clock
+        self.delivery: DeliveryLoop | None = None
+        """The delivery loop beside the runs, once ``serve`` started it."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._stopping: asyncio.Event | None = None
+        self._stop_asked = False
         self._grace: float = settings.shutdown_seconds
         self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._main, name="protege-workers", daemon=True)
+        self._served = False
+        self._waiting = False
+        self._thread: threading.Thread | None = None
         self.events = EventDispatcher(installation)
 
     def start(self) -> Workers:
-        """Start carrying out runs (returns once the workers are ready)."""
-        self.events.start()
+        """Start carrying out runs on a thread of their own (returns once they are ready)."""
+        self._thread = threading.Thread(target=self._main, name="protege-workers", daemon=True)
         self._thread.start()
         self._ready.wait()
         return self
+
+    @property
+    def ready(self) -> bool:
+        """Whether the workers take runs (they have loaded what runs use), or have ended."""
+        return self._ready.is_set()
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the workers wait for a wake or the next poll (no queued run found)."""
+        return self._waiting
 
     def wake(self) -> None:
         """Look for queued runs now, not at the next poll (safe from any thread)."""
@@ -116,32 +133,53 @@ class Workers:
             with contextlib.suppress(RuntimeError):  # stopped already
                 loop.call_soon_threadsafe(wake.set)
 
-    def stop(self, grace: float | None = None) -> None:
-        """Take no more runs; give those in flight ``grace`` seconds (default
-        ``[serve] shutdown_seconds``) to end, hand the others back to the queue, finish the
-        mail being sent, let the event listeners hear the runs' last events, and return."""
+    def stop_soon(self, grace: float | None = None) -> None:
+        """Ask ``serve`` to end (safe from any thread, also before it began): take no more
+        runs, give those in flight ``grace`` seconds (default ``[serve]
+        shutdown_seconds``), then hand the others back to the queue."""
         if grace is not None:
             self._grace = grace
+        self._stop_asked = True
         loop, stopping = self._loop, self._stopping
         if loop is not None and stopping is not None:
-            with contextlib.suppress(RuntimeError):
+            with contextlib.suppress(RuntimeError):  # its loop has ended already
                 loop.call_soon_threadsafe(stopping.set)
-        try:
+
+    def stop(self, grace: float | None = None) -> None:
+        """End the thread ``start`` began: ``stop_soon(grace)``, then wait until the runs
+        ended or went back to the queue, the mail being sent is sent and the event
+        listeners heard the runs' last events."""
+        self.stop_soon(grace)
+        if self._thread is not None:
             self._thread.join()
-        finally:
-            self.events.close()
 
     def _main(self) -> None:
         try:
-            with self.installation.activated():
-                asyncio.run(self._serve())
+            asyncio.run(self.serve())
         finally:
             self._ready.set()  # a failure to start must not leave start() waiting
 
-    async def _serve(self) -> None:
+    async def serve(self, *, ready: Callable[[], None] | None = None) -> None:
+        """Carry out runs, and send their mail, on the running event loop (database work
+        and tool calls in thread pools of their own) until ``stop_soon``; then wind down
+        as ``stop`` says. ``ready`` is called (on the loop) once runs are taken.
+        Cancelling the task running it winds down at once: the runs in flight go back to
+        the queue, and the cancel is raised once they did."""
+        if self._served:
+            raise RuntimeError("these workers have served already: make new ones")
+        self._served = True
+        # The runs, their pools and listeners work on this installation's database.
+        with self.installation.activated():
+            await self._serve(ready)
+
+    async def _serve(self, ready: Callable[[], None] | None) -> None:
         config = self.installation.config
-        self._loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
         self._wake, self._stopping = asyncio.Event(), asyncio.Event()
+        self._loop = loop
+        if self._stop_asked:  # stop_soon came before the loop was known
+            self._stopping.set()
+        self.events.start()
         io = ThreadPoolExecutor(
             config.serve.db_threads, thread_name_prefix="protege-db", initializer=hand_over()
         )
@@ -150,27 +188,35 @@ class Workers:
             thread_name_prefix="protege-delivery",
             initializer=hand_over(),
         )
-        await self._loop.run_in_executor(io, preload, self.installation)
-        delivery = DeliveryLoop(
-            config, mail_io, clock=self.clock, transport=self.installation.transport
-        )
-        delivering = asyncio.create_task(delivery.run())
+        delivering: asyncio.Task | None = None
         in_flight: set[asyncio.Task] = set()
-        self._ready.set()
+        cancelled = False
         try:
-            await self._take_runs(io, in_flight, delivery)
-            if in_flight:
-                _, left = await asyncio.wait(in_flight, timeout=self._grace)
-                for task in left:
-                    task.cancel()  # carry_out hands them back: self._stopping is set
-                if left:
-                    await asyncio.wait(left)
+            try:
+                await loop.run_in_executor(io, preload, self.installation)
+                self.delivery = DeliveryLoop(
+                    config, mail_io, clock=self.clock, transport=self.installation.transport
+                )
+                delivering = asyncio.create_task(self.delivery.run(), name="protege-delivery")
+                self._ready.set()
+                if ready is not None:
+                    ready()
+                await self._take_runs(io, in_flight, self.delivery)
+            except asyncio.CancelledError:
+                cancelled = True
+            self._stopping.set()  # a run cancelled now is handed back, not failed
+            cancelled = await _settle(in_flight, 0 if cancelled else self._grace) or cancelled
+            if delivering is not None and self.delivery is not None:
+                cancelled = await _end_delivery(delivering, self.delivery, cancelled)
         finally:
-            delivery.stop()
-            await delivering
-            io.shutdown(wait=True)
-            mail_io.shutdown(wait=True)
+            shutting = loop.run_in_executor(None, _shut_down, io, mail_io, cancelled)
+            cancelled = await _through_cancels(shutting) or cancelled
             close_idle_connections()  # those tool calls put down
+            closing = loop.run_in_executor(None, self.events.close)
+            cancelled = await _through_cancels(closing) or cancelled
+            self._ready.set()
+        if cancelled:
+            raise asyncio.CancelledError
 
     async def _take_runs(
         self, io: ThreadPoolExecutor, in_flight: set[asyncio.Task], delivery: DeliveryLoop
@@ -204,8 +250,11 @@ class Workers:
                 continue  # the queue is empty: look at everything before waiting
             if claimed is None:
                 wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(_either(wake, stopping), self.poll_interval)
+                self._waiting = True
+                try:
+                    await _either(wake, stopping, self.poll_interval)
+                finally:
+                    self._waiting = False
                 continue
             run, claim = claimed
             task = asyncio.create_task(
@@ -244,10 +293,13 @@ class Workers:
                 logger.exception("on_finished failed for run %s", run.id)
 
 
-async def _either(first: asyncio.Event, second: asyncio.Event) -> None:
+async def _either(first: asyncio.Event, second: asyncio.Event, seconds: float) -> None:
+    """Wait until either event is set or ``seconds`` have passed. Not ``asyncio.wait_for``:
+    on Python 3.11 it returns, and swallows the cancel, when a cancel lands in the same
+    turn of the loop as the wake; workers cancelled just after a wake then ran on."""
     waits = [asyncio.create_task(first.wait()), asyncio.create_task(second.wait())]
     try:
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for wait in waits:
             wait.cancel()
@@ -259,3 +311,58 @@ async def _first(in_flight: set[asyncio.Task], stopping: asyncio.Event) -> None:
         await asyncio.wait({*in_flight, stop}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         stop.cancel()
+
+
+async def _through_cancels(future: asyncio.Future) -> bool:
+    """Wait until ``future`` is done, cancels of the waiting task notwithstanding (a wind
+    down half done would leave threads and connections behind); whether one came."""
+    cancelled = False
+    while not future.done():
+        try:
+            await asyncio.wait({future})
+        except asyncio.CancelledError:
+            cancelled = True
+    return cancelled
+
+
+async def _settle(tasks: set[asyncio.Task], grace: float) -> bool:
+    """Give the runs ``grace`` seconds to end, then cancel the others (``carry_out`` hands
+    them back, the workers stopping) and wait until they did; whether a cancel came
+    meanwhile (it cuts the grace short)."""
+    cancelled = False
+    if tasks and grace > 0:
+        try:
+            await asyncio.wait(set(tasks), timeout=grace)
+        except asyncio.CancelledError:
+            cancelled = True
+    left = {task for task in tasks if not task.done()}
+    for task in left:
+        task.cancel()
+    for task in left:
+        cancelled = await _through_cancels(task) or cancelled
+    return cancelled
+
+
+async def _end_delivery(task: asyncio.Task, delivery: DeliveryLoop, cancelled: bool) -> bool:
+    """Let the delivery loop make its last pass (none when cancelled, or cancelled
+    meanwhile) and end; whether a cancel came."""
+    if cancelled:
+        task.cancel()
+    else:
+        delivery.stop()
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            cancelled = True
+            task.cancel()
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("the delivery loop failed: %r", task.exception())
+    return cancelled
+
+
+def _shut_down(io: ThreadPoolExecutor, mail_io: ThreadPoolExecutor, cancelled: bool) -> None:
+    """Wait for the database and delivery threads to end (what was queued and not begun is
+    dropped when the workers were cancelled)."""
+    io.shutdown(wait=True, cancel_futures=cancelled)
+    mail_io.shutdown(wait=True, cancel_futures=cancelled)

@@ -20,6 +20,7 @@ from protege.gateway.smtp import free_port
 from protege.models import Agent, Message
 from protege.models.base import utcnow
 from tests.conftest import sql_run
+from tests.looping import TURNS, ends, turns, until
 
 T0 = utcnow() + datetime.timedelta(days=1)  # after every mail the tests queue
 
@@ -343,3 +344,25 @@ def test_the_outbox_folder_is_its_owners_only(tmp_path):
     # Its file names are Message-IDs, an approval request's token among them.
     assert stat.S_IMODE(written.parent.stat().st_mode) == 0o700
     assert stat.S_IMODE(written.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("after", range(TURNS))
+def test_the_delivery_loop_cancelled_just_after_a_wake_stops(config, after):
+    # Python 3.11's asyncio.wait_for returned, swallowing the cancel, when it landed in the
+    # turn the wake completed the wait: the loop then ran on, cancelled.
+    async def serve():
+        with ThreadPoolExecutor(2) as pool:
+            loop = DeliveryLoop(config, pool, poll_interval=3600)
+            running = asyncio.create_task(loop.run())
+            try:
+                await until(lambda: loop.waiting)  # nothing to send: it waits for a wake
+                loop.wake()
+                await turns(after)
+                running.cancel()
+                stopped = await ends(running)
+            finally:
+                loop.stop()
+                await asyncio.wait({running})
+            return stopped, running.cancelled()
+
+    assert asyncio.run(serve()) == (True, True)

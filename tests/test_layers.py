@@ -17,7 +17,17 @@ PACKAGE = Path(__file__).parent.parent / "protege"
 LAYERS = [
     (
         "entry points",
-        {"cli", "testing", "worker", "installation", "admin", "operations", "__main__"},
+        {
+            "cli",
+            "testing",
+            "serving",
+            "supervisor",
+            "worker",
+            "installation",
+            "admin",
+            "operations",
+            "__main__",
+        },
     ),
     ("gateway", {"gateway", "scheduler", "delivery"}),
     ("run queue", {"queue"}),

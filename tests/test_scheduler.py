@@ -1,6 +1,7 @@
 """The scheduler: one run per due time, catch-up once, no overlap, the failure policy, and
 two schedulers racing on one database. Time comes from a clock the test moves."""
 
+import asyncio
 import datetime
 import email
 import threading
@@ -20,6 +21,7 @@ from protege.queue import AlreadyQueued, queue_scheduled
 from protege.scheduler import Scheduler
 from protege.testing import http_error, say, tool_call
 from protege.worker import drain
+from tests.looping import ends, protege_threads, until
 
 UTC = datetime.UTC
 
@@ -364,3 +366,29 @@ def test_the_readme_policy_example_is_settings_protege_accepts(tmp_path):
     (tmp_path / "protege.toml").write_text(block)
     settings = load_config(tmp_path, environ={}).responsibilities
     assert (settings.retries, settings.notify) == (0, "ops@thescoop.com")
+
+
+@pytest.mark.parametrize("cancel", [False, True])
+def test_the_scheduler_on_an_event_loop_queues_then_ends_on_stop_or_a_cancel(
+    protege_app, scout, cancel
+):
+    duty(scout)
+    app = with_policy(protege_app, poll_seconds=3600)
+    lines = []
+
+    async def serve():
+        scheduler = Scheduler(app, clock=lambda: utc(2026, 3, 2, 8), on_line=lines.append)
+        serving = asyncio.create_task(scheduler.serve())
+        await until(lambda: lines)  # the first pass queued the run
+        if cancel:
+            serving.cancel()
+        else:
+            scheduler.stop()  # it is waiting an hour for its next pass: stop ends that
+        stopped = await ends(serving)
+        scheduler.stop()
+        await asyncio.wait({serving})
+        return stopped, serving.cancelled()
+
+    assert asyncio.run(serve()) == (True, cancel)
+    assert Run.select().count() == 1
+    assert protege_threads() == []

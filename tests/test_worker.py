@@ -1,6 +1,7 @@
 """The workers of ``protege serve``: many runs at once on one loop, a tool that blocks
 holds up nobody else, and a graceful stop hands unfinished runs back to the queue."""
 
+import asyncio
 import logging
 import queue
 import threading
@@ -18,6 +19,7 @@ from protege.testing import say, tool_call
 from protege.worker import Workers, drain
 from tests.conftest import sql_run
 from tests.harness.conftest import agent_granted, manifest_of
+from tests.looping import TURNS, ends, protege_threads, turns, until
 
 TOGETHER = 6
 BARRIER = threading.Barrier(TOGETHER, timeout=20)
@@ -394,3 +396,45 @@ def test_a_busy_worker_claims_straight_away_and_looks_at_everything_once_the_que
     assert len(looks) == 2  # when it started, and when a claim found the queue empty
     assert len(expired) == 1  # only with the first look: the second found nothing to claim
     assert len(queued) == 6  # five runs, then the claim that found none
+
+
+@pytest.mark.parametrize("after", range(TURNS))
+def test_workers_cancelled_just_after_a_wake_stop(app, after):
+    # Python 3.11's asyncio.wait_for returned, swallowing the cancel, when it landed in the
+    # turn the wake completed the wait: the workers then ran on, cancelled.
+    async def serve():
+        pool = Workers(app, max_concurrent_runs=1, poll_interval=3600)
+        serving = asyncio.create_task(pool.serve())
+        try:
+            await until(lambda: pool.waiting)  # nothing queued: they wait for a wake
+            pool.wake()
+            await turns(after)
+            serving.cancel()
+            stopped = await ends(serving)
+        finally:
+            pool.stop_soon(grace=0)
+            await asyncio.wait({serving})
+        return stopped, serving.cancelled()
+
+    assert asyncio.run(serve()) == (True, True)
+    assert protege_threads() == []
+
+
+def test_workers_cancelled_hand_their_runs_back_to_the_queue(agent, app, scripted_model):
+    run = _queue(agent, "held")
+    scripted_model.script(tool_call("hold"), say("held"))
+
+    async def serve():
+        pool = Workers(app, max_concurrent_runs=1, poll_interval=3600)
+        serving = asyncio.create_task(pool.serve())
+        try:
+            assert await asyncio.to_thread(HOLDING.wait, 30)  # the run is inside its tool
+            serving.cancel()
+            RELEASE.set()  # the tool's thread ends; the run does not go on
+            return await ends(serving, 60), serving.cancelled()
+        finally:
+            pool.stop_soon(grace=0)
+            await asyncio.wait({serving})
+
+    assert asyncio.run(serve()) == (True, True)
+    assert Run.get_by_id(run.id).status == "queued"  # handed back: it resumes elsewhere

@@ -407,6 +407,8 @@ class DeliveryLoop:
         self._wake = asyncio.Event()
         self._stopping = False
         self.sent = 0
+        self.waiting = False
+        """Whether ``run`` is waiting for a wake or the next poll (nothing to send now)."""
 
     def wake(self) -> None:
         """Look for pending mail now (call on the loop's thread)."""
@@ -418,7 +420,9 @@ class DeliveryLoop:
         self._wake.set()
 
     async def run(self) -> None:
-        """Deliver until stopped; a last pass sends what was due when ``stop`` came."""
+        """Deliver until stopped; a last pass sends what was due when ``stop`` came.
+        Cancelling the task running it ends it at once (a hand-off under way in ``io``
+        finishes there; a mail claimed and not sent goes again once its claim expires)."""
         loop = asyncio.get_running_loop()
         last_pass = False
         while not last_pass:
@@ -451,5 +455,17 @@ class DeliveryLoop:
             if self._stopping:
                 continue
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.poll_interval)
+            self.waiting = True
+            try:
+                await _woken(self._wake, self.poll_interval)
+            finally:
+                self.waiting = False
+
+
+async def _woken(wake: asyncio.Event, seconds: float) -> None:
+    """Wait until ``wake`` is set or ``seconds`` have passed. Not ``asyncio.wait_for``: on
+    Python 3.11 it returns, and swallows the cancel, when a cancel lands in the same turn of
+    the loop as the wake; a delivery loop cancelled just after a wake then ran on."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await wake.wait()

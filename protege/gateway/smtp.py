@@ -161,17 +161,114 @@ def start_gateway(
     (``inspect_inbound``); without it, only protege's own inspectors do.
 
     SMTPUTF8 is on, so internationalised addresses arrive as they are; lines may be as
-    long as the message may be, as Postfix accepts them.
+    long as the message may be, as Postfix accepts them. ``serve_gateway`` is the same
+    on the caller's event loop.
     """
     # aiosmtpd (and asyncio's server) are loaded only by the commands that listen.
     from aiosmtpd.controller import Controller
-    from aiosmtpd.smtp import SMTP
 
-    data_size_limit = config.mail.max_message_bytes + SMTP_OVERHEAD
+    hostname = host or config.mail.listen_host
+    port = config.mail.listen_port if port is None else port
+    # Before the controller exists: it makes an event loop that a failure here would leave
+    # to be closed at exit, where asyncio complains about it on stderr.
+    _bind_or_fail(hostname, port)
+    handler = GatewayHandler(config, on_mail, on_refusal, app)
+    session = _session_class(handler)
+
+    class GatewayController(Controller):
+        def factory(self) -> Any:
+            return session(self.handler, **self.SMTP_kwargs)
+
+    controller = GatewayController(
+        handler,
+        hostname=hostname,
+        port=port,
+        **_session_settings(config),
+    )
+    controller.start()
+    return controller
+
+
+class Gateway:
+    """The SMTP gateway taking mail on an event loop (what ``serve_gateway`` returns):
+    ``hostname`` and ``port`` are where it listens (the port bound, when 0 was asked)."""
+
+    def __init__(self, server: asyncio.Server, hostname: str, sessions: set[Any]) -> None:
+        self.server = server
+        self.hostname = hostname
+        self.port: int = server.sockets[0].getsockname()[1]
+        self._sessions = sessions
+
+    async def stop(self) -> None:
+        """Take no more connections, end the open ones, and return once their sessions
+        ended (a mail being stored is stored; its sender hears nothing and sends again)."""
+        self.server.close()
+        tasks = []
+        for session in list(self._sessions):
+            if session.transport is not None:
+                session.transport.abort()  # its session's task is cancelled
+            if session._handler_coroutine is not None:
+                tasks.append(session._handler_coroutine)
+        if tasks:
+            await asyncio.wait(tasks)
+        await self.server.wait_closed()
+
+
+async def serve_gateway(
+    config: Config,
+    host: str | None = None,
+    port: int | None = None,
+    on_mail: Callable[[list[Delivered]], None] | None = None,
+    on_refusal: Callable[[RefusedMail], None] | None = None,
+    app: Any = None,
+) -> Gateway:
+    """Start the SMTP gateway on the running event loop; returns it listening, ready for
+    mail (``await gateway.stop()`` ends it). As ``start_gateway``, whose arguments it
+    takes; ``port`` 0 listens on a free port. ``on_mail`` and ``on_refusal`` are called on
+    the loop. Storing mail, and any DNS, happens in threads: the loop only talks SMTP."""
+    hostname = host or config.mail.listen_host
+    port = config.mail.listen_port if port is None else port
+    loop = asyncio.get_running_loop()
+    handler = GatewayHandler(config, on_mail, on_refusal, app)
+    session = _session_class(handler)
+    settings = _session_settings(config)
+    # aiosmtpd would look the name up (DNS, blocking) for every connection.
+    settings["hostname"] = await asyncio.to_thread(socket.getfqdn)
+    sessions: set[Any] = set()
+
+    class TrackedSession(session):  # type: ignore[misc, valid-type]
+        def connection_made(self, transport: Any) -> None:
+            sessions.add(self)
+            super().connection_made(transport)
+
+        def connection_lost(self, error: Exception | None) -> None:
+            sessions.discard(self)
+            super().connection_lost(error)
+
+    server = await loop.create_server(
+        lambda: TrackedSession(handler, loop=loop, **settings),
+        host=hostname,
+        port=port,
+        reuse_address=True,
+    )
+    return Gateway(server, hostname, sessions)
+
+
+def _session_settings(config: Config) -> dict[str, Any]:
+    return {
+        "data_size_limit": config.mail.max_message_bytes + SMTP_OVERHEAD,
+        "decode_data": False,
+        "enable_SMTPUTF8": True,
+    }
+
+
+def _session_class(handler: GatewayHandler) -> type:
+    """aiosmtpd's SMTP session as the gateway talks it (``handler`` hears its refusals)."""
+    from aiosmtpd.smtp import SMTP
 
     class GatewaySMTP(SMTP):
         # aiosmtpd answers "500 Line too long" past 1,000 bytes; real servers accept them.
-        line_length_limit = data_size_limit
+        line_length_limit = handler.config.mail.max_message_bytes + SMTP_OVERHEAD
         _mail_from: str | None = None
 
         async def smtp_MAIL(self, arg: str | None) -> None:
@@ -189,26 +286,7 @@ def start_gateway(
                 handler.refused(sender, list(self.envelope.rcpt_tos), status)
             await super().push(status)
 
-    class GatewayController(Controller):
-        def factory(self) -> SMTP:
-            return GatewaySMTP(self.handler, **self.SMTP_kwargs)
-
-    hostname = host or config.mail.listen_host
-    port = config.mail.listen_port if port is None else port
-    # Before the controller exists: it makes an event loop that a failure here would leave
-    # to be closed at exit, where asyncio complains about it on stderr.
-    _bind_or_fail(hostname, port)
-    handler = GatewayHandler(config, on_mail, on_refusal, app)
-    controller = GatewayController(
-        handler,
-        hostname=hostname,
-        port=port,
-        data_size_limit=data_size_limit,
-        decode_data=False,
-        enable_SMTPUTF8=True,
-    )
-    controller.start()
-    return controller
+    return GatewaySMTP
 
 
 def _address_of(mail_from: str | None) -> str | None:

@@ -85,3 +85,28 @@ def read_line(process: subprocess.Popen, timeout: float = 30) -> str:
     line, _, rest = bytes(pending).partition(b"\n")
     pending[:] = rest
     return line.decode()
+
+
+def until(condition, seconds: float = 60, what: str = "it never happened") -> None:
+    """Wait for ``condition()`` to hold (a failure if it does not within ``seconds``,
+    stretched by ``patience``), looking again as soon as it does not."""
+    deadline = time.monotonic() + patience(seconds)
+    while not condition():
+        assert time.monotonic() < deadline, what
+        select.select([], [], [], 0.05)  # a look at the process table, not a synchronisation
+
+
+def gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie, ended and not reaped yet, counts)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return True
+    except OSError:  # not Linux: ask the kernel whether it is there at all
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+    return state in ("Z", "X")
