@@ -24,9 +24,11 @@ _EXPORTS = {
     "Ingress": "protege.ingresses",
     "IngressRefused": "protege.ingresses",
     "Installation": "protege.installation",
+    "InstallationClosed": "protege.installation",
     "Intake": "protege.ingresses",
     "MailRefused": "protege.transports",
     "MailScope": "protege.context",
+    "NoActiveApplication": "protege.dbroute",
     "Outcome": "protege.transports",
     "Part": "protege.result",
     "PromptSection": "protege.sections",
@@ -54,9 +56,11 @@ __all__ = [
     "Ingress",
     "IngressRefused",
     "Installation",
+    "InstallationClosed",
     "Intake",
     "MailRefused",
     "MailScope",
+    "NoActiveApplication",
     "Outcome",
     "Part",
     "PromptSection",
@@ -79,13 +83,14 @@ if TYPE_CHECKING:
     from protege.config import Config
     from protege.context import MailScope, RunContext
     from protege.dashboard import DashboardView
+    from protege.dbroute import NoActiveApplication
     from protege.errors import ProtegeError
     from protege.gateway.inspection import InboundMail
     from protege.harness.events import CommittedEvent
     from protege.harness.listeners import RunSnapshot
     from protege.hookspecs import hookimpl
     from protege.ingresses import Ingress, IngressRefused, Intake
-    from protege.installation import Installation, open_installation
+    from protege.installation import Installation, InstallationClosed, open_installation
     from protege.result import Part, Result, Trust, failure, success
     from protege.sections import PromptSection, Resolver
     from protege.tool import Tool

@@ -25,9 +25,6 @@ API_PAGE = REPO / "docs" / "api.md"
 MODULE_HEADING = re.compile(r"^## `(protege(?:\.\w+)*)`\s*$")
 NAME_ITEM = re.compile(r"^- `(\w+)`")
 TABLE_ROW = re.compile(r"^\| \[`(protege(?:\.\w+)*)`\]")
-# Modules another piece of work adds: documented as public before they land. The check of
-# their names turns on by itself once the module is importable (xfail is strict).
-ARRIVING = {"protege.serving"}
 
 
 def documented_api(text: str) -> dict[str, list[str]]:
@@ -47,13 +44,6 @@ def documented_api(text: str) -> dict[str, list[str]]:
 
 API = documented_api(API_PAGE.read_text())
 PUBLIC_MODULES = set(API)
-
-
-def _importable(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
 
 
 def test_the_page_documents_the_public_modules_each_once_and_in_its_table():
@@ -78,20 +68,7 @@ def test_documented_api_reads_module_sections_and_their_name_items():
     assert documented_api(page) == {"protege.x": ["one", "Two"]}
 
 
-@pytest.mark.parametrize(
-    "module",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(
-                name in ARRIVING and not _importable(name),
-                reason=f"{name} arrives with its own piece of work",
-                raises=ModuleNotFoundError,
-            ),
-        )
-        for name in sorted(API)
-    ],
-)
+@pytest.mark.parametrize("module", sorted(API))
 def test_each_public_module_exports_exactly_what_the_page_lists(module):
     listed = API[module]
     assert [name for name, n in Counter(listed).items() if n > 1] == [], "listed twice"
@@ -129,7 +106,7 @@ def _defining_modules() -> set[str]:
     """The modules the public names are defined in (classes and functions), and the hook
     specifications, whose signatures plugins implement."""
     found = {"protege.hookspecs"}
-    for module in PUBLIC_MODULES - {m for m in ARRIVING if not _importable(m)}:
+    for module in PUBLIC_MODULES:
         imported = importlib.import_module(module)
         for name in imported.__all__:
             value = getattr(imported, name)

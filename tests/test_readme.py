@@ -142,3 +142,53 @@ def test_the_readme_outlines_the_staging_example_with_the_hooks_it_implements():
     assert implemented == {"plugin_settings", "register_transports", "prompt_sections", "on_event"}
     for hook in implemented - {"plugin_settings"}:
         assert f"def {hook}(" in outline, hook
+
+
+def test_the_embedding_example_serves_mail_on_the_hosts_loop_and_stops(
+    tmp_path, monkeypatch, scripted_model
+):
+    import asyncio
+    import email
+    import smtplib
+    from email import policy
+
+    from protege.config import DNS_OFFLINE_VARIABLE
+    from protege.testing import free_port, say, tool_call
+    from tests.looping import protege_threads, until
+
+    for name in ("PROTEGE_DATABASE_URL", "PROTEGE_DATA_DIR", "PROTEGE_MAIL_TRANSPORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(DNS_OFFLINE_VARIABLE, "1")
+    monkeypatch.chdir(tmp_path)
+    port = free_port()
+    (tmp_path / "protege.toml").write_text(
+        f'[mail]\nlisten_host = "127.0.0.1"\nlisten_port = {port}\n'
+    )
+    namespace: dict = {"__name__": "the_readme"}
+    exec(readme_block("embedding"), namespace)
+    scripted_model.script(tool_call("send_email", mode="reply", body="On it."), say("Sent."))
+    outbox = tmp_path / ".protege" / "outbox"
+    seen = []
+
+    def send(address):
+        raw = (
+            b"From: Jane <jane@acme.com>\r\nTo: sundae@thescoop.example\r\n"
+            b"Subject: Melted\r\nMessage-ID: <j1@acme.com>\r\n\r\nIt arrived melted.\r\n"
+        )
+        with smtplib.SMTP(*address, timeout=30) as client:
+            client.sendmail("jane@acme.com", ["sundae@thescoop.example"], raw)
+
+    async def host_work(server):
+        seen.append(server.smtp_address)
+        await asyncio.to_thread(send, server.smtp_address)  # smtplib blocks
+        await until(lambda: list(outbox.glob("*.eml")))  # the delivery loop sends it
+
+    asyncio.run(namespace["serve_beside"](host_work))
+    assert seen == [("127.0.0.1", port)]
+    (path,) = outbox.glob("*.eml")
+    reply = email.message_from_bytes(path.read_bytes(), policy=policy.default)
+    assert (reply["To"], reply["Subject"]) == ("jane@acme.com", "Re: Melted")
+    assert "On it." in reply.get_content()
+    assert protege_threads() == []
+    # Run again, the example finds Sundae and serves as before (nothing left open).
+    asyncio.run(namespace["serve_beside"](lambda server: asyncio.sleep(0)))
