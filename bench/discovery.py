@@ -1,0 +1,125 @@
+"""What reading each plugin's name and version costs discovery, read from its METADATA's
+header lines by protege, against ``importlib.metadata``'s own parse, in the same run.
+
+Generates 200 plugin distributions as ``bench/registry.py`` does, each with the METADATA a
+wheel has (classifiers, requirements, a project description of a few KiB), and times, each
+in a fresh interpreter, interleaved round by round:
+
+- importlib.metadata: ``protege.plugins.discover()`` with each name and version read as
+  ``dist.metadata["Name"]`` and ``["Version"]`` (an email parse of the whole file);
+- direct: ``discover()`` as protege ships it;
+- ``protege tools`` as a whole process, both ways.
+
+Prints the median of each and their ratios.
+
+    .venv/bin/python bench/discovery.py [--plugins 200] [--rounds 11]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from registry import _run, compile_installed, time_process, write_plugins
+
+DESCRIPTION = (
+    "A protege plugin that looks records up by their key.\n\n"
+    + "It answers with the record's fields, or says that no record has the key. " * 60
+)
+
+METADATA = """\
+Metadata-Version: 2.1
+Name: bench-plugin-{n:03d}
+Version: 1.{n}.0
+Summary: Looks up record {n} by its key
+Author-email: Bench <bench@example.com>
+License: MIT
+Classifier: Programming Language :: Python :: 3
+Classifier: License :: OSI Approved :: MIT License
+Classifier: Operating System :: OS Independent
+Requires-Python: >=3.11
+Requires-Dist: protege>=0.1
+Requires-Dist: httpx>=0.27
+Description-Content-Type: text/markdown
+
+{description}"""
+
+# Reads each name and version as importlib.metadata parses them.
+LIBRARY = """
+import protege.plugins
+def _by_importlib(dist):
+    metadata = dist.metadata
+    return metadata["Name"], metadata["Version"]
+protege.plugins._name_and_version = _by_importlib
+"""
+
+TIMED = """
+import time
+{prelude}
+from protege.plugins import discover
+started = time.perf_counter()
+sources = discover()
+elapsed = time.perf_counter() - started
+assert len(sources) >= {count}, len(sources)
+print(elapsed)
+"""
+
+TOOLS = """
+import sys
+{prelude}
+sys.argv = ["protege", "tools"]
+from protege.cli import main
+main()
+"""
+
+
+def write_metadata(folder: Path, count: int) -> None:
+    """Give each generated plugin the METADATA of a wheel."""
+    for n in range(count):
+        info = folder / f"bench_plugin_{n:03d}-1.0.dist-info"
+        (info / "METADATA").write_text(METADATA.format(n=n, description=DESCRIPTION))
+
+
+def time_discovery(folder: Path, prelude: str, count: int) -> float:
+    """The time ``discover()`` reports in a new Python (after ``prelude``)."""
+    code = TIMED.format(prelude=prelude, count=count)
+    return float(_run([sys.executable, "-c", code], folder).stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    """Time both ways and print their medians and ratios."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plugins", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=11)
+    args = parser.parse_args()
+    compile_installed()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        write_plugins(folder, args.plugins)
+        write_metadata(folder, args.plugins)
+        library, direct, library_tools, direct_tools = [], [], [], []
+        for _ in range(args.rounds):  # interleaved, so drift hits both alike
+            library.append(time_discovery(folder, LIBRARY, args.plugins))
+            direct.append(time_discovery(folder, "", args.plugins))
+            tools = [sys.executable, "-c", TOOLS.format(prelude=LIBRARY)]
+            library_tools.append(time_process(tools, folder))
+            direct_tools.append(
+                time_process([sys.executable, "-c", TOOLS.format(prelude="")], folder)
+            )
+    base, fast = statistics.median(library), statistics.median(direct)
+    base_tools, fast_tools = statistics.median(library_tools), statistics.median(direct_tools)
+    print(f"plugins: {args.plugins}, rounds: {args.rounds} (medians, fresh interpreter each)")
+    print(f"discover(), importlib.metadata's parse: {base * 1000:8.1f} ms")
+    print(f"discover(), header lines read directly: {fast * 1000:8.1f} ms")
+    print(f"ratio importlib.metadata/direct:        {base / fast:8.2f}x")
+    print(f"`protege tools`, importlib.metadata:    {base_tools * 1000:8.1f} ms")
+    print(f"`protege tools`, directly:              {fast_tools * 1000:8.1f} ms")
+    print(f"ratio importlib.metadata/direct:        {base_tools / fast_tools:8.2f}x")
+
+
+if __name__ == "__main__":
+    main()
