@@ -21,15 +21,17 @@ Prints the median of each and their ratios.
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from config import TOOLS, _pair, _ratios
-from registry import _run, compile_installed, write_plugins
+from registry import compile_installed, write_plugins
 
 DESCRIPTION = (
     "A protege plugin that looks records up by their key.\n\n"
@@ -85,6 +87,18 @@ elapsed = time.perf_counter() - started
 assert len(sources) >= {count}, len(sources)
 print(elapsed)
 """
+
+
+def _run(arguments: list[str], folder: Path) -> subprocess.CompletedProcess[str]:
+    # The generated plugins first, then whatever path protege itself is found on (in a
+    # checkout, PYTHONPATH), so that the code measured is the code at hand.
+    path = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
+    env.pop("PROTEGE_LOAD_PLUGINS", None)
+    out = subprocess.run(arguments, env=env, cwd=folder, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(out.stderr)
+    return out
 
 
 def write_metadata(folder: Path, count: int) -> None:

@@ -113,9 +113,7 @@ def compile_installed() -> None:
 
 
 def _run(arguments: list[str], folder: Path) -> subprocess.CompletedProcess[str]:
-    # The generated plugins first, then whatever path protege itself is found on.
-    path = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {**os.environ, "PYTHONPATH": str(folder), "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("PROTEGE_LOAD_PLUGINS", None)
     out = subprocess.run(arguments, env=env, cwd=folder, capture_output=True, text=True)
     if out.returncode != 0:
