@@ -519,6 +519,9 @@ class Config:
 # an unknown key, a type beyond the plain ones, a value a validator refuses) goes to
 # cattrs, loaded only then (importing it costs more than the rest of reading the
 # configuration), so that what it accepts and how it words each problem are unchanged.
+# bench/config.py measures what the direct reading saves a command (cattrs' import and
+# converter); tests/test_config_plain_tables.py holds it to cattrs' answer on a generated
+# corpus of tables.
 _UNSURE: Any = object()  # "not plainly of this shape": let cattrs decide
 _NONE_TYPE = type(None)
 # Fields of a class a table must not set, though the class has them: secrets, read from the
@@ -575,10 +578,7 @@ def _plain_instance(value: Any, cls: type) -> Any:
     arguments = {}
     for field in fields:
         if field.name in value:
-            # A field declared without an annotation (attr.ib(type=...), or none at all)
-            # is not in the hints; cattrs takes its type from the field, or none.
-            declared = types_.get(field.name, field.type)
-            item = _plainly_structured(value[field.name], Any if declared is None else declared)
+            item = _plainly_structured(value[field.name], types_[field.name])
             if item is _UNSURE:
                 return _UNSURE
             arguments[field.alias] = item
@@ -588,12 +588,49 @@ def _plain_instance(value: Any, cls: type) -> Any:
         return _UNSURE
 
 
+_resolving: set[type] = set()
+
+
 @functools.cache
 def _field_types(cls: type) -> dict[str, Any] | None:
+    """The declared type of each of ``cls``'s fields, when every one of them is a type the
+    direct reading knows; else None, and cattrs reads the class's tables. cattrs builds its
+    structuring of a class from all its fields, so a class with one type it cannot
+    structure is refused whichever keys a table holds (tests/test_config_plain_tables.py)."""
+    if cls in _resolving:  # a class holding itself: left to cattrs
+        return None
+    _resolving.add(cls)
     try:
-        return typing.get_type_hints(cls)
+        hints = typing.get_type_hints(cls)
     except Exception:  # an annotation that does not resolve here: cattrs will say so
         return None
+    else:
+        # A field declared without an annotation (attr.ib(type=...), or none at all)
+        # is not in the hints; cattrs takes its type from the field, or none.
+        types_ = {
+            field.name: Any if declared is None else declared
+            for field in attrs.fields(cls)
+            if field.init
+            for declared in [hints.get(field.name, field.type)]
+        }
+        return types_ if all(map(_known, types_.values())) else None
+    finally:
+        _resolving.discard(cls)
+
+
+def _known(type_: Any) -> bool:
+    """Whether ``_plainly_structured`` reads values of ``type_`` as cattrs does."""
+    if type_ in (Any, str, bool, int, float) or type_ == tuple[str, ...]:
+        return True
+    if isinstance(type_, type) and attrs.has(type_):
+        return _field_types(type_) is not None
+    origin, arguments = typing.get_origin(type_), typing.get_args(type_)
+    if origin is types.UnionType or origin is typing.Union:
+        others = [argument for argument in arguments if argument is not _NONE_TYPE]
+        return len(others) == 1 and _known(others[0])
+    if origin in (dict, Mapping) and len(arguments) == 2 and arguments[0] is str:
+        return _known(arguments[1])
+    return False
 
 
 @functools.cache

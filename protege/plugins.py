@@ -175,14 +175,14 @@ def _short(value: Any) -> str:
 def discover(path: Sequence[str] | None = None) -> tuple[PluginSource, ...]:
     """Every ``protege`` entry point installed, ordered by distribution name then entry point.
 
-    A distribution found twice on the path counts once (the first, as for imports).
+    A distribution found twice on the path counts once (the first, as for imports). Looked
+    up afresh each time (a few milliseconds): what is installed is not kept for the process.
     """
     if path is None:
         return _discover_installed()
     return _scan(importlib.metadata.distributions(path=list(path)))
 
 
-@functools.cache
 def _discover_installed() -> tuple[PluginSource, ...]:
     # importlib.metadata's own scan skips a distribution found again further along the
     # path (a folder listed twice) before reading anything of it; its METADATA, read below
@@ -225,19 +225,38 @@ def _sources(
     return tuple(sorted(sources, key=lambda s: (normalize(s.distribution), s.entry_point)))
 
 
+# A header line as the email package's parser reads one: a name, a colon, the value.
+_HEADER_LINE = re.compile(r"([\x21-\x39\x3b-\x7e]+):[ \t]*(.*)")
+_WANTED_HEADERS = {"name": 0, "version": 1}
+
+
 def _name_and_version(dist: importlib.metadata.Distribution) -> tuple[str, str]:
-    # Reading the two headers directly skips a full email parse of METADATA per plugin.
-    headers: dict[str, str] = {}
-    # The headers end at the first empty line; the long description after it can be long.
-    for line in (dist.read_text("METADATA") or "").partition("\n\n")[0].splitlines():
-        if not line.strip():
+    """The distribution's name and version, exactly as ``dist.metadata`` gives them.
+
+    ``dist.metadata`` parses the whole of METADATA, the project's description included, as
+    an email; with hundreds of plugins that is much of what discovery costs
+    (bench/discovery.py). The two header lines are read here directly when the header
+    block is plain up to them (``\n`` line ends, a name, a colon and a one-line value);
+    anything else is left to ``dist.metadata`` (tests/test_plugins_metadata.py holds the
+    two to the same answers).
+    """
+    found: list[str | None] = [None, None]
+    previous: int | None = None  # the wanted header the line before gave, if any
+    for line in (dist.read_text("METADATA") or "").split("\n"):
+        if line[:1] in (" ", "\t"):  # a continuation: of a wanted value, it is not plain
+            if previous is not None:
+                break
+            continue
+        if None not in found:
+            return found[0] or "", found[1]  # type: ignore[return-value]
+        match = _HEADER_LINE.fullmatch(line)
+        if match is None or "\r" in line:  # the header block ends, or is not plain
             break
-        key, _, value = line.partition(":")
-        if key in ("Name", "Version"):
-            headers.setdefault(key, value.strip())
-    if len(headers) < 2:
-        return dist.metadata["Name"] or "", dist.version
-    return headers["Name"], headers["Version"]
+        previous = _WANTED_HEADERS.get(match[1].lower())
+        if previous is not None and found[previous] is None:
+            found[previous] = match[2]
+    metadata = dist.metadata  # parsed once for both (``dist.version`` parses it again)
+    return metadata["Name"] or "", metadata["Version"]
 
 
 @attrs.frozen(repr=False)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -136,7 +137,7 @@ class Server:
                 host = self.host or config.mail.listen_host
                 port = config.mail.listen_port if self.port is None else self.port
                 raise ServeError(
-                    f"cannot listen for mail on {host}:{port}: {error.strerror or error}"
+                    f"cannot listen for mail on {host}:{port}: {_reason(error)}"
                 ) from error
         if self.processes <= 1:
             self.workers = Workers(
@@ -370,3 +371,10 @@ async def _through_cancels(future: asyncio.Future) -> bool:
     if not future.cancelled() and future.exception() is not None:
         logger.error("stopping the server: %r", future.exception())
     return cancelled
+
+
+def _reason(error: OSError) -> str:
+    """Why listening failed, in the operating system's words (asyncio wraps them)."""
+    if error.errno:
+        return os.strerror(error.errno)
+    return str(error.strerror or error)

@@ -9,7 +9,9 @@ read as an encoded-word again; and whatever the email package does, the result i
 
 Plain mail (ASCII headers with nothing to quote, encode or fold; a text body) is written
 directly, as the same bytes the email package would write at a small part of the cost; it is
-checked all the same.
+checked all the same. bench/compose.py measures the saving on every reply;
+tests/gateway/test_compose_fast.py compares the two writers byte for byte on a generated
+corpus of mail.
 """
 
 from __future__ import annotations

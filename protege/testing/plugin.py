@@ -10,28 +10,18 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from protege.config import (
-    BLOB_STORE_VARIABLE,
-    DATA_DIR_VARIABLE,
-    DATABASE_URL_VARIABLE,
-    DNS_OFFLINE_VARIABLE,
-    MAIL_TRANSPORT_VARIABLE,
-    MODEL_API_KEY_ENV_VARIABLE,
-    MODEL_BASE_URL_VARIABLE,
-    MODEL_VARIABLE,
-    load_config,
-)
-from protege.installation import Installation, open_installation
-from protege.testing.database import (
-    TEST_DATABASE_VARIABLE,
-    SessionDatabase,
-    TestDatabase,
-    fresh_database,
-)
-from protege.testing.model import ScriptedModel
+# pytest loads this module into every session wherever protege is installed, most of which
+# never ask for a fixture of ours: it imports only what registering the fixtures, markers
+# and hooks needs, and each fixture imports what it uses when first requested
+# (tests/testing/test_plugin_imports.py holds it to that).
+if TYPE_CHECKING:
+    from protege.installation import Installation
+    from protege.testing.database import SessionDatabase, TestDatabase
+    from protege.testing.model import ScriptedModel
 
 SCRIPTED_KEY_VARIABLE = "PROTEGE_SCRIPTED_MODEL_KEY"
 DATABASE_MARKER = "protege_db"
@@ -65,6 +55,8 @@ def _protege_session_database(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[SessionDatabase]:
     """The database migrated once for this session (or xdist worker), shared by its tests."""
+    from protege.testing.database import TEST_DATABASE_VARIABLE, SessionDatabase
+
     shared = SessionDatabase(
         tmp_path_factory.mktemp("protege-db"), os.environ.get(TEST_DATABASE_VARIABLE)
     )
@@ -88,6 +80,15 @@ def protege_db(
     the outbox there, never through the app's SMTP relay. Sender authentication asks no DNS
     server: only records pinned in ``[mail.authentication.dns]`` are found.
     """
+    from protege.config import (
+        BLOB_STORE_VARIABLE,
+        DATA_DIR_VARIABLE,
+        DATABASE_URL_VARIABLE,
+        DNS_OFFLINE_VARIABLE,
+        MAIL_TRANSPORT_VARIABLE,
+    )
+    from protege.testing.database import TEST_DATABASE_VARIABLE, fresh_database
+
     monkeypatch.setenv(DATA_DIR_VARIABLE, str(tmp_path / "protege-data"))
     monkeypatch.setenv(DNS_OFFLINE_VARIABLE, "1")
     monkeypatch.setenv(MAIL_TRANSPORT_VARIABLE, "outbox")
@@ -110,6 +111,13 @@ def scripted_model(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedModel]:
     Queue its answers with ``scripted_model.script(tool_call(...), say(...))``; read what it
     was sent from ``scripted_model.requests``.
     """
+    from protege.config import (
+        MODEL_API_KEY_ENV_VARIABLE,
+        MODEL_BASE_URL_VARIABLE,
+        MODEL_VARIABLE,
+    )
+    from protege.testing.model import ScriptedModel
+
     model = ScriptedModel().start()
     monkeypatch.setenv(MODEL_VARIABLE, "scripted")
     monkeypatch.setenv(MODEL_BASE_URL_VARIABLE, model.base_url)
@@ -130,4 +138,7 @@ def protege_app(protege_db: TestDatabase, scripted_model: ScriptedModel) -> Inst
     ``run_scheduled`` (``installation=protege_app``), ``run_tool``
     (``manifest=protege_app.manifest``) and ``make_context`` (``config=protege_app.config``).
     """
+    from protege.config import load_config
+    from protege.installation import open_installation
+
     return open_installation(load_config(), connect=False)
