@@ -211,7 +211,7 @@ def take_up_connection() -> None:
     if one is idle, rather than having it open its own at its first query."""
     db = database.obj
     state = getattr(db, "_state", None)  # peewee's per-thread connection state
-    if state is None or getattr(state, "conn", None) is not None:
+    if db is None or state is None or getattr(state, "conn", None) is not None:
         return
     connection = _shelf(db).take(db)
     if connection is not None:

@@ -64,7 +64,7 @@ class RoutedDatabase(peewee.DatabaseProxy):
     def __setattr__(self, attr: str, value: Any) -> None:
         object.__setattr__(self, attr, value)
 
-    @property  # type: ignore[override]
+    @property
     def obj(self) -> peewee.Database | None:
         chosen = _active.get()
         if chosen is not None:

@@ -89,6 +89,13 @@ class RunResources(Protocol):
     @property
     def plugins(self) -> PluginHost: ...
 
+    @property
+    def closed(self) -> bool: ...
+
+    def activated(self) -> contextlib.AbstractContextManager[Any]:
+        """Within the block, protege's records are this installation's."""
+        ...
+
 
 logger = logging.getLogger("protege.run")
 

@@ -71,12 +71,12 @@ class SessionDatabase:
         else:
             self.schema, self.url = None, _sqlite_url(folder / "protege-template.db")
             self.template = folder / "protege-template.db"
-        db.connect(self.url)
+        bound = db.connect(self.url)
         db.migrate()
         self._empty: str | None = None
         self._cleaner: peewee.Database | None = None
         if self.schema is not None:
-            self._empty = _emptying_statement(db.database.obj)
+            self._empty = _emptying_statement(bound)
             self._cleaner = db.open_database(self.url)
             self._cleaner.connect()
             # A test that left a transaction holding rows would make the cleaning wait
