@@ -6,13 +6,13 @@ work on their own database:
 
 1. the database of the work under way in this thread or task (``using``): an application's
    own calls, the threads and loops it starts, and ``with installation.activated():``;
-2. else the database of the one application open in this process that opened a database
-   of its own (``open_installation``);
-3. else, with no such application, the database ``protege.db.connect`` bound for the whole
-   process (scripts, the command line, tests).
+2. else the database ``protege.db.connect`` bound for the whole process, if one is (scripts,
+   the command line, tests: what was bound on purpose is not overridden);
+3. else the database of the one application open in this process that opened a database
+   of its own (``open_installation``).
 
-With several applications open and none of them active, no database is guessed:
-``NoActiveApplication`` says so, and nothing is written to the wrong one.
+With several applications open, none of them active and nothing bound for the process, no
+database is guessed: ``NoActiveApplication`` says so, and nothing is written to the wrong one.
 """
 
 from __future__ import annotations
@@ -69,12 +69,13 @@ class RoutedDatabase(peewee.DatabaseProxy):
         chosen = _active.get()
         if chosen is not None:
             return chosen
+        process: peewee.Database | None = object.__getattribute__(self, "_process")
+        if process is not None:
+            return process
         with _lock:
             owned = list(_owned)
-        if not owned:
-            return object.__getattribute__(self, "_process")
-        if len(owned) == 1:
-            return owned[0]
+        if len(owned) <= 1:
+            return owned[0] if owned else None
         raise NoActiveApplication(
             f"{len(owned)} protege applications are open in this process and this code runs "
             "outside the work of any of them: run it inside `with installation.activated():` "

@@ -210,7 +210,8 @@ def open_installation(
         if refusal is not None:
             raise ConfigError(refusal)
     if not connect:
-        return _assemble(config, manifest, plugins, transports, stores, db.database.obj, False)
+        bound = db.database.process_database  # never another installation's own
+        return _assemble(config, manifest, plugins, transports, stores, bound, False)
     database = db.open_connected(config.database_url)
     dbroute.opened(database)
     try:

@@ -35,6 +35,15 @@ def environment(monkeypatch, scripted_model):
     return scripted_model
 
 
+@pytest.fixture
+def nothing_bound_for_the_process():
+    """No database bound with ``protege.db.connect`` (an earlier test's), for this test."""
+    before = db.database.process_database
+    db.database.initialize(None)
+    yield
+    db.database.initialize(before)
+
+
 def opened(root, database_url=None):
     """An installation of its own at ``root`` (its database opened for it), synced, with
     one agent who may reply."""
@@ -104,6 +113,7 @@ def test_two_sqlite_installations_keep_to_their_own_files(environment, tmp_path)
         second.close()
 
 
+@pytest.mark.usefixtures("nothing_bound_for_the_process")
 def test_code_that_names_no_installation_is_refused_while_two_are_open(environment, tmp_path):
     first = opened(tmp_path / "first")
     second = opened(tmp_path / "second")
@@ -116,8 +126,7 @@ def test_code_that_names_no_installation_is_refused_while_two_are_open(environme
     # With one left open, its records are the ones meant.
     assert [a.name for a in Agent.select()] == ["Ada"]
     first.close()
-    # With none open, what the process bound (if anything: scripts, tests) is used again.
-    assert db.database.obj is db.database.process_database
+    assert db.database.obj is None  # none open, nothing bound: peewee's own refusal
 
 
 def test_a_closed_installation_is_refused_and_its_database_closed(environment, tmp_path):
@@ -174,11 +183,29 @@ def test_an_installation_beside_one_on_another_database(environment, tmp_path, p
         assert records(local)["agents"] == ["Bea"]
         assert records(server)["subjects"] == ["Re: server order", "server order"]
         assert records(local)["subjects"] == ["Re: local order", "local order"]
-        # The database the process bound (the fixture's) is not taken for either of them.
-        assert db.database.process_database is not None
-        with pytest.raises(NoActiveApplication):
-            Agent.select().count()
+        # Outside both, the database the process bound (the fixture's, the server's URL)
+        # is the one used: what was bound on purpose is never taken for another.
+        assert [a.name for a in Agent.select()] == ["Ada"]
         assert isinstance(local.database, peewee.SqliteDatabase)
     finally:
         server.close()
         local.close()
+
+
+def test_a_database_bound_for_the_process_is_not_overridden_by_an_open_installation(
+    environment, tmp_path, protege_db
+):
+    """A host app's installation is open; a script or test bound its own database: that
+    one gets the records, and an installation opened without a database of its own uses
+    it, never the host's."""
+    host = opened(tmp_path / "host", database_url=f"sqlite:///{tmp_path / 'host.db'}")
+    try:
+        Agent.create(name="Tess", address="tess@test.example")  # the fixture's database
+        borrowed = open_installation(load_config(tmp_path / "host"), connect=False)
+        assert borrowed.database is db.database.process_database
+        assert borrowed.database is not host.database
+        with borrowed.activated():
+            assert [a.name for a in Agent.select()] == ["Tess"]
+        assert records(host)["agents"] == []
+    finally:
+        host.close()
