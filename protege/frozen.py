@@ -8,43 +8,62 @@ from typing import Any, NoReturn
 
 import attrs
 
-__all__ = ["ReadOnlyDict", "ReadOnlyList", "is_frozen", "read_only"]
+__all__ = ["ReadOnlyDict", "ReadOnlyList", "is_frozen", "mutable_parts", "read_only"]
 
 
 def _refuse(self: object, *args: object, **kwargs: object) -> NoReturn:
     raise TypeError(
         f"these settings are read-only ({type(self).__name__}): every run reads the same "
-        "ones; copy them (dict(...), list(...)) to change a copy of your own"
+        "ones; copy them (dict(...), list(...), copy.deepcopy(...)) to change a copy"
     )
 
 
 class ReadOnlyDict(dict):
     """A table of settings: a ``dict`` (as TOML, JSON and validators expect) that refuses
-    to be changed."""
+    to be changed. A copy (``dict(...)``, ``copy.copy``, ``copy.deepcopy``) is a plain,
+    changeable one."""
 
     __slots__ = ()
-    __setitem__ = __delitem__ = __ior__ = _refuse
+    __init__ = __setitem__ = __delitem__ = __ior__ = _refuse
     clear = pop = popitem = setdefault = update = _refuse
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (dict(self),))
+        return (_read_only_dict, (dict(self),))
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> ReadOnlyDict:
-        return self  # nothing in it can change
+    def __copy__(self) -> dict:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict:
+        return {copy.deepcopy(k, memo): copy.deepcopy(v, memo) for k, v in self.items()}
 
 
 class ReadOnlyList(list):
-    """A list of settings: a ``list`` that refuses to be changed."""
+    """A list of settings: a ``list`` that refuses to be changed (a copy is a plain one)."""
 
     __slots__ = ()
-    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    __init__ = __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
     append = extend = insert = pop = remove = clear = sort = reverse = _refuse
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (list(self),))
+        return (_read_only_list, (list(self),))
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> ReadOnlyList:
-        return self
+    def __copy__(self) -> list:
+        return list(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> list:
+        return [copy.deepcopy(item, memo) for item in self]
+
+
+def _read_only_dict(items: Mapping[Any, Any]) -> ReadOnlyDict:
+    made = dict.__new__(ReadOnlyDict)
+    dict.__init__(made, items)  # the one way in: ReadOnlyDict's own __init__ refuses
+    return made
+
+
+def _read_only_list(items: Any) -> ReadOnlyList:
+    made = list.__new__(ReadOnlyList)
+    list.__init__(made, items)
+    return made
 
 
 def read_only(value: Any) -> Any:
@@ -54,9 +73,9 @@ def read_only(value: Any) -> Any:
     if isinstance(value, ReadOnlyDict | ReadOnlyList):
         return value
     if isinstance(value, Mapping):
-        return ReadOnlyDict({key: read_only(item) for key, item in value.items()})
+        return _read_only_dict({key: read_only(item) for key, item in value.items()})
     if isinstance(value, list):
-        return ReadOnlyList(read_only(item) for item in value)
+        return _read_only_list(read_only(item) for item in value)
     if isinstance(value, tuple):
         return tuple(read_only(item) for item in value)
     if isinstance(value, set):
@@ -74,13 +93,29 @@ def read_only(value: Any) -> Any:
 
 
 def is_frozen(instance: Any) -> bool:
-    """Whether the attrs ``instance`` refuses to have its fields set."""
-    fields = attrs.fields(type(instance))
-    if not fields:
-        return True
-    name = fields[0].name
-    try:
-        setattr(instance, name, getattr(instance, name))  # the same value: nothing changes
-    except attrs.exceptions.FrozenInstanceError:
-        return True
-    return False
+    """Whether every field of the attrs ``instance`` refuses to be set."""
+    for field in attrs.fields(type(instance)):
+        try:
+            setattr(instance, field.name, getattr(instance, field.name))  # the same value
+        except attrs.exceptions.FrozenError:
+            continue
+        return False
+    return True
+
+
+def mutable_parts(value: Any, where: str) -> list[str]:
+    """Where in ``value`` (an attrs instance, perhaps holding others, in tables, lists and
+    tuples) an attrs instance can have its fields set, each as ``where.field...``."""
+    found: list[str] = []
+    if attrs.has(type(value)):
+        if not is_frozen(value):
+            found.append(where)
+        for field in attrs.fields(type(value)):
+            found += mutable_parts(getattr(value, field.name), f"{where}.{field.name}")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            found += mutable_parts(item, f"{where}.{key}")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found += mutable_parts(item, f"{where}[{index}]")
+    return found

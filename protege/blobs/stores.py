@@ -69,8 +69,16 @@ def blob_path(data_dir: Path, sha256: str) -> Path:
 class LocalBlobStore:
     """Bytes as files under ``<data_dir>/blobs/``, named by their digest (the default)."""
 
+    __slots__ = ("_data_dir",)
+
     def __init__(self, data_dir: Path | str) -> None:
-        self.data_dir = Path(data_dir)
+        self._data_dir = Path(data_dir)
+
+    @property
+    def data_dir(self) -> Path:
+        """The data directory whose ``blobs/`` folder holds the files (read-only: every run
+        and the gateway store into the same one)."""
+        return self._data_dir
 
     def __repr__(self) -> str:
         return f"LocalBlobStore({str(self.data_dir)!r})"

@@ -10,7 +10,7 @@ import attrs
 
 from protege.config import Config, secret_keys, structure_settings
 from protege.errors import ConfigError, did_you_mean
-from protege.frozen import is_frozen
+from protege.frozen import mutable_parts
 from protege.plugins import PluginHost, PluginStatus, normalize
 from protege.reprs import fields_repr
 
@@ -82,11 +82,18 @@ def checked(declaration: Any, raw: Mapping[str, Any], where: str) -> Any:
         )
     if isinstance(declaration, type) and attrs.has(declaration):
         made = structure_settings(raw, declaration, where)
-        if not is_frozen(made):
+        try:
+            settable = mutable_parts(made, declaration.__name__)
+        except Exception as error:  # a class that cannot even be looked at: only its plugin
+            raise ConfigError(
+                f"{where}: plugin_settings returned {declaration.__name__}, which could not "
+                f"be checked: {type(error).__name__}: {error}"
+            ) from None
+        if settable:
             raise ConfigError(
                 f"{where}: plugin_settings returned {declaration.__name__}, whose fields can "
-                "be set: declare it with @attrs.frozen, so that no tool can change the "
-                "settings other runs read"
+                f"be set ({', '.join(settable)}): declare it with @attrs.frozen, so that "
+                "no tool can change the settings other runs read"
             )
         return made
     if isinstance(declaration, Mapping):

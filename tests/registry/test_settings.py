@@ -208,7 +208,8 @@ def test_a_settings_class_whose_fields_can_be_set_is_refused(site, tmp_path):
     report = _report(build_manifest(_config(tmp_path), site.host()), "loose-tools")
     assert report.status == "error"
     assert report.error.endswith(
-        "plugins.loose-tools: plugin_settings returned Settings, whose fields can be set: "
+        "plugins.loose-tools: plugin_settings returned Settings, whose fields can be set "
+        "(Settings): "
         "declare it with @attrs.frozen, so that no tool can change the settings other runs "
         "read"
     )
@@ -227,3 +228,28 @@ def test_a_frozen_settings_class_s_tables_and_lists_are_read_only(site, tmp_path
     assert hosts == ["a.example"]
     with pytest.raises(TypeError, match="read-only"):
         hosts.append("b.example")
+
+
+def test_a_settings_class_settable_below_its_top_or_past_its_first_field_is_refused(
+    site, tmp_path
+):
+    site.add(
+        "deep-tools",
+        "import attrs\nfrom protege import hookimpl\n\n"
+        "@attrs.define\nclass Limits:\n    rows: int = 10\n\n"
+        "@attrs.frozen\nclass Settings:\n    limits: Limits = attrs.Factory(Limits)\n\n"
+        "@hookimpl\ndef plugin_settings():\n    return Settings\n",
+    )
+    site.add(
+        "half-tools",
+        "import attrs\nfrom protege import hookimpl\n\n"
+        "@attrs.define\nclass Settings:\n"
+        "    fixed: int = attrs.field(default=1, on_setattr=attrs.setters.frozen)\n"
+        "    loose: int = 2\n\n"
+        "@hookimpl\ndef plugin_settings():\n    return Settings\n",
+    )
+    site.add("acme-tools", ATTRS_PLUGIN)
+    manifest = build_manifest(_config(tmp_path), site.host())
+    assert "fields can be set (Settings.limits)" in _report(manifest, "deep-tools").error
+    assert "fields can be set (Settings)" in _report(manifest, "half-tools").error
+    assert "read_settings" in manifest  # the others load
