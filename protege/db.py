@@ -37,8 +37,43 @@ SQLITE_PRAGMAS = {
 SQLITE_LOCK = "IMMEDIATE"
 
 
-class _SqliteDatabase(peewee.SqliteDatabase):
-    """peewee's SQLite database, its transactions begun with ``SQLITE_LOCK``."""
+class _Tracked:
+    """Keeps each connection it opened, in whichever thread, until it is closed, so that
+    ``close_all`` closes them all (peewee's ``close`` closes the calling thread's alone):
+    an installation closing leaves no connection behind in its pools' threads."""
+
+    def _connect(self) -> Any:
+        connection = super()._connect()  # type: ignore[misc]
+        with _tracking_lock:
+            _opened.setdefault(id(self), {})[id(connection)] = connection
+        return connection
+
+    def _close(self, connection: Any) -> None:
+        forget(cast(peewee.Database, self), connection)
+        super()._close(connection)  # type: ignore[misc]
+
+    def close_all(self) -> None:
+        """Close every connection this database opened, in every thread."""
+        with _tracking_lock:
+            connections = list(_opened.pop(id(self), {}).values())
+        with contextlib.suppress(Exception):
+            cast(peewee.Database, self).close()  # this thread's, as peewee knows it
+        _close(connections)
+
+
+_tracking_lock = threading.Lock()
+_opened: dict[int, dict[int, Any]] = {}
+
+
+def forget(db: peewee.Database, connection: Any) -> None:
+    """``connection`` of ``db`` was closed by hand: no longer one to close."""
+    with _tracking_lock:
+        _opened.get(id(db), {}).pop(id(connection), None)
+
+
+class _SqliteDatabase(_Tracked, peewee.SqliteDatabase):
+    """peewee's SQLite database, its transactions begun with ``SQLITE_LOCK``. Its
+    connections may be closed from another thread (each is still used by one at a time)."""
 
     def begin(self, lock_type: str | None = None) -> Any:
         return super().begin(lock_type or SQLITE_LOCK)
@@ -48,7 +83,7 @@ class DatabaseError(ProtegeError):
     """The database URL is unusable, the server unreachable, or the schema out of date."""
 
 
-class _PostgresqlDatabase(peewee.PostgresqlDatabase):
+class _PostgresqlDatabase(_Tracked, peewee.PostgresqlDatabase):
     """peewee's PostgreSQL database, replacing a connection the server ended.
 
     A restart, a failover, ``pg_terminate_backend`` or ``idle_session_timeout`` ends a
@@ -94,9 +129,11 @@ def open_database(url: str) -> peewee.Database:
         # sqlite:///relative.db has path "/relative.db"; sqlite:////abs.db has "//abs.db".
         path = raw[1:] if raw.startswith("/") else raw
         if path in ("", ":memory:"):
-            return _SqliteDatabase(":memory:", pragmas=SQLITE_PRAGMAS)
+            return _SqliteDatabase(":memory:", pragmas=SQLITE_PRAGMAS, check_same_thread=False)
         _private_file(Path(path).expanduser())
-        return _SqliteDatabase(str(Path(path).expanduser()), pragmas=SQLITE_PRAGMAS)
+        return _SqliteDatabase(
+            str(Path(path).expanduser()), pragmas=SQLITE_PRAGMAS, check_same_thread=False
+        )
     if scheme in ("postgres", "postgresql"):
         try:
             import psycopg2  # noqa: F401
@@ -125,8 +162,9 @@ def connect(url: str | None = None) -> peewee.Database:
         url = load_config().database_url
     db = open_connected(url)
     before = database.process_database
-    if before is not None and not before.is_closed():
-        before.close()
+    if before is not None:
+        close_idle_connections(before)
+        close_everywhere(before)
     database.initialize(db)
     return db
 
@@ -226,7 +264,7 @@ def put_down_connection() -> None:
     db = database.obj
     state = getattr(db, "_state", None)
     connection = getattr(state, "conn", None)
-    if state is None or connection is None:
+    if db is None or state is None or connection is None:
         return
     state.reset()
     if (
@@ -239,6 +277,17 @@ def put_down_connection() -> None:
         connection.rollback()  # SQLite: a transaction left open held the write lock
     with contextlib.suppress(Exception):
         connection.close()
+    forget(db, connection)
+
+
+def close_everywhere(db: peewee.Database) -> None:
+    """Close every connection ``db`` opened, in every thread (what closing an application
+    must do: peewee closes only the calling thread's)."""
+    close_all = getattr(db, "close_all", None)
+    if close_all is not None:
+        close_all()
+    else:
+        db.close()
 
 
 def close_idle_connections(db: peewee.Database | None = None) -> None:

@@ -151,7 +151,7 @@ class Installation:
         if lifetime.owns_database and self.database is not None:
             dbroute.closed(self.database)
             db.close_idle_connections(self.database)
-            self.database.close()
+            db.close_everywhere(self.database)
 
     def __enter__(self) -> Installation:
         return self

@@ -183,7 +183,9 @@ def test_connections_of_a_database_bound_before_are_not_handed_on(shelf, protege
     db.database.initialize(replacement)
     try:
         taken = _in_thread(lambda: db.database.connection())
-        assert taken is not put_down
+        assert taken is not put_down  # each database keeps its own idle connections
+        assert not put_down.closed
+        db.close_idle_connections(old)
         assert put_down.closed
     finally:
         db.database.initialize(old)

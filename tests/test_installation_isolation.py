@@ -209,3 +209,26 @@ def test_a_database_bound_for_the_process_is_not_overridden_by_an_open_installat
         assert records(host)["agents"] == []
     finally:
         host.close()
+
+
+def test_closing_closes_the_connections_its_threads_opened(environment, tmp_path):
+    import threading
+
+    app = opened(tmp_path / "pooled")
+    connections = []
+
+    def query():
+        with app.activated():
+            Agent.select().count()
+            connections.append(app.database.connection())
+
+    threads = [threading.Thread(target=query) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len({id(c) for c in connections}) == 3
+    app.close()
+    for connection in connections:  # closed from here, though other threads opened them
+        with pytest.raises(Exception, match="closed"):
+            connection.execute("select 1")

@@ -165,7 +165,7 @@ def _play(
     default_tools = Toolkit.default_tools()
     defaults = default_tools.member_tool_ids if default_tools is not None else []
     click.echo(f"and Default Tools ({', '.join(defaults)}): open to everyone.\n")
-    gateway = start_gateway(config, "127.0.0.1", free_port())
+    gateway = start_gateway(config, "127.0.0.1", free_port(), app=installation)
     try:
         previous: Message | None = None
         for number, (sender, subject, body) in enumerate(story.EMAILS):
