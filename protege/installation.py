@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import warnings
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +51,8 @@ class _Lifetime:
     owns_database: bool
     closed: bool = False
     lock: threading.Lock = attrs.field(factory=threading.Lock)
+    # Closes the database if the installation is dropped unclosed (a REPL's reassignment).
+    finalizer: weakref.finalize | None = None
 
 
 @attrs.frozen
@@ -148,10 +152,10 @@ class Installation:
             if lifetime.closed:
                 return
             lifetime.closed = True
+        if lifetime.finalizer is not None:
+            lifetime.finalizer.detach()
         if lifetime.owns_database and self.database is not None:
-            dbroute.closed(self.database)
-            db.close_idle_connections(self.database)
-            db.close_everywhere(self.database)
+            _close_database(self.database)
 
     def __enter__(self) -> Installation:
         return self
@@ -216,11 +220,29 @@ def open_installation(
     dbroute.opened(database)
     try:
         with dbroute.using(database):
-            return _assemble(config, manifest, plugins, transports, stores, database, True)
+            made = _assemble(config, manifest, plugins, transports, stores, database, True)
     except BaseException:
-        dbroute.closed(database)
-        database.close()
+        _close_database(database)
         raise
+    made._lifetime.finalizer = weakref.finalize(
+        made, _dropped, database, db.redacted(config.database_url)
+    )
+    return made
+
+
+def _close_database(database: peewee.Database) -> None:
+    dbroute.closed(database)
+    db.close_idle_connections(database)
+    db.close_everywhere(database)
+
+
+def _dropped(database: peewee.Database, url: str) -> None:
+    warnings.warn(
+        f"a protege installation on {url} was dropped without close(): closing its database",
+        ResourceWarning,
+        stacklevel=2,
+    )
+    _close_database(database)
 
 
 def _on_database(queue: QueueMail, database: peewee.Database | None) -> QueueMail:

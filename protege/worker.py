@@ -63,11 +63,11 @@ def drain(installation: Installation, *, clock: Clock = utcnow) -> list[Run]:
     heard all their events."""
     done = []
     lease = installation.config.runs.lease_seconds
-    with EventDispatcher(installation) as events:
+    with installation.activated(), EventDispatcher(installation) as events:
         while (claimed := claim_next(new_owner(), clock(), lease)) is not None:
             run, claim = claimed
             done.append(execute(run, installation, claim=claim, listeners=events))
-    send_pending(installation.config, clock=clock, transport=installation.transport)
+        send_pending(installation.config, clock=clock, transport=installation.transport)
     return done
 
 

@@ -232,3 +232,38 @@ def test_closing_closes_the_connections_its_threads_opened(environment, tmp_path
     for connection in connections:  # closed from here, though other threads opened them
         with pytest.raises(Exception, match="closed"):
             connection.execute("select 1")
+
+
+@pytest.mark.usefixtures("nothing_bound_for_the_process")
+def test_functions_handed_an_installation_work_on_its_database(environment, tmp_path):
+    from protege import admin
+
+    first = opened(tmp_path / "first")
+    second = opened(tmp_path / "second")
+    try:
+        give_agent(second, "Bea", "bea@second.example")
+        environment.script(tool_call("send_email", mode="reply", body="Re handed"), say("ok"))
+        (delivered,) = admin.ingest(
+            mail("bea@second.example", "handed", b"x"), config=second.config, app=second
+        )
+        (run,) = admin.drain(second)
+        assert (run.id, run.status) == (delivered.run.id, "done")
+        assert records(second)["runs"] == 1
+        assert records(first)["runs"] == 0
+    finally:
+        first.close()
+        second.close()
+
+
+@pytest.mark.usefixtures("nothing_bound_for_the_process")
+def test_an_installation_dropped_unclosed_gives_its_database_back(environment, tmp_path):
+    import gc
+
+    app = opened(tmp_path / "dropped")
+    database = app.database
+    with pytest.warns(ResourceWarning, match="dropped without close"):
+        del app
+        gc.collect()
+    assert database.is_closed()
+    with opened(tmp_path / "again") as again:  # the only one open: used outside its work
+        assert db.database.obj is again.database

@@ -8,6 +8,7 @@ turned away unstored, with a reason.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -107,6 +108,24 @@ def ingest(
     stored), and ``StorageUnavailable`` only when the database or disk failed in a way a
     later attempt can get past.
     """
+    activated = getattr(app, "activated", None)  # an installation: its own database
+    with contextlib.nullcontext() if activated is None else activated():
+        return _ingest(
+            raw, config, recipients, envelope_sender, client_ip, helo, resolver, verdict, app
+        )
+
+
+def _ingest(
+    raw: bytes,
+    config: Config,
+    recipients: Sequence[str] | None,
+    envelope_sender: str | None,
+    client_ip: str | None,
+    helo: str | None,
+    resolver: Resolver | None,
+    verdict: Verdict | None,
+    app: Any,
+) -> list[Delivered]:
     limits = config.mail
     if len(raw) > limits.max_message_bytes:
         raise MailRejected(

@@ -148,6 +148,18 @@ def execute(
     dispatcher of its own is started and closed (the listeners heard the whole run) before
     this returns.
     """
+    with installation.activated():  # the run's records are its installation's
+        return _execute(run, installation, model=model, claim=claim, listeners=listeners)
+
+
+def _execute(
+    run: Run,
+    installation: RunResources,
+    *,
+    model: ModelClient | None = None,
+    claim: Claim | None = None,
+    listeners: EventDispatcher | None = None,
+) -> Run:
     if claim is None:
         if run.status != QUEUED:
             raise ProtegeError(f"run {run.id} is {run.status}: only a queued run can be started")

@@ -28,6 +28,7 @@ from protege_dashboard import (
 )
 from protege_dashboard.security import (
     LoginLimiter,
+    OnItsInstallation,
     RequireLogin,
     SecurityHeaders,
     session_secret,
@@ -73,6 +74,7 @@ def create_app(
     app = Starlette(
         routes=[*builtin, *plugin_pages.routes(added)],
         middleware=[
+            Middleware(OnItsInstallation, installation=installation),
             Middleware(SecurityHeaders),
             Middleware(TrustedHostMiddleware, allowed_hosts=settings.hosts()),
             Middleware(

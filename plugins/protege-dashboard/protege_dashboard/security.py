@@ -194,3 +194,16 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+class OnItsInstallation:
+    """Serves each request on the database of the dashboard's installation, so that a
+    host with several installations open in one process can mount a dashboard for each."""
+
+    def __init__(self, app: ASGIApp, installation: Any) -> None:
+        self.app = app
+        self.installation = installation
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        with self.installation.activated():  # threads the request uses copy this context
+            await self.app(scope, receive, send)
