@@ -257,13 +257,10 @@ def test_functions_handed_an_installation_work_on_its_database(environment, tmp_
 
 @pytest.mark.usefixtures("nothing_bound_for_the_process")
 def test_an_installation_dropped_unclosed_gives_its_database_back(environment, tmp_path):
-    import gc
-
     app = opened(tmp_path / "dropped")
     database = app.database
     with pytest.warns(ResourceWarning, match="dropped without close"):
-        del app
-        gc.collect()
+        del app  # its last reference
     assert database.is_closed()
     with opened(tmp_path / "again") as again:  # the only one open: used outside its work
         assert db.database.obj is again.database

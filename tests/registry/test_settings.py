@@ -230,9 +230,7 @@ def test_a_frozen_settings_class_s_tables_and_lists_are_read_only(site, tmp_path
         hosts.append("b.example")
 
 
-def test_a_settings_class_settable_below_its_top_or_past_its_first_field_is_refused(
-    site, tmp_path
-):
+def test_a_settings_class_settable_below_its_top_or_past_its_first_field_is_refused(site, tmp_path):
     site.add(
         "deep-tools",
         "import attrs\nfrom protege import hookimpl\n\n"
