@@ -18,7 +18,7 @@ import attrs
 from protege.access import Decision, normalize_pattern, routing_key
 from protege.audit import Change, change, command_line_actor, snapshot
 from protege.audit import entries as audit_entries
-from protege.authentication import MethodResult, Verdict, sender_of, unverified
+from protege.authentication import MethodResult, Verdict, authenticate, sender_of, unverified
 from protege.authentication import Resolver as DnsLookup  # not the prompt sections' Resolver
 from protege.authentication.dmarc import aligned as dmarc_aligned
 from protege.authentication.dmarc import lookup as dmarc_lookup
@@ -87,6 +87,7 @@ __all__ = [
     "answer_approval",
     "attach_toolkit",
     "audit_entries",
+    "authenticate",
     "bypassed_approvals",
     "cancel_run",
     "change",

@@ -226,3 +226,26 @@ def test_the_plugins_protege_plugin_new_writes_import_only_the_public_api():
     }
     assert wrong == {}
     assert protege_imports(written["MODULE"])  # it does import protege: the check bites
+
+
+def _python_blocks() -> dict[str, str]:
+    """The Python examples of the README and the documentation pages, by where they are."""
+    found = {}
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for index, block in enumerate(re.findall(r"```python\n(.*?)```", page.read_text(), re.S)):
+            found[f"{page.relative_to(REPO).as_posix()} example {index + 1}"] = block
+    return found
+
+
+def test_the_documentation_s_examples_import_only_the_public_api():
+    blocks = _python_blocks()
+    assert "README.md example 1" in blocks
+    wrong = {}
+    for where, block in blocks.items():
+        try:
+            imports = protege_imports(block, where)
+        except SyntaxError:  # a fragment (a signature, a REPL line): nothing to import
+            continue
+        if found := offences(imports):
+            wrong[where] = found
+    assert wrong == {}
