@@ -163,8 +163,11 @@ def connect(url: str | None = None) -> peewee.Database:
     db = open_connected(url)
     before = database.process_database
     if before is not None:
+        # Only this thread's and the idle ones: an installation opened on it (connect=False)
+        # may still be at work on it in other threads.
         close_idle_connections(before)
-        close_everywhere(before)
+        if not before.is_closed():
+            before.close()
     database.initialize(db)
     return db
 
