@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -31,15 +32,20 @@ class Call:
     """One tool call, as the tool running it sees it (``context.call``): the model's ``id``
     for the call and the ``tool`` it calls, and whether it is still ``running``.
 
-    The harness makes one for each call it runs, even when a model uses one id twice, and
-    ends it when the call returns or times out. Mail queued through the context is tied to
-    its call (a run retried after a crash queues that call's mail once), and refused once
-    the call has ended, from whichever thread or task of the tool it comes.
+    The harness issues one for each call it runs (``CallBook.issue``), even when a model
+    uses one id twice, and ends it when the call returns or times out. Mail queued through
+    the context is tied to its call (a run retried after a crash queues that call's mail
+    once), and refused once the call has ended, from whichever thread or task of the tool
+    it comes. A ``Call`` a tool makes itself was issued by nobody, and queues nothing.
     """
 
     id: str
     tool: str
-    _over: threading.Event = attrs.field(factory=threading.Event, repr=False)
+    # Held by a queue from its last look at ``running`` until its mail is written, and by
+    # ``end``: a call ends before a queue looks, or after the queue's mail is written.
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False, repr=False)
+    _over: threading.Event = attrs.field(factory=threading.Event, init=False, repr=False)
+    _book: CallBook | None = attrs.field(default=None, init=False, repr=False)
 
     @property
     def running(self) -> bool:
@@ -47,16 +53,62 @@ class Call:
         return not self._over.is_set()
 
     def end(self) -> None:
-        """Mark the call over (the harness does, when it returns or times out)."""
-        self._over.set()
+        """Mark the call over (the harness does, when it returns or times out); waits for
+        mail being written for it."""
+        with self._lock:
+            self._over.set()
+
+
+class CallBook:
+    """The tool calls the harness issued in one attempt at a run, and the only ones whose
+    mail that attempt's queue takes: a ``Call`` made any other way (by a tool, or in
+    another attempt) is refused, so mail is always tied to the call the harness ran."""
+
+    def issue(self, id: str, tool: str) -> Call:
+        """A running call of this book, the model's ``id`` for it to ``tool``."""
+        call = Call(id=id, tool=tool)
+        object.__setattr__(call, "_book", self)
+        return call
+
+    def running(self, call: Call | None) -> Call:
+        """``call`` if this book issued it and it is running; otherwise ``CallOver``."""
+        return _running(call, self)
+
+    def queueing(self, call: Call | None) -> contextlib.AbstractContextManager[Call]:
+        """``call``, checked as ``running`` does, kept from ending within the block (where
+        its mail is written): ``end`` waits for the block."""
+        return _queueing(call, self)
 
 
 def running(call: Call | None) -> Call:
-    """``call`` if it is running; otherwise ``CallOver``, naming the rule."""
+    """``call`` if the harness issued it and it is running; otherwise ``CallOver``, naming
+    the rule."""
+    return _running(call, None)
+
+
+def queueing(call: Call | None) -> contextlib.AbstractContextManager[Call]:
+    """``call``, checked as ``running`` does, kept from ending within the block."""
+    return _queueing(call, None)
+
+
+@contextlib.contextmanager
+def _queueing(call: Call | None, book: CallBook | None) -> Iterator[Call]:
+    issued = _running(call, book)
+    with issued._lock:
+        yield _running(issued, book)
+
+
+def _running(call: Call | None, book: CallBook | None) -> Call:
     if call is None:
         raise CallOver(
             f"{QUEUED_WHILE_RUNNING}; this context belongs to no tool call "
             "(only the one handed to a tool's use() does)"
+        )
+    if call._book is None or (book is not None and call._book is not book):
+        raise CallOver(
+            f"{QUEUED_WHILE_RUNNING}; call {call.id} to {call.tool} is not one protege "
+            "issued in this run (a Call made by a tool, or kept from another attempt, "
+            "queues nothing)"
         )
     if not call.running:
         raise CallOver(

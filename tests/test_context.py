@@ -1,10 +1,11 @@
 import logging
+import threading
 
 import attrs
 import pytest
 
 from protege import RunContext
-from protege.context import Call, CallOver, running
+from protege.context import Call, CallBook, CallOver, running
 
 
 def make(**overrides):
@@ -66,7 +67,7 @@ def test_deliver_is_the_deprecated_name_of_queue_mail():
 
 
 def test_a_call_runs_until_it_is_ended():
-    call = Call(id="call_1", tool="send_email")
+    call = CallBook().issue("call_1", "send_email")
     assert running(call) is call
     call.end()
     assert not call.running
@@ -84,10 +85,48 @@ def test_a_context_of_no_call_cannot_queue_mail():
 
 
 def test_two_calls_with_one_id_are_two_calls():
-    first, second = Call(id="call_1", tool="t"), Call(id="call_1", tool="t")
+    book = CallBook()
+    first, second = book.issue("call_1", "t"), book.issue("call_1", "t")
     first.end()
     assert first != second
     assert second.running
+
+
+def test_a_call_made_by_hand_or_in_another_book_cannot_queue_mail():
+    book, other = CallBook(), CallBook()
+    forged, elsewhere = Call(id="call_1", tool="t"), other.issue("call_1", "t")
+    assert forged.running
+    assert elsewhere.running
+    for call in (forged, elsewhere):
+        with pytest.raises(CallOver, match="call call_1 to t is not one protege issued"):
+            book.running(call)
+    with pytest.raises(CallOver, match="is not one protege issued"):
+        running(forged)
+    assert running(elsewhere) is elsewhere  # issued, by a book of its own
+
+
+def test_a_call_ends_only_once_the_mail_being_queued_for_it_is_written():
+    book = CallBook()
+    call = book.issue("call_1", "t")
+    writing, ended = threading.Event(), threading.Event()
+    seen = []
+
+    def end():
+        writing.wait(30)
+        call.end()
+        ended.set()
+
+    ender = threading.Thread(target=end)
+    ender.start()
+    with book.queueing(call) as asking:
+        writing.set()
+        # end() is under way, and cannot get past the mail being written.
+        seen.append((asking.running, ended.is_set()))
+    ender.join(30)
+    assert seen == [(True, False)]
+    assert not call.running
+    with pytest.raises(CallOver, match="has ended"), book.queueing(call):
+        pass
 
 
 @pytest.mark.parametrize(

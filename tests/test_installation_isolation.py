@@ -2,16 +2,20 @@
 opening the second leaves the first as it was, each one's mail, runs and replies stay in
 its own records and folders, and code that says neither is refused rather than guessed."""
 
+import contextvars
+import json
+import threading
 from email.message import EmailMessage
 
 import peewee
 import pytest
 
-from protege import db
+from protege import Tool, db, dbroute
 from protege.config import DNS_OFFLINE_VARIABLE, load_config
 from protege.dbroute import NoActiveApplication
 from protege.installation import InstallationClosed, open_installation
 from protege.models import Agent, Message, Run, Toolkit
+from protege.registry import Manifest, Origin, ToolEntry
 from protege.testing import say, tool_call
 
 
@@ -44,16 +48,16 @@ def nothing_bound_for_the_process():
     db.database.initialize(before)
 
 
-def opened(root, database_url=None):
+def opened(root, database_url=None, manifest=None):
     """An installation of its own at ``root`` (its database opened for it), synced, with
-    one agent who may reply."""
+    the tools of ``manifest`` when given."""
     root.mkdir()
     config = load_config(root)
     if database_url is not None:
         import attrs
 
         config = attrs.evolve(config, database_url=database_url)
-    app = open_installation(config)
+    app = open_installation(config, manifest=manifest)
     app.sync()
     return app
 
@@ -164,6 +168,80 @@ def test_threads_protege_starts_work_on_their_installation_s_database(environmen
         assert finished == ["done"]
         assert records(first)["runs"] == 0
         assert records(second)["runs"] == 1
+    finally:
+        first.close()
+        second.close()
+
+
+class ThreadedQueueTool(Tool):
+    description = "Queues mail from a plain thread it starts, and waits for that thread."
+
+    def use(self, context):
+        outcomes = []
+
+        def queue():
+            try:
+                outcome = context.queue_mail({**MORE, "to": [context.message.sender]})
+                # Whichever database it used, this thread holds no connection to it now.
+                held = sum(not database.is_closed() for database in dbroute.owned())
+                outcomes.append({**outcome, "connections_held": held})
+            except Exception as error:
+                outcomes.append(error)
+
+        helper = threading.Thread(target=queue)  # it starts with no context of its own
+        helper.start()
+        helper.join()
+        (outcome,) = outcomes
+        if isinstance(outcome, Exception):
+            return self.failure(f"{type(outcome).__name__}: {outcome}")
+        return self.success(**outcome)
+
+
+class ThreadedReadTool(Tool):
+    description = "Reads the agents from a thread it starts in a copy of the call's context."
+
+    def use(self, context):
+        seen = []
+        work = contextvars.copy_context().run  # as docs/tools.md says a tool's thread should
+        helper = threading.Thread(target=work, args=(lambda: seen.extend(Agent.select()),))
+        helper.start()
+        helper.join()
+        return self.success(agents=[agent.name for agent in seen])
+
+
+MORE = {"subject": "More about your order", "body": "Queued from a thread."}
+
+
+@pytest.mark.usefixtures("nothing_bound_for_the_process")
+def test_a_tools_own_thread_queues_mail_and_reads_in_its_installation_while_two_are_open(
+    environment, tmp_path
+):
+    tools = Manifest(
+        tools=tuple(
+            ToolEntry(tool, Origin.HOST, "tests") for tool in (ThreadedQueueTool, ThreadedReadTool)
+        )
+    )
+    first = opened(tmp_path / "first", manifest=tools)
+    second = opened(tmp_path / "second", manifest=tools)
+    try:
+        for app, name in ((first, "Ada"), (second, "Bea")):
+            with app.activated():
+                agent = Agent.create(name=name, address=f"{name.lower()}@x.example")
+                agent.grant(
+                    Toolkit.create(name="Mail", member_tool_ids=["threaded_queue", "threaded_read"])
+                )
+        environment.script(tool_call("threaded_queue"), tool_call("threaded_read"), say("queued"))
+        second.receive(mail("bea@x.example", "thread order", b"x"))
+        (run,) = second.run_queued()
+        assert run.status == "done", run.error
+        with second.activated():
+            result, read = [e.payload for e in run.timeline() if e.kind == "tool_result"]
+            assert result["ok"], result["content"]
+            assert '"connections_held": 0' in result["content"]
+            assert json.loads(read["content"]) == {"ok": True, "agents": ["Bea"]}
+            (queued,) = Message.select().where(Message.direction == "outbound")
+            assert (queued.subject, queued.run_id) == (MORE["subject"], run.id)
+        assert records(first)["subjects"] == []
     finally:
         first.close()
         second.close()

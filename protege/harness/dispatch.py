@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 
-from protege.context import Call, RunContext
+from protege.context import CallBook, RunContext
 from protege.db import put_down_connection, take_up_connection
 from protege.harness import events
 from protege.harness.events import EventLog
@@ -82,6 +82,7 @@ class Dispatcher:
         fence: Fence,
         max_result_bytes: int,
         tool_threads: int = 64,
+        calls: CallBook | None = None,
     ) -> None:
         self.granted = {entry.id: entry for entry in granted}
         self.context = context
@@ -89,6 +90,8 @@ class Dispatcher:
         self.max_result_bytes = max_result_bytes
         self.logger = context.logger
         self.tool_threads = tool_threads
+        # Where the calls this dispatcher runs are issued: the run's queue takes their mail.
+        self.calls = calls if calls is not None else CallBook()
 
     @staticmethod
     def announce(call: dict[str, Any], log: EventLog) -> None:
@@ -116,7 +119,7 @@ class Dispatcher:
             )
         # Each call is handed a context of its own, naming it: mail the tool queues through
         # it is tied to this call, and refused once the call has returned or timed out.
-        running = Call(id=call_id, tool=tool_id)
+        running = self.calls.issue(call_id, tool_id)
         try:
             result = await self._run(entry, raw_arguments, attrs.evolve(self.context, call=running))
         finally:

@@ -26,9 +26,9 @@ from typing import Any, Protocol, TypeVar
 import attrs
 import peewee
 
-from protege import failpoints
+from protege import dbroute, failpoints
 from protege.config import Config, RunSettings
-from protege.context import Call, CallOver, RunContext, running
+from protege.context import Call, CallBook, CallOver, RunContext
 from protege.db import connection_broken, database, put_down_connection
 from protege.errors import ProtegeError
 from protege.harness import events
@@ -91,6 +91,11 @@ class RunResources(Protocol):
 
     @property
     def closed(self) -> bool: ...
+
+    @property
+    def database(self) -> peewee.Database | None:
+        """The database this installation opened for itself, or None (the proxy's)."""
+        ...
 
     def activated(self) -> contextlib.AbstractContextManager[Any]:
         """Within the block, protege's records are this installation's."""
@@ -299,6 +304,8 @@ class _Attempt:
         self.desk: Desk | None = None
         self.listeners = listeners if listeners is not None and listeners.listening else None
         self.order = _CommitOrder()
+        # The tool calls of this attempt: its queue takes mail only for those.
+        self.calls = CallBook()
         self._agent_name: str | None = None
 
     async def db(self, work: Callable[..., T], *args: Any) -> T:
@@ -539,7 +546,12 @@ class _Attempt:
         sections = gather(self.installation, context)
         messages = build_messages(run, fence, config, budget, sections.render(fence))
         dispatcher = Dispatcher(
-            granted, context, fence, config.runs.max_result_bytes, config.runs.tool_threads
+            granted,
+            context,
+            fence,
+            config.runs.max_result_bytes,
+            config.runs.tool_threads,
+            calls=self.calls,
         )
         desk = Desk(
             run,
@@ -743,18 +755,30 @@ class _Attempt:
         )
 
     def _context(self) -> RunContext:
-        run, installation, log = self.run, self.installation, self.log
+        run, installation, log, calls = self.run, self.installation, self.log, self.calls
         agent: Agent = run.agent
         run_logger = self.logger
+        # A tool's own thread starts with no context, so no application of its own: with
+        # several open, the proxy would refuse to guess. Mail is queued on the database of
+        # the installation the run is of, whichever thread asks.
+        own_database = installation.database
 
         def queue(mail: Any, attachments: Any = (), *, call: Call | None) -> dict[str, Any]:
             try:
-                asking = running(call)
+                calls.running(call)  # refused at once, before any database work
+                # The tool's objects are read here, not inside the transaction below.
+                mail, attachments = dict(mail), list(attachments)
+                with contextlib.ExitStack() as routed:
+                    if own_database is not None:
+                        routed.enter_context(dbroute.using(own_database))
+                    return queue_now(mail, attachments, call)
             except CallOver as refusal:
                 run_logger.warning(
                     "run %s: mail (to %s) refused: %s", run.id, _recipients(mail), refusal
                 )
                 raise
+
+        def queue_now(mail: dict[str, Any], attachments: list[Any], call: Call | None) -> Any:
             # The pending mail and the event that asked for it land in one transaction, and
             # only while this worker still holds the run: one that lost it sends nothing.
             self._name_for_listeners()
@@ -766,18 +790,21 @@ class _Attempt:
                     with database.atomic():
                         self._renew()
                         turn.take()
-                        outcome = installation.queue_mail(
-                            agent=agent,
-                            run=run,
-                            mail=dict(mail),
-                            attachments=attachments,
-                            tool_call_id=asking.id,
-                        )
-                        written = (
-                            []
-                            if outcome.get("repeated")
-                            else log.write_now(events.Delivery.from_payload(outcome))
-                        )
+                        # Looked at again, and kept from ending, until the mail is written: a
+                        # call that ended while this thread waited for the run queues nothing.
+                        with calls.queueing(call) as asking:
+                            outcome = installation.queue_mail(
+                                agent=agent,
+                                run=run,
+                                mail=mail,
+                                attachments=attachments,
+                                tool_call_id=asking.id,
+                            )
+                            written = (
+                                []
+                                if outcome.get("repeated")
+                                else log.write_now(events.Delivery.from_payload(outcome))
+                            )
                     self.published(written)
             except peewee.IntegrityError:  # another worker wrote this run's next event
                 self.lost = True

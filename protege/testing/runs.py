@@ -13,7 +13,7 @@ import attrs
 
 from protege import blobs
 from protege.config import Config
-from protege.context import Call, RunContext, running
+from protege.context import Call, RunContext, queueing
 from protege.delivery import send_pending
 from protege.errors import ConfigError
 from protege.harness import execute
@@ -164,9 +164,10 @@ def make_context(
     given = queue_mail or record
 
     def queue(mail: Any, attachments: Any = (), *, call: Call | None = None) -> Any:
-        if call is not None:  # called through run_tool: held to the rule dispatch keeps
-            running(call)
-        return given(mail, attachments=attachments)
+        if call is None:
+            return given(mail, attachments=attachments)
+        with queueing(call):  # called through run_tool: held to the rule dispatch keeps
+            return given(mail, attachments=attachments)
 
     return RunContext(
         agent=agent,
