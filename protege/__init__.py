@@ -42,6 +42,7 @@ _EXPORTS = {
     "Trust": "protege.result",
     "failure": "protege.result",
     "hookimpl": "protege.hookspecs",
+    "load_config": "protege.config",
     "open_installation": "protege.installation",
     "success": "protege.result",
 }
@@ -74,13 +75,14 @@ __all__ = [
     "Trust",
     "failure",
     "hookimpl",
+    "load_config",
     "open_installation",
     "success",
 ]
 
 if TYPE_CHECKING:
     from protege.blobs.stores import BlobStore
-    from protege.config import Config
+    from protege.config import Config, load_config
     from protege.context import MailScope, RunContext
     from protege.dashboard import DashboardView
     from protege.dbroute import NoActiveApplication
