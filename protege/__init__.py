@@ -25,6 +25,7 @@ _EXPORTS = {
     "IngressRefused": "protege.ingresses",
     "Installation": "protege.installation",
     "InstallationClosed": "protege.installation",
+    "InstallationServing": "protege.installation",
     "Intake": "protege.ingresses",
     "MailRefused": "protege.transports",
     "MailScope": "protege.context",
@@ -58,6 +59,7 @@ __all__ = [
     "IngressRefused",
     "Installation",
     "InstallationClosed",
+    "InstallationServing",
     "Intake",
     "MailRefused",
     "MailScope",
@@ -92,7 +94,12 @@ if TYPE_CHECKING:
     from protege.harness.listeners import RunSnapshot
     from protege.hookspecs import hookimpl
     from protege.ingresses import Ingress, IngressRefused, Intake
-    from protege.installation import Installation, InstallationClosed, open_installation
+    from protege.installation import (
+        Installation,
+        InstallationClosed,
+        InstallationServing,
+        open_installation,
+    )
     from protege.result import Part, Result, Trust, failure, success
     from protege.sections import PromptSection, Resolver
     from protege.tool import Tool

@@ -24,7 +24,7 @@ import peewee
 from protege import db, dbroute
 from protege.blobs import BlobStore, blob_store_for, with_blob_store
 from protege.config import Config, load_config
-from protege.errors import ConfigError
+from protege.errors import ConfigError, ProtegeError
 from protege.gateway.inbound import Delivered, ingest
 from protege.gateway.outbound import queue_mail
 from protege.harness.runner import QueueMail
@@ -44,6 +44,10 @@ class InstallationClosed(ConfigError):
     """The installation was used after ``close()``."""
 
 
+class InstallationServing(ProtegeError):
+    """The installation was closed while a server of it runs (stop the server first)."""
+
+
 @attrs.define
 class _Lifetime:
     """What changes over an installation's life (the rest of it is frozen)."""
@@ -53,6 +57,19 @@ class _Lifetime:
     lock: threading.Lock = attrs.field(factory=threading.Lock)
     # Closes the database if the installation is dropped unclosed (a REPL's reassignment).
     finalizer: weakref.finalize | None = None
+    servers: int = 0  # its servers started and not yet stopped (``protege.serving``)
+
+    def serving(self) -> None:
+        """A server of the installation starts: ``InstallationClosed`` once it is closed."""
+        with self.lock:
+            if self.closed:
+                raise InstallationClosed("this protege installation is closed")
+            self.servers += 1
+
+    def served(self) -> None:
+        """A server of the installation has stopped."""
+        with self.lock:
+            self.servers -= 1
 
 
 @attrs.frozen
@@ -146,11 +163,17 @@ class Installation:
         return serve(self, **options)
 
     def close(self) -> None:
-        """Close what this installation opened for itself (its database); idempotent."""
+        """Close what this installation opened for itself (its database); idempotent.
+        ``InstallationServing`` while a server of it runs: stop that first."""
         lifetime = self._lifetime
         with lifetime.lock:
             if lifetime.closed:
                 return
+            if lifetime.servers:
+                raise InstallationServing(
+                    "this protege installation is being served: stop its server "
+                    "(leave `async with serve(...)`) before closing it"
+                )
             lifetime.closed = True
         if lifetime.finalizer is not None:
             lifetime.finalizer.detach()

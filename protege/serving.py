@@ -28,7 +28,7 @@ from protege.gateway.smtp import Gateway, RefusedMail, serve_gateway
 from protege.harness.events import printable
 from protege.models import Run
 from protege.scheduler import Scheduler
-from protege.supervisor import Supervisor
+from protege.supervisor import Supervisor, unreproducible, worker_environment
 from protege.worker import Workers
 
 if TYPE_CHECKING:
@@ -90,6 +90,7 @@ class Server:
         self._ended: asyncio.Event | None = None  # stopped, or a part failed
         self._stopped = asyncio.Event()
         self._failure: BaseException | None = None
+        self._registered = False  # counted among its installation's servers
 
     @property
     def smtp_address(self) -> tuple[str, int] | None:
@@ -111,6 +112,13 @@ class Server:
         if self._state != "new":
             raise RuntimeError("a Server starts once: make a new one")
         self._state = "starting"
+        try:  # InstallationClosed once it is closed; it cannot close while this serves
+            self.installation._lifetime.serving()
+        except BaseException:
+            self._state = "stopped"
+            self._stopped.set()
+            raise
+        self._registered = True
         self._loop = asyncio.get_running_loop()
         self._ended = asyncio.Event()
         try:
@@ -123,6 +131,17 @@ class Server:
 
     async def _start(self) -> None:
         config = self.installation.config
+        environ = None
+        if self.processes > 1:  # before anything listens: a refusal leaves nothing running
+            environ = worker_environment(config)
+            why = await asyncio.to_thread(unreproducible, config, environ)
+            if why is not None:
+                where = config.path or f"{config.root} (no protege.toml)"
+                raise ServeError(
+                    f"cannot serve this installation with worker processes, which open it "
+                    f"from {where} and the environment: {why} (serve it with processes=1, "
+                    f"or describe it in protege.toml)"
+                )
         if self.gateway:
             try:
                 self._gateway = await serve_gateway(
@@ -156,11 +175,15 @@ class Server:
                 waiting.cancel()
             if self._tasks["workers"].done():
                 self._tasks["workers"].result()  # raises why the workers could not start
-        if self.on_started is not None:  # before the scheduler's and processes' first lines
-            self.on_started(self)
+        # Before the scheduler's and processes' first lines.
+        _call(self.on_started, self)
         if self.processes > 1:
             self.supervisor = Supervisor(
-                self.processes, self.concurrency, on_line=self._from_thread
+                self.processes,
+                self.concurrency,
+                environ=environ,
+                cwd=config.root,
+                on_line=self._from_thread,
             )
             await asyncio.to_thread(self.supervisor.start)
         if self.scheduler:
@@ -168,11 +191,13 @@ class Server:
             self._watch("scheduler", self._scheduler.serve())
 
     async def stop(self, grace: float | None = None) -> None:
-        """Stop: take no more mail, queue no more duties, give the runs in flight ``grace``
-        seconds (default ``[serve] shutdown_seconds``) and hand the others back to the
-        queue, send the mail being sent, stop the worker processes; returns once all is
-        stopped. Cancelling it cuts the grace short; it still returns only once all is
-        stopped, then raises the cancel. Stopping a stopped server does nothing."""
+        """Stop: take no more mail (a mail being received gets ``grace`` seconds to be
+        stored and answered; one being stored is stored before this returns), queue no more
+        duties, give the runs in flight ``grace`` seconds (default ``[serve]
+        shutdown_seconds``) and hand the others back to the queue, send the mail being
+        sent, stop the worker processes; returns once all is stopped. Cancelling it cuts
+        the grace short; it still returns only once all is stopped, then raises the cancel.
+        Stopping a stopped server does nothing."""
         if self._state in ("new", "stopped"):
             self._state = "stopped"
             return
@@ -183,8 +208,9 @@ class Server:
         grace = self.grace if grace is None else grace
         cancelled = False
         try:
-            if self._gateway is not None:
-                cancelled = await _through_cancels(asyncio.ensure_future(self._gateway.stop()))
+            if self._gateway is not None:  # the mail being stored is stored and answered
+                gateway = asyncio.ensure_future(self._gateway.stop(grace))
+                cancelled = await _through_cancels(gateway)
             if self._scheduler is not None:
                 self._scheduler.stop()
             ending = []
@@ -205,6 +231,9 @@ class Server:
                     logger.error("the server stopped with an error: %r", task.exception())
         finally:
             self._state = "stopped"
+            if self._registered:
+                self._registered = False
+                self.installation._lifetime.served()
             self._stopped.set()
             if self._ended is not None:
                 self._ended.set()
@@ -320,8 +349,10 @@ def serve(
     max_concurrent_runs``), with the delivery loop sending their mail; and the scheduler,
     unless ``scheduler`` is false. With ``processes`` above one (default ``[serve]
     processes``), that many worker processes (``protege serve --no-gateway
-    --no-scheduler``, opening the installation ``protege.toml`` and the environment
-    describe) carry the runs instead, restarted when they die.
+    --no-scheduler``, in the installation's root, with its ``protege.toml``, database,
+    data directory, mail transport and blob store named in their environment) carry the
+    runs instead, restarted when they die; ``ServeError`` when that file and environment
+    would give them another configuration than the installation's (one changed in code).
 
     ``on_line`` hears a line for what happens, as ``protege serve`` prints it (a mail taken
     or refused, a run ended, a run queued by the scheduler, a worker process started);
@@ -329,10 +360,11 @@ def serve(
     ``on_started`` the server once it listens, before the scheduler's first pass. All are
     called on the event loop's thread; one that raises is logged and serving goes on.
 
-    Leaving the block stops the server gracefully (``Server.stop``: the runs in flight get
-    ``grace`` seconds, default ``[serve] shutdown_seconds``, then go back to the queue);
-    leaving it by a cancel stops it without the grace. Either way it returns only once
-    everything it started has ended.
+    While it runs, ``installation.close()`` raises ``InstallationServing``. Leaving the
+    block stops the server gracefully (``Server.stop``: the mail being received and the
+    runs in flight get ``grace`` seconds, default ``[serve] shutdown_seconds``, then the
+    runs go back to the queue); leaving it by a cancel stops it without the grace. Either
+    way it returns only once everything it started has ended.
     """
     return Server(
         installation,
@@ -361,13 +393,15 @@ def _call(callback: Callable[..., Any] | None, *args: Any) -> None:
 
 
 async def _through_cancels(future: asyncio.Future) -> bool:
-    """Wait until ``future`` is done, cancels notwithstanding; whether one came."""
+    """Wait until ``future`` is done, cancels notwithstanding (each passed on to it);
+    whether one came."""
     cancelled = False
     while not future.done():
         try:
             await asyncio.wait({future})
         except asyncio.CancelledError:
             cancelled = True
+            future.cancel()  # cuts its grace short: it still ends all it started
     if not future.cancelled() and future.exception() is not None:
         logger.error("stopping the server: %r", future.exception())
     return cancelled

@@ -17,7 +17,21 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import IO, Any
+
+import attrs
+
+from protege.config import (
+    BLOB_STORE_VARIABLE,
+    CONFIG_VARIABLE,
+    DATA_DIR_VARIABLE,
+    DATABASE_URL_VARIABLE,
+    MAIL_TRANSPORT_VARIABLE,
+    Config,
+    load_config,
+)
+from protege.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -38,10 +52,59 @@ def worker_command(width: int) -> list[str]:
     ]
 
 
+def worker_environment(config: Config, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a worker process of the installation ``config`` describes:
+    ``environ`` (by default this process's) naming its ``protege.toml``, database, data
+    directory, mail transport and blob store, which the worker reads before the file's."""
+    made = dict(os.environ if environ is None else environ)
+    if config.path is not None:
+        made[CONFIG_VARIABLE] = str(config.path)
+    else:  # the worker looks for one from its root, as loading this configuration did
+        made.pop(CONFIG_VARIABLE, None)
+    made[DATABASE_URL_VARIABLE] = config.database_url
+    made[DATA_DIR_VARIABLE] = str(config.data_dir)
+    made[MAIL_TRANSPORT_VARIABLE] = config.mail.transport
+    made[BLOB_STORE_VARIABLE] = config.blobs.store
+    return made
+
+
+def unreproducible(config: Config, environ: Mapping[str, str]) -> str | None:
+    """Why a worker process started in ``config.root`` with ``environ`` would not work
+    with the installation ``config`` describes, reading its ``protege.toml`` and the
+    environment (``it would read another [mail] listen_port``, the first setting that
+    differs, never its value), or None when it would. The plugins' tables are left aside: a
+    worker checks them against its plugins as this process did."""
+    try:
+        rebuilt = load_config(config.root, environ=environ)
+    except ConfigError as error:
+        return f"it could not: {error}"
+    differing = _first_difference(config, rebuilt, "")
+    return None if differing is None else f"it would read another {differing}"
+
+
+_UNCOMPARED = frozenset({"plugins", "blob_store"})
+
+
+def _first_difference(mine: Any, theirs: Any, section: str) -> str | None:
+    for field in attrs.fields(type(mine)):
+        if field.name in _UNCOMPARED or not field.eq:
+            continue
+        ours, other = getattr(mine, field.name), getattr(theirs, field.name)
+        if ours == other:
+            continue
+        if attrs.has(type(ours)) and type(ours) is type(other):
+            inner = f"{section}.{field.name}" if section else field.name
+            return _first_difference(ours, other, inner) or f"[{inner}]"
+        return f"[{section}] {field.name}" if section else field.name
+    return None
+
+
 class Supervisor:
     """Runs ``count`` worker processes (``command``, by default ``worker_command(width)``)
     until ``stop``: one that dies is started again; one that dies at once, again and again,
-    is restarted less and less often (up to once a minute). Their output goes to
+    is restarted less and less often (up to once a minute). They run in ``cwd`` (by
+    default this process's) with ``environ`` (by default this process's environment;
+    ``worker_environment`` makes one for an installation). Their output goes to
     ``stdout`` and ``stderr`` (by default this process's). ``on_line`` hears a line when a
     process starts or ends (from the supervisor's thread); a failing ``on_line`` is logged
     and never stops the supervision."""
@@ -53,6 +116,7 @@ class Supervisor:
         *,
         command: Sequence[str] | None = None,
         environ: Mapping[str, str] | None = None,
+        cwd: Path | str | None = None,
         stdout: IO[Any] | int | None = None,
         stderr: IO[Any] | int | None = None,
         on_line: Callable[[str], None] | None = None,
@@ -61,6 +125,7 @@ class Supervisor:
         self.width = width
         self.command = list(command) if command is not None else worker_command(width)
         self.environ = dict(os.environ if environ is None else environ)
+        self.cwd = cwd
         self.stdout = stdout
         self.stderr = stderr
         self.on_line = on_line
@@ -111,7 +176,9 @@ class Supervisor:
         environ = {**self.environ, PARENT_VARIABLE: str(os.getpid())}
         stdout = sys.stdout if self.stdout is None else self.stdout
         stderr = sys.stderr if self.stderr is None else self.stderr
-        return subprocess.Popen(self.command, stdout=stdout, stderr=stderr, env=environ)
+        return subprocess.Popen(
+            self.command, stdout=stdout, stderr=stderr, env=environ, cwd=self.cwd
+        )
 
     def _watch(self) -> None:
         while not self._stopping.wait(LOOK_SECONDS):  # a supervisor's look, not a sync

@@ -232,3 +232,34 @@ def test_a_callback_that_raises_is_logged_and_serving_goes_on(
     asyncio.run(host())
     assert finished == ["done"]
     assert "a serve callback failed" in caplog.text
+
+
+def test_an_on_started_that_raises_is_logged_and_serving_goes_on(
+    protege_app, sundae, scripted_model, caplog
+):
+    scripted_model.script(say("Noted."))
+    finished = []
+
+    def broken(server):
+        raise RuntimeError("the host's dashboard is down")
+
+    async def host():
+        done = asyncio.Event()
+
+        def ended(run):
+            finished.append(run.status)
+            done.set()
+
+        async with serve(
+            protege_app, host="127.0.0.1", port=0, on_started=broken, on_finished=ended
+        ) as server:
+            running = server.running
+            await asyncio.to_thread(send, server.smtp_address)
+            await asyncio.wait_for(done.wait(), 60)
+        return running
+
+    assert asyncio.run(host())
+    assert finished == ["done"]
+    assert "a serve callback failed" in caplog.text
+    assert "the host's dashboard is down" in caplog.text
+    assert protege_threads() == []

@@ -28,6 +28,7 @@ SMTP_OVERHEAD = 64 * 1024  # headers and encoding around the message itself
 # log, so an outsider cannot probe the rules.
 REFUSED_REPLY = "550 5.7.1 this address does not accept your message"
 ATTEMPTS = 3  # tries of one SMTP step's database work before answering 451
+STOP_GRACE_SECONDS = 30.0  # what a gateway stopping gives the mail it is taking by default
 # Said for any failure a later try may get past: plain words, never an exception's name.
 TRY_LATER = "451 4.3.0 the message could not be taken now; try again later"
 
@@ -63,19 +64,39 @@ class GatewayHandler:
         self.on_refusal = on_refusal
         # One resolver for the gateway's life: its DNS cache serves every mail it takes.
         self.resolver = config.mail.authentication.resolver()
+        # Set when the gateway stops: a session ends once it answered the mail in hand.
+        self.stopping = False
+        # The database work under way in threads: a session ended (its sender gone, the
+        # gateway stopping) does not end it, and the gateway stops only once it has.
+        self._working: set[asyncio.Future] = set()
+
+    async def finished(self) -> bool:
+        """Return once the database work started for the sessions has ended (a thread
+        cannot be stopped: mail being stored is stored before the gateway says it stopped),
+        cancels notwithstanding; whether one came."""
+        return await _through_cancels(lambda: self._working)
 
     async def _in_thread(self, work: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``work`` in a thread; tried again (a few times) when the database failed in a way
         a new connection gets past: each thread replaces a connection the server ended at
         its next try, and the sending server need not wait minutes for its own retry."""
         for attempt in range(1, ATTEMPTS + 1):
+            working = asyncio.ensure_future(asyncio.to_thread(self._for_app, work, *args, **kwargs))
+            self._working.add(working)
+            working.add_done_callback(self._worked)
             try:
-                return await asyncio.to_thread(self._for_app, work, *args, **kwargs)
+                # Shielded: a session cancelled meanwhile leaves the work tracked to its end.
+                return await asyncio.shield(working)
             except (*TRANSIENT_ERRORS, StorageUnavailable) as error:
                 if attempt == ATTEMPTS:
                     raise
                 logger.warning("database unavailable (%s); trying again", error)
         raise AssertionError("unreachable")
+
+    def _worked(self, working: asyncio.Future) -> None:
+        self._working.discard(working)
+        if not working.cancelled():
+            working.exception()  # heard by the session that waited, if it still did
 
     def _for_app(self, work: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``work`` on the database of the installation this gateway takes mail for."""
@@ -193,25 +214,68 @@ class Gateway:
     """The SMTP gateway taking mail on an event loop (what ``serve_gateway`` returns):
     ``hostname`` and ``port`` are where it listens (the port bound, when 0 was asked)."""
 
-    def __init__(self, server: asyncio.Server, hostname: str, sessions: set[Any]) -> None:
+    def __init__(
+        self,
+        server: asyncio.Server,
+        hostname: str,
+        sessions: set[Any],
+        handler: GatewayHandler,
+    ) -> None:
         self.server = server
         self.hostname = hostname
         self.port: int = server.sockets[0].getsockname()[1]
+        self.handler = handler
         self._sessions = sessions
 
-    async def stop(self) -> None:
-        """Take no more connections, end the open ones, and return once their sessions
-        ended (a mail being stored is stored; its sender hears nothing and sends again)."""
-        self.server.close()
-        tasks = []
-        for session in list(self._sessions):
-            if session.transport is not None:
-                session.transport.abort()  # its session's task is cancelled
-            if session._handler_coroutine is not None:
-                tasks.append(session._handler_coroutine)
-        if tasks:
-            await asyncio.wait(tasks)
+    async def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
+        """Take no more connections; end the sessions not sending mail now; give those
+        sending one ``grace`` seconds to have it stored and answered (then they end, and
+        their senders send again); return once every session ended and the database work
+        they started is done, so that nothing lands after the gateway said it stopped.
+        Cancelling it cuts the grace short; it still returns only once all ended, then
+        raises the cancel."""
+        self.server.close()  # new connections are refused from here on
+        self.handler.stopping = True
+        sessions = list(self._sessions)
+        tasks = [s._handler_coroutine for s in sessions if s._handler_coroutine is not None]
+        sending = [
+            s._handler_coroutine
+            for s in sessions
+            if getattr(s, "sending", False) and s._handler_coroutine is not None
+        ]
+        for session in sessions:
+            if not getattr(session, "sending", False):
+                _abort(session)
+        cancelled = False
+        if sending:
+            try:
+                await asyncio.wait(sending, timeout=grace)
+            except asyncio.CancelledError:
+                cancelled = True
+        for session in sessions:  # past the grace: its sender hears nothing and sends again
+            _abort(session)
+        cancelled = await _through_cancels(lambda: tasks) or cancelled
+        cancelled = await self.handler.finished() or cancelled
         await self.server.wait_closed()
+        if cancelled:
+            raise asyncio.CancelledError
+
+
+def _abort(session: Any) -> None:
+    if session.transport is not None:
+        session.transport.abort()  # its session's task is cancelled
+
+
+async def _through_cancels(pending: Callable[[], Any]) -> bool:
+    """Wait until the futures ``pending()`` names are all done, cancels notwithstanding;
+    whether one came."""
+    cancelled = False
+    while waiting := [future for future in pending() if not future.done()]:
+        try:
+            await asyncio.wait(waiting)
+        except asyncio.CancelledError:
+            cancelled = True
+    return cancelled
 
 
 async def serve_gateway(
@@ -251,7 +315,7 @@ async def serve_gateway(
         port=port,
         reuse_address=True,
     )
-    return Gateway(server, hostname, sessions)
+    return Gateway(server, hostname, sessions, handler)
 
 
 def _session_settings(config: Config) -> dict[str, Any]:
@@ -270,12 +334,24 @@ def _session_class(handler: GatewayHandler) -> type:
         # aiosmtpd answers "500 Line too long" past 1,000 bytes; real servers accept them.
         line_length_limit = handler.config.mail.max_message_bytes + SMTP_OVERHEAD
         _mail_from: str | None = None
+        sending = False  # in DATA: its mail coming in, being stored, or being answered
 
         async def smtp_MAIL(self, arg: str | None) -> None:
             # Kept for the refusal line: a SIZE over the limit is refused before aiosmtpd
             # records the sender in the envelope.
             self._mail_from = arg
             await super().smtp_MAIL(arg)
+
+        async def smtp_DATA(self, arg: str) -> None:
+            # A session sending its mail when the gateway stops is given the grace to have
+            # it stored and answered; then it ends.
+            self.sending = True
+            try:
+                await super().smtp_DATA(arg)
+            finally:
+                self.sending = False
+            if handler.stopping and self.transport is not None:
+                self.transport.close()  # after the answer, which close() still sends
 
         async def push(self, status: Any) -> None:
             # aiosmtpd refuses a declared SIZE, or data past the limit, itself (its own
