@@ -38,37 +38,63 @@ SQLITE_LOCK = "IMMEDIATE"
 
 
 class _Tracked:
-    """Keeps each connection it opened, in whichever thread, until it is closed, so that
-    ``close_all`` closes them all (peewee's ``close`` closes the calling thread's alone):
-    an installation closing leaves no connection behind in its pools' threads."""
+    """Once ``track()`` is called (an installation's own database), keeps each connection
+    it opens with the thread that opened it, so that ``close_all`` closes them all
+    (peewee's ``close`` closes the calling thread's alone) and an installation closing
+    leaves none behind in its pools' threads. The connections of threads that ended are
+    closed as new ones are opened: kept here, they would outlive their thread."""
+
+    _tracked: dict[int, tuple[weakref.ref[threading.Thread], Any]] | None = None
+
+    def track(self) -> None:
+        """Keep the connections opened from now on, for ``close_all``."""
+        with _tracking_lock:
+            if self._tracked is None:
+                self._tracked = {}
 
     def _connect(self) -> Any:
         connection = super()._connect()  # type: ignore[misc]
+        ended = []
         with _tracking_lock:
-            _opened.setdefault(id(self), {})[id(connection)] = connection
+            tracked = self._tracked
+            if tracked is not None:
+                for key, (thread, held) in list(tracked.items()):
+                    alive = thread()
+                    if alive is None or not alive.is_alive():
+                        ended.append(held)
+                        del tracked[key]
+                tracked[id(connection)] = (weakref.ref(threading.current_thread()), connection)
+        _close(ended)
         return connection
 
     def _close(self, connection: Any) -> None:
-        forget(cast(peewee.Database, self), connection)
+        self.forget(connection)
         super()._close(connection)  # type: ignore[misc]
 
-    def close_all(self) -> None:
-        """Close every connection this database opened, in every thread."""
+    def forget(self, connection: Any) -> None:
+        """``connection`` was closed by hand: no longer one to close."""
         with _tracking_lock:
-            connections = list(_opened.pop(id(self), {}).values())
+            if self._tracked is not None:
+                self._tracked.pop(id(connection), None)
+
+    def close_all(self) -> None:
+        """Close every connection this database opened since ``track()``, in every thread."""
+        with _tracking_lock:
+            connections = [held for _, held in (self._tracked or {}).values()]
+            if self._tracked is not None:
+                self._tracked.clear()
         with contextlib.suppress(Exception):
             cast(peewee.Database, self).close()  # this thread's, as peewee knows it
         _close(connections)
 
 
 _tracking_lock = threading.Lock()
-_opened: dict[int, dict[int, Any]] = {}
 
 
 def forget(db: peewee.Database, connection: Any) -> None:
     """``connection`` of ``db`` was closed by hand: no longer one to close."""
-    with _tracking_lock:
-        _opened.get(id(db), {}).pop(id(connection), None)
+    if isinstance(db, _Tracked):
+        db.forget(connection)
 
 
 class _SqliteDatabase(_Tracked, peewee.SqliteDatabase):
@@ -172,10 +198,13 @@ def connect(url: str | None = None) -> peewee.Database:
     return db
 
 
-def open_connected(url: str) -> peewee.Database:
+def open_connected(url: str, *, tracked: bool = False) -> peewee.Database:
     """A database for ``url``, its first connection opened (so a bad URL or an unreachable
-    server is told at once), bound to nothing."""
+    server is told at once), bound to nothing; ``tracked``: keeping the connections every
+    thread opens on it, for ``close_everywhere``."""
     db = open_database(url)
+    if tracked:
+        track_connections(db)
     try:
         db.connect(reuse_if_open=True)
     except peewee.OperationalError as error:
@@ -281,6 +310,12 @@ def put_down_connection() -> None:
     with contextlib.suppress(Exception):
         connection.close()
     forget(db, connection)
+
+
+def track_connections(db: peewee.Database) -> None:
+    """Have ``db`` keep the connections it opens, so that ``close_everywhere`` closes them."""
+    if isinstance(db, _Tracked):
+        db.track()
 
 
 def close_everywhere(db: peewee.Database) -> None:

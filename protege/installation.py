@@ -239,7 +239,8 @@ def open_installation(
     if not connect:
         bound = db.database.process_database  # never another installation's own
         return _assemble(config, manifest, plugins, transports, stores, bound, False)
-    database = db.open_connected(config.database_url)
+    # Its threads' connections are kept too, to be closed with the installation.
+    database = db.open_connected(config.database_url, tracked=True)
     dbroute.opened(database)
     try:
         with dbroute.using(database):

@@ -342,3 +342,16 @@ def test_an_installation_dropped_unclosed_gives_its_database_back(environment, t
     assert database.is_closed()
     with opened(tmp_path / "again") as again:  # the only one open: used outside its work
         assert db.database.obj is again.database
+
+
+def test_connections_of_threads_that_ended_are_not_kept(environment, tmp_path):
+    import threading
+
+    with opened(tmp_path / "churn") as app:
+        for _ in range(6):  # pools come and go; each thread opens a connection and ends
+            thread = threading.Thread(target=lambda: records(app))
+            thread.start()
+            thread.join()
+        # Each new connection closed those of the threads ended before: the opener's
+        # and the last thread's are left.
+        assert len(app.database._tracked) <= 2
