@@ -19,6 +19,7 @@ from protege.addresses import canonical_address
 from protege.authentication.resolver import DnsResolver, pinned_records
 from protege.errors import ConfigError, did_you_mean
 from protege.frozen import read_only
+from protege.limit_settings import LimitSettings, ModelPrice
 from protege.reprs import fields_repr
 
 if TYPE_CHECKING:
@@ -89,6 +90,24 @@ class ModelSettings:
     output_cost_per_million: float | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.ge(0))
     )
+    # ``[model.prices]``: prices per model name, for whichever model answered.
+    prices: Mapping[str, ModelPrice] = attrs.field(factory=dict, hash=False)
+
+    def price_of(self, model: str | None) -> ModelPrice | None:
+        """What ``model`` costs: its row of ``prices`` (also when the endpoint answered with
+        a dated name that starts with a row's name and a dash), else, for the configured
+        model, ``input_cost_per_million`` and ``output_cost_per_million``; None when unknown."""
+        if model:
+            if model in self.prices:
+                return self.prices[model]
+            for name in sorted(self.prices, key=len, reverse=True):
+                if model.startswith(name + "-"):
+                    return self.prices[name]
+        if self.input_cost_per_million is None or self.output_cost_per_million is None:
+            return None
+        if model and self.model and model != self.model and not model.startswith(self.model):
+            return None
+        return ModelPrice(input=self.input_cost_per_million, output=self.output_cost_per_million)
 
     def accepts(self, kind: str) -> bool:
         """Whether the model may be sent content of ``kind`` (``"image"``, ``"pdf"``)."""
@@ -459,6 +478,7 @@ class FileSettings:
     mail: MailSettings = MailSettings()
     responsibilities: ResponsibilitySettings = ResponsibilitySettings()
     blobs: BlobSettings = BlobSettings()
+    limits: LimitSettings = LimitSettings()
     overrides: tuple[str, ...] = ()
     plugins: dict[str, dict[str, Any]] = attrs.field(factory=dict)
 
@@ -491,6 +511,7 @@ class Config:
     mail: MailSettings = MailSettings()
     responsibilities: ResponsibilitySettings = ResponsibilitySettings()
     blobs: BlobSettings = BlobSettings()
+    limits: LimitSettings = LimitSettings()
     # Tool ids the host's own tools take from a plugin on purpose: ``doctor`` stays green.
     overrides: tuple[str, ...] = ()
     # ``[plugins.NAME]`` tables by normalized distribution name: as the file has them when
@@ -871,6 +892,7 @@ def _build(
         blobs=_with_blob_secrets(
             _overridden(settings.blobs, environ, store=BLOB_STORE_VARIABLE), environ
         ),
+        limits=settings.limits,
         overrides=settings.overrides,
         plugins={_normalized(name): table for name, table in settings.plugins.items()},
     )

@@ -290,13 +290,21 @@ def _0006_responsibilities_on_a_schedule(db: peewee.Database | peewee.DatabasePr
     )
 
 
-RUN_STATUSES = ("queued", "running", "done", "failed", "cancelled", "waiting")
-_RUN_STATUS_CHECK = "CHECK (status IN ('queued', 'running', 'done', 'failed'))"
+# The statuses each migration let run.status hold: 7 added leases and approvals, 17 holds.
+_STATUSES_2 = ("queued", "running", "done", "failed")
+_STATUSES_7 = (*_STATUSES_2, "cancelled", "waiting")
+RUN_STATUSES = (*_STATUSES_7, "held")
 
 
-def _allow_more_run_statuses(db: peewee.Database | peewee.DatabaseProxy) -> None:
-    """Let ``run.status`` hold every status of ``RUN_STATUSES``."""
-    wider = "CHECK (status IN (" + ", ".join(f"'{s}'" for s in RUN_STATUSES) + "))"
+def _status_check(statuses: tuple[str, ...]) -> str:
+    return "CHECK (status IN (" + ", ".join(f"'{s}'" for s in statuses) + "))"
+
+
+def _allow_run_statuses(
+    db: peewee.Database | peewee.DatabaseProxy, before: tuple[str, ...], after: tuple[str, ...]
+) -> None:
+    """Let ``run.status`` hold every status of ``after`` (it held those of ``before``)."""
+    wider = _status_check(after)
     if isinstance(getattr(db, "obj", db), peewee.PostgresqlDatabase):
         _run(
             db,
@@ -311,14 +319,15 @@ def _allow_more_run_statuses(db: peewee.Database | peewee.DatabaseProxy) -> None
     # meets the wider check), which is the case SQLite documents as safe to make by editing
     # the schema text itself: https://sqlite.org/lang_altertable.html#otheralter
     (table,) = db.execute_sql("SELECT sql FROM sqlite_master WHERE name = 'run'").fetchone()
-    if _RUN_STATUS_CHECK not in table:
-        raise RuntimeError("the run table's status check is not the one migration 2 wrote")
+    narrower = _status_check(before)
+    if narrower not in table:
+        raise RuntimeError("the run table's status check is not the one migrations wrote")
     (version,) = db.execute_sql("PRAGMA schema_version").fetchone()
     db.execute_sql("PRAGMA writable_schema = ON")
     try:
         db.execute_sql(
             "UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = 'run'",
-            (table.replace(_RUN_STATUS_CHECK, wider),),
+            (table.replace(narrower, wider),),
         )
         db.execute_sql(f"PRAGMA schema_version = {int(version) + 1}")
     finally:
@@ -329,7 +338,7 @@ def _0007_leases_and_pending_deliveries(db: peewee.Database | peewee.DatabasePro
     # A running run is held by a lease its worker renews; a run whose lease ran out is
     # taken over, and an operator may cancel it. Mail a run sends waits as pending until
     # the transport has it.
-    _allow_more_run_statuses(db)
+    _allow_run_statuses(db, _STATUSES_2, _STATUSES_7)
     _run(
         db,
         """
@@ -588,6 +597,62 @@ def _0016_approvals_required_per_agent(db: peewee.Database | peewee.DatabaseProx
     )
 
 
+def _0017_limits(db: peewee.Database | peewee.DatabaseProxy) -> None:
+    # Guardrails. A run counts against its sender's and agent's windows from when it was
+    # admitted (queued, or released from being held); workers take queued runs in turns, so
+    # one sender's backlog waits behind everyone else's next mail. Tokens and money spent
+    # are added up per agent, day and model as answers come, so a limit is one small read.
+    _allow_run_statuses(db, _STATUSES_7, RUN_STATUSES)
+    _run(
+        db,
+        """
+        ALTER TABLE run ADD COLUMN sender_key VARCHAR(320);
+        ALTER TABLE run ADD COLUMN turn INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE run ADD COLUMN admitted_at {ts};
+        ALTER TABLE run ADD COLUMN held_until {ts};
+        ALTER TABLE run ADD COLUMN held_reason TEXT;
+        UPDATE run SET admitted_at = created_at;
+        CREATE INDEX run_turn ON run (status, turn, id);
+        CREATE INDEX run_sender_admitted ON run (agent_id, sender_key, admitted_at);
+        CREATE INDEX run_agent_admitted ON run (agent_id, admitted_at);
+        CREATE INDEX run_queued_sender ON run (status, sender_key, turn);
+        CREATE TABLE usage_day (
+            id {pk},
+            agent_id INTEGER NOT NULL REFERENCES agent (id) ON DELETE CASCADE,
+            day VARCHAR(10) NOT NULL,
+            model VARCHAR(200) NOT NULL,
+            responses INTEGER NOT NULL DEFAULT 0,
+            prompt_tokens BIGINT NOT NULL DEFAULT 0,
+            completion_tokens BIGINT NOT NULL DEFAULT 0,
+            cost_micros BIGINT NOT NULL DEFAULT 0
+        );
+        CREATE UNIQUE INDEX usage_day_agent_day_model ON usage_day (agent_id, day, model);
+        CREATE INDEX usage_day_day ON usage_day (day);
+        CREATE TABLE limit_notice (
+            id {pk},
+            audience VARCHAR(16) NOT NULL,
+            agent_id INTEGER REFERENCES agent (id) ON DELETE CASCADE,
+            subject VARCHAR(320) NOT NULL,
+            window_start {ts} NOT NULL,
+            created_at {ts} NOT NULL
+        );
+        CREATE UNIQUE INDEX limit_notice_once
+            ON limit_notice (audience, agent_id, subject, window_start);
+        CREATE TABLE circuit (
+            id {pk},
+            endpoint VARCHAR(400) NOT NULL UNIQUE,
+            state VARCHAR(9) NOT NULL DEFAULT 'closed',
+            failures INTEGER NOT NULL DEFAULT 0,
+            opened INTEGER NOT NULL DEFAULT 0,
+            failing_since {ts},
+            open_until {ts},
+            last_error TEXT,
+            updated_at {ts} NOT NULL
+        )
+        """,
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "agents and toolkits", _0001_agents_and_toolkits),
     Migration(2, "messages and runs", _0002_messages_and_runs),
@@ -606,6 +671,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         15, "archived agents, revocable sessions", _0015_archived_agents_and_revocable_sessions
     ),
     Migration(16, "approvals required per agent", _0016_approvals_required_per_agent),
+    Migration(17, "limits, held runs, fair turns, usage, circuit", _0017_limits),
 )
 
 

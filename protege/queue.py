@@ -12,11 +12,16 @@ import uuid
 
 import peewee
 
+from protege.addresses import routing_key
 from protege.db import connection_broken, database
 from protege.errors import ProtegeError
+from protege.limit_settings import LimitSettings
+from protege.limits.admission import Hold
+from protege.limits.fairness import next_turn
+from protege.limits.flight import busy_agents
 from protege.models import Agent, Message, Responsibility, Run
 from protege.models.base import utcnow
-from protege.models.runs import DONE, FAILED, QUEUED, REPLY, RUNNING, SCHEDULED, Claim
+from protege.models.runs import DONE, FAILED, HELD, QUEUED, REPLY, RUNNING, SCHEDULED, Claim
 
 __all__ = [
     "AlreadyQueued",
@@ -25,17 +30,38 @@ __all__ = [
     "queue_scheduled",
     "requeue",
     "retry_failed",
+    "sender_key",
 ]
 
 
-def queue_reply(message: Message) -> Run:
-    """Queue a run answering ``message`` (an inbound message of its agent)."""
-    return Run.insert_new(
-        agent=message.agent,  # the message's own (usually loaded) agent: no query at run time
-        kind=REPLY,
-        message=message,
-        correlation_id=uuid.uuid4().hex,
-    )
+def sender_key(message: Message) -> str | None:
+    """Whom a reply run to ``message`` counts against: its sender's routing key (the bare
+    address, tag dropped, lowercased), else the From text as it came, lowercased."""
+    key = routing_key(message.sender)
+    if key is None:
+        key = " ".join((message.sender or "").split()).lower()[:320] or None
+    return key
+
+
+def queue_reply(
+    message: Message, *, hold: Hold | None = None, now: datetime.datetime | None = None
+) -> Run:
+    """Queue a run answering ``message`` (an inbound message of its agent), in its
+    sender's fair turn; or, with ``hold`` (``protege.limits.admission``), store it held
+    until the hold's window ends."""
+    key = sender_key(message)
+    fields: dict[str, object] = {
+        "agent": message.agent,  # the message's own (usually loaded) agent: no query later
+        "kind": REPLY,
+        "message": message,
+        "correlation_id": uuid.uuid4().hex,
+        "sender_key": key,
+    }
+    if hold is None:
+        fields.update(turn=next_turn(key), admitted_at=now or utcnow())
+    else:
+        fields.update(status=HELD, held_until=hold.until, held_reason=hold.reason)
+    return Run.insert_new(**fields)
 
 
 class AlreadyQueued(ProtegeError):
@@ -59,6 +85,8 @@ def queue_scheduled(responsibility: Responsibility, due_at: datetime.datetime | 
                 responsibility=responsibility,
                 correlation_id=uuid.uuid4().hex,
                 due_at=stored,
+                turn=next_turn(None),
+                admitted_at=utcnow(),
             )
     except peewee.IntegrityError:
         if due_at is not None and (
@@ -78,6 +106,10 @@ def requeue(run: Run) -> Run:
     Tool calls whose results were recorded are not run again, and mail a call already sent
     is not sent again.
     """
+    if run.status == HELD:
+        raise ProtegeError(
+            f"run {run.id} is held ({run.held_reason}): `protege runs release {run.id}` queues it"
+        )
     if run.status in (QUEUED, DONE):
         raise ProtegeError(f"run {run.id} is {run.status}: only failed or stuck runs are retried")
     if (
@@ -121,12 +153,15 @@ def claim_next(
     *,
     look: bool = True,
     expired: bool = True,
+    limits: LimitSettings | None = None,
 ) -> tuple[Run, Claim] | None:
     """Take the next run for the worker attempt ``owner``: a run whose worker stopped
-    renewing its lease, else the oldest queued one; None when there is neither. Safe with
-    several workers in several processes. A busy worker may skip the first ``look`` and,
-    between regular looks, the ``expired`` runs (``Run.claim_next``)."""
-    claim = Run.claim_next(owner, now, lease_seconds, look=look, expired=expired)
+    renewing its lease, else the queued one whose turn is next; None when there is
+    neither. Safe with several workers in several processes. A busy worker may skip the
+    first ``look`` and, between regular looks, the ``expired`` runs (``Run.claim_next``).
+    With ``limits``, the runs of agents at their ``agent_runs_in_flight`` wait."""
+    busy = () if limits is None else busy_agents(now, limits)
+    claim = Run.claim_next(owner, now, lease_seconds, look=look, expired=expired, busy_agents=busy)
     if claim is None:
         return None
     try:

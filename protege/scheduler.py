@@ -24,6 +24,7 @@ from protege.cron import ScheduleError
 from protege.db import database
 from protege.dblock import exclusive_on
 from protege.harness.runner import RunResources
+from protege.limits.holding import release_due
 from protege.models import Agent, Approval, Responsibility, Run
 from protege.models.runs import FAILED, QUEUED, RUNNING, SCHEDULED
 from protege.queue import AlreadyQueued, queue_scheduled, retry_failed
@@ -49,10 +50,12 @@ class Pass:
     retried: list[Run] = attrs.Factory(list)
     failed: list[Run] = attrs.Factory(list)  # failed for good, settled (and mailed) now
     expired: list[int] = attrs.Factory(list)  # approvals nobody answered in time
+    released: list[int] = attrs.Factory(list)  # held runs whose window reopened, queued now
 
 
 class Scheduler:
-    """Queues the due runs of every enabled responsibility, in passes.
+    """Queues the due runs of every enabled responsibility, and releases held runs whose
+    window reopened, in passes.
 
     ``tick()`` makes one pass at the clock's time; ``start()`` makes one every
     ``[responsibilities] poll_seconds`` in a thread until ``stop()``, and ``await serve()``
@@ -95,6 +98,13 @@ class Scheduler:
         done.expired = Approval.expire_due(now.astimezone(datetime.UTC).replace(tzinfo=None))
         for approval_id in done.expired:
             self._say(f"approval {approval_id} expired unanswered; its run resumes")
+        released = release_due(now, self.installation.config.limits)
+        done.released = released.queued
+        if released.queued or released.held_on:
+            self._say(
+                f"{len(released.queued)} held run(s) released into the queue; "
+                f"{released.held_on} still held"
+            )
         return done
 
     def start(self) -> Scheduler:

@@ -64,7 +64,8 @@ def drain(installation: Installation, *, clock: Clock = utcnow) -> list[Run]:
     done = []
     lease = installation.config.runs.lease_seconds
     with installation.activated(), EventDispatcher(installation) as events:
-        while (claimed := claim_next(new_owner(), clock(), lease)) is not None:
+        limits = installation.config.limits
+        while (claimed := claim_next(new_owner(), clock(), lease, limits=limits)) is not None:
             run, claim = claimed
             done.append(execute(run, installation, claim=claim, listeners=events))
         send_pending(installation.config, clock=clock, transport=installation.transport)
@@ -238,7 +239,13 @@ class Workers:
             if full:
                 looked_at = time.monotonic()
             claiming = functools.partial(
-                claim_next, new_owner(), self.clock(), lease, look=full, expired=full
+                claim_next,
+                new_owner(),
+                self.clock(),
+                lease,
+                look=full,
+                expired=full,
+                limits=self.installation.config.limits,
             )
             try:
                 claimed = await loop.run_in_executor(io, claiming)

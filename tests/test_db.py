@@ -23,6 +23,7 @@ from protege.models import (
     Toolkit,
     UsedToken,
 )
+from protege.models.limits import Circuit, LimitNotice, UsageDay
 
 
 def test_sqlite_url_creates_its_folder_and_uses_wal_and_foreign_keys(tmp_path):
@@ -72,6 +73,7 @@ def test_an_unmigrated_database_is_refused_with_what_to_run(tmp_path):
         "0013 used tokens of signed webhooks",
         "0015 archived agents, revocable sessions",
         "0016 approvals required per agent",
+        "0017 limits, held runs, fair turns, usage, circuit",
     ]
     db.require_current()
     # A database one migration behind is told what to run, and how many are waiting.
@@ -102,6 +104,9 @@ def test_an_unmigrated_database_is_refused_with_what_to_run(tmp_path):
         AuditEntry,
         UsedToken,
         RequiredApproval,
+        UsageDay,
+        LimitNotice,
+        Circuit,
     ],
 )
 def test_models_match_the_migrated_tables(protege_db, model):

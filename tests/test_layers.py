@@ -32,6 +32,9 @@ LAYERS = [
     ("gateway", {"gateway", "scheduler", "delivery"}),
     ("run queue", {"queue"}),
     ("harness", {"harness"}),
+    # Limits, held runs, fair turns and the circuit breaker: read by the gateway, the
+    # queue, the workers and the harness alike.
+    ("guardrails", {"limits"}),
     ("tools on offer", {"toolkits", "registry", "plugins"}),
     ("records", {"models", "mail", "blobs", "audit"}),
     # protege's own hook implementations (internal plugins) import what they make only
@@ -56,6 +59,7 @@ LAYERS = [
         {
             "errors",
             "config",
+            "limit_settings",
             "addresses",
             "access",
             "authentication",

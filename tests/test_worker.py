@@ -392,7 +392,7 @@ def test_a_busy_worker_claims_straight_away_and_looks_at_everything_once_the_que
     looks = [sql for sql in statements if sql.startswith("SELECT 1 FROM run WHERE")]
     claims = [sql for sql in statements if sql.startswith("UPDATE run SET status = 'running'")]
     expired = [sql for sql in claims if "status = 'running' AND (lease_expires_at" in sql]
-    queued = [sql for sql in claims if "WHERE status = 'queued' ORDER BY id" in sql]
+    queued = [sql for sql in claims if "WHERE status = 'queued' ORDER BY turn, id" in sql]
     assert len(looks) == 2  # when it started, and when a claim found the queue empty
     assert len(expired) == 1  # only with the first look: the second found nothing to claim
     assert len(queued) == 6  # five runs, then the claim that found none

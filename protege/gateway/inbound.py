@@ -9,11 +9,12 @@ turned away unstored, with a reason.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import hashlib
 import json
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -34,10 +35,14 @@ from protege.gateway.parse import (
     check_header_block,
     parse,
 )
+from protege.limits.admission import admission
+from protege.limits.notices import tell_of_hold
+from protege.limits.windows import naive_utc
 from protege.mail import SYNTHETIC_ID, new_message_id, redact_tokens, thread_for
 from protege.models import Agent, Blob, Message, MessageAttachment, Run
+from protege.models.base import utcnow
 from protege.models.messages import ACCEPTED, ANSWER, FROM_AN_AGENT, IGNORED, INBOUND, REFUSED
-from protege.queue import queue_reply
+from protege.queue import queue_reply, sender_key
 
 __all__ = ["LOOP_HEADER", "Delivered", "MailRejected", "StorageUnavailable", "agent_for", "ingest"]
 
@@ -94,6 +99,7 @@ def ingest(
     resolver: Resolver | None = None,
     verdict: Verdict | None = None,
     app: Any = None,
+    clock: Callable[[], datetime.datetime] = utcnow,
 ) -> list[Delivered]:
     """Store ``raw`` for each agent among ``recipients`` and queue their runs.
 
@@ -111,7 +117,16 @@ def ingest(
     activated = getattr(app, "activated", None)  # an installation: its own database
     with contextlib.nullcontext() if activated is None else activated():
         return _ingest(
-            raw, config, recipients, envelope_sender, client_ip, helo, resolver, verdict, app
+            raw,
+            config,
+            recipients,
+            envelope_sender,
+            client_ip,
+            helo,
+            resolver,
+            verdict,
+            app,
+            naive_utc(clock()),
         )
 
 
@@ -125,6 +140,7 @@ def _ingest(
     resolver: Resolver | None,
     verdict: Verdict | None,
     app: Any,
+    now: datetime.datetime,
 ) -> list[Delivered]:
     limits = config.mail
     if len(raw) > limits.max_message_bytes:
@@ -151,7 +167,7 @@ def _ingest(
         verdict = unverified(FROM_AN_AGENT, verdict.from_domain)
     inspectors = OwnInspectors.of(config) if app is None else app
     try:
-        return _store(raw, parsed, agents, config, addressed, verdict, inspectors)
+        return _store(raw, parsed, agents, config, addressed, verdict, inspectors, now)
     except TRANSIENT_ERRORS as error:
         raise StorageUnavailable(f"{type(error).__name__}: {error}") from error
     except Exception as error:  # something in this mail the database would not take
@@ -169,6 +185,7 @@ def _ingest(
                 (),
                 unverified("the mail could not be read"),
                 inspectors,
+                now,
             )
         except Exception as again:
             raise StorageUnavailable(f"{type(again).__name__}: {again}") from again
@@ -182,6 +199,7 @@ def _store(
     recipients: Sequence[str],
     verdict: Verdict,
     inspectors: Any,
+    now: datetime.datetime,
 ) -> list[Delivered]:
     with blobs.removed_on_failure(), database.atomic():
         copies = _earlier_copies(raw, parsed, agents)
@@ -199,7 +217,7 @@ def _store(
             _again(agent, copies[agent.id])
             if agent.id in copies
             else _deliver_to(
-                agent, parsed, raw_blob, stored, config, recipients, verdict, inspectors
+                agent, parsed, raw_blob, stored, config, recipients, verdict, inspectors, now
             )
             for agent in agents
         ]
@@ -283,6 +301,7 @@ def _deliver_to(
     recipients: Sequence[str],
     verdict: Verdict,
     inspectors: Any,
+    now: datetime.datetime,
 ) -> Delivered:
     flags = list(parsed.flags)
     answer = None
@@ -350,7 +369,13 @@ def _deliver_to(
     if (status, flags) != stored_as:
         Message.update(status=status, flags=flags).where(Message.id == message.id).execute()
         message.status, message.flags = status, flags
-    run = queue_reply(message) if status == ACCEPTED else None
+    run = None
+    if status == ACCEPTED:
+        hold = admission(agent.id, agent.name, sender_key(message), now, config.limits)
+        run = queue_reply(message, hold=hold, now=now)
+        if hold is not None:
+            reason = f"accepted and held: {hold.reason}"
+            tell_of_hold(inspectors, agent, message, hold, now, config)
     if answer is not None and answer.run is not None:
         run = answer.run  # the waiting run the answer put back in the queue
     return Delivered(agent, message, run, status, reason)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -18,6 +19,7 @@ from protege.models.messages import Message
 
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
 WAITING = "waiting"  # a tool call waits for approval; an answer queues the run again
+HELD = "held"  # over a limit: released into the queue when its window reopens
 ENDED = (DONE, FAILED, CANCELLED)
 
 # The run-state changes and event appends happen on every run, several times: they are
@@ -34,7 +36,10 @@ _CLAIM_ONE = "id = {p} AND status = 'queued'"
 # The oldest queued run, and a running run whose worker stopped renewing its lease. On
 # PostgreSQL, SKIP LOCKED lets concurrent workers each take a different row without waiting;
 # SQLite runs one writing statement at a time, which makes the plain subquery just as safe.
-_NEXT_QUEUED = "id = (SELECT id FROM run WHERE status = 'queued' ORDER BY id LIMIT 1{lock})"
+# Queued runs are taken by turn (``protege.limits.fairness``), then in order of arrival.
+_NEXT_QUEUED = (
+    "id = (SELECT id FROM run WHERE status = 'queued'{busy} ORDER BY turn, id LIMIT 1{lock})"
+)
 # A running run with no lease at all was left by a protege older than leases: expired too.
 _EXPIRED = "status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at < {p})"
 _NEXT_EXPIRED = (
@@ -171,6 +176,14 @@ class Run(Record):
     finished_at = peewee.DateTimeField(null=True)
     due_at = peewee.DateTimeField(null=True)  # the due time a scheduled run stands for (UTC)
     settled_at = peewee.DateTimeField(null=True)  # when its failure was retried out, reported
+    # Guardrails (``protege.limits``): who the run counts against, its place among queued
+    # runs (workers take the lowest turn first), when it was let into the queue, and while
+    # held, until when and why.
+    sender_key = peewee.CharField(max_length=320, null=True)
+    turn = peewee.IntegerField(default=0)
+    admitted_at = peewee.DateTimeField(null=True)
+    held_until = peewee.DateTimeField(null=True)
+    held_reason = peewee.TextField(null=True)
 
     class Meta:
         indexes = ((("responsibility", "due_at"), True),)
@@ -201,9 +214,12 @@ class Run(Record):
         *,
         look: bool = True,
         expired: bool = True,
+        busy_agents: Sequence[int] = (),
     ) -> Claim | None:
         """Take the next run for a worker: first a running run whose lease expired before
-        ``now`` (its worker died), then the oldest queued one; None when there is neither.
+        ``now`` (its worker died), then the queued one with the lowest turn (the oldest
+        among equals), leaving alone the queued runs of ``busy_agents`` (agents at their
+        limit of runs in flight); None when there is neither.
 
         A busy worker, whose last claim found a run, may skip the ``look`` (a read, first,
         that spares an idle poll SQLite's write lock) and, between its regular looks, the
@@ -220,7 +236,12 @@ class Run(Record):
             found = _claimed(database.execute_sql(sql, (now, owner, lease, now, now)), owner, True)
             if found is not None:
                 return found
-        queued = _CLAIMED.format(p=p, where=_NEXT_QUEUED.format(lock=lock))
+        busy = (
+            " AND agent_id NOT IN (" + ", ".join(str(int(a)) for a in busy_agents) + ")"
+            if busy_agents
+            else ""
+        )
+        queued = _CLAIMED.format(p=p, where=_NEXT_QUEUED.format(lock=lock, busy=busy))
         return _claimed(database.execute_sql(queued, (now, owner, lease)), owner, False)
 
     @staticmethod

@@ -1,0 +1,123 @@
+"""Held runs: letting them into the queue when their window reopens, or when an operator
+says so, in the order they arrived.
+
+A held run is a stored mail's run (or a run stopped at a spending limit) waiting in status
+``held``; nothing is dropped. The scheduler's pass calls ``release_due``: each held run
+whose ``held_until`` has come is checked against the limits again, oldest first, and
+either queued or held on to a later time. ``release`` is the operator's: it queues the
+runs it names whatever the limits say.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable
+
+import attrs
+
+from protege.db import database
+from protege.limit_settings import LimitSettings
+from protege.limits.admission import Hold, admission
+from protege.limits.fairness import next_turn
+from protege.limits.windows import naive_utc
+from protege.models import Agent, Run
+from protege.models.runs import HELD
+
+_RELEASE_SQL = (
+    "UPDATE run SET status = 'queued', turn = {p}, admitted_at = COALESCE(admitted_at, {p}), "
+    "held_until = NULL, held_reason = NULL WHERE id = {p} AND status = 'held'"
+)
+_HOLD_ON_SQL = (
+    "UPDATE run SET held_until = {p}, held_reason = {p} WHERE status = 'held' AND id IN ({ids})"
+)
+BATCH = 500
+
+
+@attrs.define
+class Released:
+    """What a release pass did: the runs it queued and those it held on to."""
+
+    queued: list[int] = attrs.Factory(list)
+    held_on: int = 0
+
+
+def release_due(now: datetime.datetime, settings: LimitSettings) -> Released:
+    """Queue the held runs whose window reopened by ``now`` while the limits allow them,
+    oldest first; hold the others on to their new window's end."""
+    now = naive_utc(now)
+    done = Released()
+    names = {agent.id: agent.name for agent in Agent.select(Agent.id, Agent.name)}
+    after = 0
+    while True:
+        due = list(
+            Run.select(Run.id, Run.agent, Run.sender_key, Run.message)
+            .where((Run.status == HELD) & (Run.held_until <= now) & (Run.id > after))
+            .order_by(Run.id)
+            .limit(BATCH)
+            .tuples()
+        )
+        if not due:
+            return done
+        after = due[-1][0]
+        # Once a sender (or an agent) is found over a limit in this pass, its later runs
+        # stay held to the same time without a look of their own.
+        blocked: dict[tuple[int, str | None], Hold] = {}
+        held_on: dict[Hold, list[int]] = {}
+        for run_id, agent_id, sender_key, message_id in due:
+            hold = blocked.get((agent_id, sender_key)) or blocked.get((agent_id, None))
+            if hold is None:
+                with database.atomic():
+                    hold = admission(
+                        agent_id,
+                        names.get(agent_id, ""),
+                        sender_key,
+                        now,
+                        settings,
+                        count_runs=message_id is not None,
+                        waiting_behind=False,
+                    )
+                    if hold is None:
+                        _queue(run_id, sender_key, now)
+                        done.queued.append(run_id)
+                        continue
+                whose = sender_key if hold.subject == sender_key else None
+                blocked[(agent_id, whose)] = hold
+            held_on.setdefault(hold, []).append(run_id)
+        for hold, ids in held_on.items():
+            for start in range(0, len(ids), BATCH):
+                chunk = ids[start : start + BATCH]
+                database.execute_sql(
+                    _HOLD_ON_SQL.format(p=database.param, ids=", ".join(map(str, chunk))),
+                    (hold.until, hold.reason),
+                )
+            done.held_on += len(ids)
+
+
+def _queue(run_id: int, sender_key: str | None, now: datetime.datetime) -> bool:
+    cursor = database.execute_sql(
+        _RELEASE_SQL.format(p=database.param), (next_turn(sender_key), now, run_id)
+    )
+    return cursor.rowcount == 1
+
+
+def release(run_ids: Iterable[int], now: datetime.datetime) -> list[int]:
+    """Queue the held runs ``run_ids`` now, whatever the limits say (an operator's
+    decision); returns those that were held and are queued now."""
+    now = naive_utc(now)
+    released = []
+    for run_id in run_ids:
+        sender = Run.select(Run.sender_key).where(Run.id == run_id).scalar()
+        with database.atomic():
+            if _queue(run_id, sender, now):
+                released.append(run_id)
+    return released
+
+
+def held_runs(*, agent: Agent | None = None, sender_key: str | None = None) -> list[int]:
+    """The ids of the held runs (of ``agent``, of ``sender_key``), oldest first."""
+    query = Run.select(Run.id).where(Run.status == HELD)
+    if agent is not None:
+        query = query.where(Run.agent == agent)
+    if sender_key is not None:
+        query = query.where(Run.sender_key == sender_key)
+    return [row[0] for row in query.order_by(Run.id).tuples()]
