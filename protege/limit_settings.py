@@ -41,6 +41,7 @@ SPENDING_LIMITS = (
 AGENT_LIMITS = (*RUN_LIMITS, AGENT_RUNS_IN_FLIGHT, *SPENDING_LIMITS[:2], *SPENDING_LIMITS[3:5])
 
 _count = attrs.validators.ge(0)
+_money = attrs.validators.ge(0.0)
 
 
 def _optional_count(instance: object, attribute: attrs.Attribute, value: Any) -> None:
@@ -102,9 +103,9 @@ class LimitSettings:
     agent_tokens_per_day: int = attrs.field(default=5_000_000, validator=_count)
     agent_tokens_per_month: int = attrs.field(default=100_000_000, validator=_count)
     installation_tokens_per_day: int = attrs.field(default=20_000_000, validator=_count)
-    agent_cost_per_day: float = attrs.field(default=0.0, validator=_count)
-    agent_cost_per_month: float = attrs.field(default=0.0, validator=_count)
-    installation_cost_per_day: float = attrs.field(default=0.0, validator=_count)
+    agent_cost_per_day: float = attrs.field(default=0.0, validator=_money)
+    agent_cost_per_month: float = attrs.field(default=0.0, validator=_money)
+    installation_cost_per_day: float = attrs.field(default=0.0, validator=_money)
     notify_held: bool = False
     alert_to: str | None = attrs.field(default=None, validator=_address)
     circuit_failures: int = attrs.field(default=5, validator=attrs.validators.ge(1))
@@ -129,8 +130,8 @@ class ModelPrice:
     """What a model's provider charges, per million tokens sent (``input``) and written
     (``output``), in the currency the money limits count in."""
 
-    input: float = attrs.field(validator=_count)
-    output: float = attrs.field(validator=_count)
+    input: float = attrs.field(validator=_money)
+    output: float = attrs.field(validator=_money)
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
         """What these tokens cost."""

@@ -115,12 +115,14 @@ def run_limit_reached(
     *,
     subject: str = "",
 ) -> Hold | None:
-    """The first run limit of ``limits`` (an agent's, ``LimitSettings.for_agent``) that
-    one more run of ``sender_key`` for agent ``agent_id`` would pass, or None."""
+    """The run limit of ``limits`` (an agent's, ``LimitSettings.for_agent``) that one more
+    run of ``sender_key`` for agent ``agent_id`` would pass, or None; of several, the one
+    whose window ends last (nothing may run before then)."""
     now = naive_utc(now)
     p = database.param
     hour_start, hour_end = window(HOUR, now)
     day_start, day_end = window(DAY, now)
+    reached: list[Hold] = []
     if sender_key is not None and (limits[SENDER_RUNS_PER_HOUR] or limits[SENDER_RUNS_PER_DAY]):
         today, this_hour = database.execute_sql(
             _SENDER_RUNS.format(p=p), (hour_start, agent_id, sender_key, day_start)
@@ -131,26 +133,35 @@ def run_limit_reached(
             (SENDER_RUNS_PER_DAY, today, day_start, day_end),
         ):
             if limits[limit] and used >= limits[limit]:
-                return Hold(limit, limits[limit], used, start, end, subject or sender_key)
+                reached.append(Hold(limit, limits[limit], used, start, end, subject or sender_key))
     if limits[AGENT_RUNS_PER_HOUR]:
         (used,) = database.execute_sql(_AGENT_RUNS.format(p=p), (agent_id, hour_start)).fetchone()
         if int(used or 0) >= limits[AGENT_RUNS_PER_HOUR]:
-            return Hold(
-                AGENT_RUNS_PER_HOUR,
-                limits[AGENT_RUNS_PER_HOUR],
-                int(used),
-                hour_start,
-                hour_end,
-                "the agent",
+            reached.append(
+                Hold(
+                    AGENT_RUNS_PER_HOUR,
+                    limits[AGENT_RUNS_PER_HOUR],
+                    int(used),
+                    hour_start,
+                    hour_end,
+                    "the agent",
+                )
             )
-    return None
+    return _binding(reached)
+
+
+def _binding(reached: list[Hold]) -> Hold | None:
+    """Of the limits reached, the one that holds longest (the first named, among equals)."""
+    if not reached:
+        return None
+    return max(reached, key=lambda hold: hold.until)
 
 
 def spending_limit_reached(
     agent_id: int, now: datetime.datetime, limits: Mapping[str, float]
 ) -> Hold | None:
-    """The first spending limit (tokens, then money) the agent ``agent_id`` or the
-    installation has reached in its window, or None."""
+    """The spending limit (tokens or money) the agent ``agent_id`` or the installation has
+    reached in its window, or None; of several, the one whose window ends last."""
     if not any(limits[name] for name in _SPENDING_ORDER):
         return None
     now = naive_utc(now)
@@ -184,6 +195,7 @@ def spending_limit_reached(
         AGENT_COST_PER_MONTH: spent[4] / MICROS,
         INSTALLATION_COST_PER_DAY: spent[5] / MICROS,
     }
+    reached = []
     for limit in _SPENDING_ORDER:
         allowed = limits[limit]
         if allowed and used[limit] >= allowed:
@@ -191,8 +203,8 @@ def spending_limit_reached(
                 (month_start, month_end) if WINDOW_OF[limit] == MONTH else (day_start, day_end)
             )
             whose = "the installation" if limit.startswith("installation") else "the agent"
-            return Hold(limit, allowed, used[limit], start, end, whose)
-    return None
+            reached.append(Hold(limit, allowed, used[limit], start, end, whose))
+    return _binding(reached)
 
 
 _SPENDING_ORDER = (

@@ -49,8 +49,11 @@ def release_due(now: datetime.datetime, settings: LimitSettings) -> Released:
     names = {agent.id: agent.name for agent in Agent.select(Agent.id, Agent.name)}
     after = 0
     while True:
-        due = list(
-            Run.select(Run.id, Run.agent, Run.sender_key, Run.message)
+        # peewee has no types: these rows are tuples.
+        due: list[tuple[int, int, str | None, int | None, datetime.datetime | None]] = list(
+            Run.select(  # type: ignore[arg-type]
+                Run.id, Run.agent, Run.sender_key, Run.message, Run.admitted_at
+            )
             .where((Run.status == HELD) & (Run.held_until <= now) & (Run.id > after))
             .order_by(Run.id)
             .limit(BATCH)
@@ -63,7 +66,7 @@ def release_due(now: datetime.datetime, settings: LimitSettings) -> Released:
         # stay held to the same time without a look of their own.
         blocked: dict[tuple[int, str | None], Hold] = {}
         held_on: dict[Hold, list[int]] = {}
-        for run_id, agent_id, sender_key, message_id in due:
+        for run_id, agent_id, sender_key, message_id, admitted_at in due:
             hold = blocked.get((agent_id, sender_key)) or blocked.get((agent_id, None))
             if hold is None:
                 with database.atomic():
@@ -73,7 +76,8 @@ def release_due(now: datetime.datetime, settings: LimitSettings) -> Released:
                         sender_key,
                         now,
                         settings,
-                        count_runs=message_id is not None,
+                        # A run held part way (spending) was counted when first admitted.
+                        count_runs=message_id is not None and admitted_at is None,
                         waiting_behind=False,
                     )
                     if hold is None:
@@ -120,4 +124,4 @@ def held_runs(*, agent: Agent | None = None, sender_key: str | None = None) -> l
         query = query.where(Run.agent == agent)
     if sender_key is not None:
         query = query.where(Run.sender_key == sender_key)
-    return [row[0] for row in query.order_by(Run.id).tuples()]
+    return [run.id for run in query.order_by(Run.id)]
