@@ -30,9 +30,10 @@ tool_modules = {tool_modules}
 api_key_env = "OPENAI_API_KEY"
 # What the model reads besides text: "image", "pdf".
 # input = ["text"]
-# Prices per million tokens, for the cost column of `protege usage`.
-# input_cost_per_million = 0.25
-# output_cost_per_million = 2.0
+# Prices per million tokens, per model that answers: `protege usage --cost`, `runs show`
+# and the money limits under [limits] count with them.
+# [model.prices]
+# "gpt-5-mini" = {{ input = 0.25, output = 2.0 }}
 
 [runs]
 # The budgets of one run.
@@ -68,6 +69,24 @@ api_key_env = "OPENAI_API_KEY"
 [responsibilities]
 # Where a scheduled run that failed for good is reported.
 # notify = "ops@example.com"
+
+[limits]
+# What one sender, one agent and the installation may use, per UTC hour, day or month;
+# 0 turns a limit off. Mail over a limit is stored and held: its run starts when the
+# window reopens, or `protege runs release` starts it now.
+# sender_runs_per_hour = 20
+# sender_runs_per_day = 100
+# agent_runs_per_hour = 500
+# agent_tokens_per_day = 5000000
+# installation_tokens_per_day = 20000000
+# agent_cost_per_day = 0.0       # in the currency of [model.prices]
+# Tell a held sender once per window (only a sender whose mail proves who sent it).
+# notify_held = false
+# Mail the operators when a limit is first reached, and when the model endpoint fails.
+# alert_to = "ops@example.com"
+# One agent's own limits:
+# [limits.agents.Sundae]
+# sender_runs_per_hour = 5
 
 # Each plugin's own settings, in a table named after its distribution; `protege doctor`
 # checks them against what the plugin declares. Secrets are named by environment variable.
