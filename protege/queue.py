@@ -12,13 +12,13 @@ import uuid
 
 import peewee
 
-from protege.addresses import routing_key
 from protege.db import connection_broken, database
 from protege.errors import ProtegeError
 from protege.limit_settings import LimitSettings
 from protege.limits.admission import Hold
 from protege.limits.fairness import next_turn
 from protege.limits.flight import busy_agents
+from protege.limits.senders import sender_key
 from protege.models import Agent, Message, Responsibility, Run
 from protege.models.base import utcnow
 from protege.models.runs import DONE, FAILED, HELD, QUEUED, REPLY, RUNNING, SCHEDULED, Claim
@@ -32,15 +32,6 @@ __all__ = [
     "retry_failed",
     "sender_key",
 ]
-
-
-def sender_key(message: Message) -> str | None:
-    """Whom a reply run to ``message`` counts against: its sender's routing key (the bare
-    address, tag dropped, lowercased), else the From text as it came, lowercased."""
-    key = routing_key(message.sender)
-    if key is None:
-        key = " ".join((message.sender or "").split()).lower()[:320] or None
-    return key
 
 
 def queue_reply(

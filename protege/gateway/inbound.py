@@ -37,12 +37,13 @@ from protege.gateway.parse import (
 )
 from protege.limits.admission import admission
 from protege.limits.notices import tell_of_hold
+from protege.limits.senders import sender_key
 from protege.limits.windows import naive_utc
 from protege.mail import SYNTHETIC_ID, new_message_id, redact_tokens, thread_for
 from protege.models import Agent, Blob, Message, MessageAttachment, Run
 from protege.models.base import utcnow
 from protege.models.messages import ACCEPTED, ANSWER, FROM_AN_AGENT, IGNORED, INBOUND, REFUSED
-from protege.queue import queue_reply, sender_key
+from protege.queue import queue_reply
 
 __all__ = ["LOOP_HEADER", "Delivered", "MailRejected", "StorageUnavailable", "agent_for", "ingest"]
 

@@ -3,17 +3,19 @@ against what the database says was admitted and spent in each window.
 
 Runs count from when they were admitted (queued, or released from being held); spending
 comes from ``usage_day``, kept as answers come (``protege.limits.spending``). Each check
-is a few indexed reads. Several processes admitting at the same moment may each see the
-count just under its limit: a limit may be passed by as many runs as there are mails
-being stored at once, never more.
+is a few indexed reads, made in the transaction that stores the run: admissions of one
+agent take turns (SQLite's write lock; an advisory lock per agent on PostgreSQL), so no two
+processes both see a count just under its limit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import attrs
+import peewee
 
 from protege.db import database
 from protege.limit_settings import (
@@ -28,6 +30,7 @@ from protege.limit_settings import (
     SENDER_RUNS_PER_HOUR,
     LimitSettings,
 )
+from protege.limits.senders import shown
 from protege.limits.windows import DAY, HOUR, MONTH, day_key, naive_utc, window
 
 BEHIND_HELD = "held_mail"  # not a limit: earlier mail of the same sender is held
@@ -83,10 +86,11 @@ class Hold:
     def reason(self) -> str:
         """The hold in one line, as operators and events read it."""
         until = f"held until {self.until:%Y-%m-%d %H:%M} UTC"
+        whose = shown(self.subject)
         if self.limit == BEHIND_HELD:
-            return f"earlier mail from {self.subject} is held; {until}"
+            return f"earlier mail from {whose} is held; {until}"
         used, allowed = _amount(self.limit, self.used), _amount(self.limit, self.allowed)
-        return f"{self.limit} reached by {self.subject} ({used} of {allowed}); {until}"
+        return f"{self.limit} reached by {whose} ({used} of {allowed}); {until}"
 
     def as_json(self) -> dict[str, object]:
         """The hold as events and ``--json`` output carry it."""
@@ -232,6 +236,32 @@ def _parsed(value: str) -> datetime.datetime:
     return datetime.datetime.fromisoformat(str(value))
 
 
+ADMISSION_LOCK = 0x6C696D74  # "limt": one admission per agent at a time on PostgreSQL
+
+
+@contextlib.contextmanager
+def admitting(agent_id: int) -> Iterator[None]:
+    """A transaction in which runs of agent ``agent_id`` are admitted one at a time across
+    processes, so counts are exact: on PostgreSQL an advisory lock per agent until the
+    transaction ends, on SQLite the write lock, taken before the counts are read."""
+    target = getattr(database, "obj", None) or database
+    if isinstance(target, peewee.PostgresqlDatabase):
+        with database.atomic():
+            _lock_agent(agent_id)
+            yield
+    elif database.transaction_depth() == 0:
+        with database.atomic(lock_type="IMMEDIATE"):
+            yield
+    else:  # within the caller's transaction, which holds the write lock once it wrote
+        with database.atomic():
+            yield
+
+
+def _lock_agent(agent_id: int) -> None:
+    if isinstance(getattr(database, "obj", None) or database, peewee.PostgresqlDatabase):
+        database.execute_sql("SELECT pg_advisory_xact_lock(%s, %s)", (ADMISSION_LOCK, agent_id))
+
+
 def admission(
     agent_id: int,
     agent_name: str,
@@ -249,6 +279,7 @@ def admission(
     now = naive_utc(now)
     limits = settings.for_agent(agent_name)
     if count_runs:
+        _lock_agent(agent_id)  # held to the end of the caller's transaction
         waiting = held_before(agent_id, sender_key) if waiting_behind else None
         if waiting is not None:
             start, _ = window(HOUR, now)

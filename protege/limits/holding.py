@@ -17,7 +17,7 @@ import attrs
 
 from protege.db import database
 from protege.limit_settings import LimitSettings
-from protege.limits.admission import Hold, admission
+from protege.limits.admission import Hold, admission, admitting
 from protege.limits.fairness import next_turn
 from protege.limits.windows import naive_utc
 from protege.models import Agent, Run
@@ -69,7 +69,7 @@ def release_due(now: datetime.datetime, settings: LimitSettings) -> Released:
         for run_id, agent_id, sender_key, message_id, admitted_at in due:
             hold = blocked.get((agent_id, sender_key)) or blocked.get((agent_id, None))
             if hold is None:
-                with database.atomic():
+                with admitting(agent_id):
                     hold = admission(
                         agent_id,
                         names.get(agent_id, ""),

@@ -7,6 +7,7 @@ from email.message import EmailMessage
 import attrs
 import pytest
 
+from protege.authentication import Verdict
 from protege.config import load_config
 from protege.gateway.inbound import ingest
 from protege.limit_settings import AgentLimits, LimitSettings
@@ -65,7 +66,9 @@ def test_mail_past_the_senders_hourly_limit_is_stored_and_held_until_the_hour_en
     assert [d.run.status for d in delivered] == ["queued"] * 3 + ["held"] * 2
     held = Run.get_by_id(delivered[3].run.id)
     assert held.held_until == datetime.datetime(2026, 12, 2, 13, 0)
-    assert "sender_runs_per_hour reached by jane@acme.example (3 of 3)" in held.held_reason
+    assert (
+        "sender_runs_per_hour reached by jane@acme.example (unproven) (3 of 3)" in held.held_reason
+    )
     assert held.admitted_at is None
     assert "held" in delivered[3].reason
     assert Message.select().count() == 5  # nothing dropped
@@ -87,7 +90,10 @@ def test_a_held_senders_next_mail_waits_behind_it_even_after_the_window_reopens(
         mail("jane@acme.example", 3), config=config, recipients=[sundae.address], clock=clock
     )
     assert third.run.status == "held"
-    assert "earlier mail from jane@acme.example is held" in Run.get_by_id(third.run.id).held_reason
+    assert (
+        "earlier mail from jane@acme.example (unproven) is held"
+        in Run.get_by_id(third.run.id).held_reason
+    )
 
 
 def test_other_senders_are_not_held_by_one_senders_limit(tmp_path, sundae):
@@ -224,7 +230,7 @@ def test_behind_held_is_not_a_limit_and_says_so(tmp_path, sundae):
     clock = Clock(NOON)
     for n in range(2):
         ingest(mail("j@acme.example", n), config=config, recipients=[sundae.address], clock=clock)
-    hold = admission(sundae.id, "Sundae", "j@acme.example", NOON, config.limits)
+    hold = admission(sundae.id, "Sundae", "unproven:j@acme.example", NOON, config.limits)
     assert hold is not None
     assert hold.limit == BEHIND_HELD
 
@@ -242,3 +248,65 @@ def test_windows_are_fixed_stretches_of_utc_time(kind, start, end):
     assert window(kind, moment) == (start, end)
     berlin = moment.astimezone(datetime.timezone(datetime.timedelta(hours=1)))
     assert window(kind, berlin) == (start, end)
+
+
+def test_a_forger_using_an_address_never_uses_up_what_that_address_proves_it_sends(
+    tmp_path, sundae
+):
+    config = configured(tmp_path, sender_runs_per_hour=2)
+    clock = Clock(NOON)
+    forged = [
+        ingest(
+            mail("jane@acme.example", n), config=config, recipients=[sundae.address], clock=clock
+        )[0].run
+        for n in range(4)
+    ]
+    assert [r.status for r in forged] == ["queued", "queued", "held", "held"]
+    signed = Verdict(
+        True,
+        "acme.example",
+        "dkim",
+        "pass",
+        None,
+        (),
+        "acme.example",
+        "signed",
+        "jane@acme.example",
+    )
+    (real,) = ingest(
+        mail("jane@acme.example", 9),
+        config=config,
+        recipients=[sundae.address],
+        clock=clock,
+        verdict=signed,
+    )
+    assert real.message.sender_authenticated
+    assert real.run.status == "queued"
+    assert Run.get_by_id(real.run.id).sender_key == "jane@acme.example"
+    assert Run.get_by_id(forged[0].id).sender_key == "unproven:jane@acme.example"
+
+
+def test_mail_stored_at_once_from_many_threads_is_held_at_exactly_the_limit(tmp_path, sundae):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from protege.db import database
+
+    config = configured(tmp_path, sender_runs_per_hour=10)
+
+    def send(n: int) -> str:
+        try:
+            (delivered,) = ingest(
+                mail("jane@acme.example", n),
+                config=config,
+                recipients=[sundae.address],
+                clock=lambda: NOON,
+            )
+            return delivered.run.status
+        finally:
+            database.close()  # this pool thread's own connection
+
+    with ThreadPoolExecutor(6) as pool:
+        statuses = list(pool.map(send, range(40)))
+    assert statuses.count("queued") == 10
+    assert statuses.count("held") == 30
+    assert Message.select().count() == 40
