@@ -115,6 +115,16 @@ class LimitSettings:
     )
     agents: Mapping[str, AgentLimits] = attrs.field(factory=dict, hash=False)
 
+    def strays(self, agent_names: list[str]) -> list[str]:
+        """A line for each ``[limits.agents.NAME]`` naming none of ``agent_names``: its
+        limits hold nobody (a typo, or an agent renamed), which ``protege doctor`` reports."""
+        return [
+            f"[limits.agents.{name}] names no agent, so its limits apply to nobody"
+            + (f" (did you mean {close[0]}?)" if (close := _close(name, agent_names)) else "")
+            for name in sorted(self.agents)
+            if name not in agent_names
+        ]
+
     def for_agent(self, name: str) -> Mapping[str, float]:
         """Every limit as it applies to the agent called ``name`` (0: no limit)."""
         own = self.agents.get(name)
@@ -123,6 +133,14 @@ class LimitSettings:
             value = getattr(own, limit, None) if own is not None else None
             values[limit] = getattr(self, limit) if value is None else value
         return values
+
+
+def _close(name: str, names: list[str]) -> list[str]:
+    import difflib
+
+    return difflib.get_close_matches(name, names, n=1) or [
+        other for other in names if other.lower() == name.lower()
+    ]
 
 
 @attrs.frozen(kw_only=True)

@@ -65,6 +65,8 @@ def doctor(as_json: bool) -> None:
     problems += [{"kind": "commands", "message": line} for line in command_clashes()]
     database = _database(config.database_url, found)
     problems += database.pop("problems")
+    if database["state"] == "current":
+        problems += [_problem("limits", line) for line in _limit_strays(config)]
     warnings = database.pop("warnings")
     report = {
         "config": str(config.path) if config.path else None,
@@ -143,6 +145,12 @@ def _database(url: str, found: Any) -> dict[str, Any]:
     ]
     withheld, bypassed = _approval_findings(found)
     return {"url": shown, "state": "current", "problems": stale + withheld, "warnings": bypassed}
+
+
+def _limit_strays(config: Config) -> list[str]:
+    from protege.models import Agent
+
+    return config.limits.strays([agent.name for agent in Agent.select(Agent.name)])
 
 
 def _approval_findings(found: Any) -> tuple[list[dict[str, str]], list[dict[str, str]]]:

@@ -85,3 +85,23 @@ def test_doctor_reports_a_transport_and_a_blob_store_nothing_registers(run_prote
     ]
     assert "blobs: locl, unknown" in result.stdout.splitlines()
     assert "Traceback" not in result.stderr
+
+
+def test_doctor_reports_limits_of_an_agent_that_does_not_exist(protege_in_process, protege_db):
+    from protege.models import Agent
+
+    Agent.create(name="Sundae", address="sundae@thescoop.example")
+    project = protege_in_process.project
+    (project / "protege.toml").write_text(
+        "[limits.agents.Sundea]\nsender_runs_per_hour = 1\n"
+        "[limits.agents.Sundae]\nsender_runs_per_hour = 2\n"
+    )
+    result = protege_in_process(
+        "doctor", env={"PROTEGE_DATABASE_URL": protege_db.url, "PROTEGE_MODEL": "m"}
+    )
+    assert result.returncode == 1
+    problems = [line for line in result.stdout.splitlines() if line.startswith("problem: ")]
+    assert problems == [
+        "problem: [limits.agents.Sundea] names no agent, so its limits apply to nobody "
+        "(did you mean Sundae?)"
+    ]
