@@ -34,7 +34,7 @@ from protege.models import (
 )
 from protege.models.approvals import APPROVED, DENIED, PENDING
 from protege.models.base import utcnow
-from protege.models.runs import QUEUED, RUNNING, WAITING
+from protege.models.runs import HELD, QUEUED, RUNNING, WAITING
 from protege.queue import queue_scheduled
 from protege.registry import Manifest
 
@@ -60,7 +60,7 @@ __all__ = [
     "unrequire_tool_approval",
 ]
 
-STOPPABLE = (QUEUED, RUNNING, WAITING)
+STOPPABLE = (QUEUED, RUNNING, WAITING, HELD)
 RULE_KINDS = ("allow", "deny")
 
 
@@ -92,6 +92,8 @@ class Cancelled:
             return f"run {self.run_id} cancelled (it had not started)"
         if self.was == WAITING:
             return f"run {self.run_id} cancelled (it was waiting for approval)"
+        if self.was == HELD:
+            return f"run {self.run_id} cancelled (it was held)"
         return f"run {self.run_id} will stop at its next step"
 
 
@@ -117,7 +119,7 @@ class Answered:
 
 
 def cancel_run(run_id: int, *, actor: str) -> Cancelled:
-    """Stop run ``run_id``: a queued or waiting run at once, a running one at its next step.
+    """Stop run ``run_id``: a queued, waiting or held run at once, a running one at its next step.
     Recorded as ``cancel requested``; ``OperationRefused`` when the run has ended."""
     run = Run.get_or_none(Run.id == run_id)
     if run is None:

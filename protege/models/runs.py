@@ -149,6 +149,7 @@ class Responsibility(Record):
 
 _CANCELLED_QUEUED = "cancelled by an operator before it started"
 _CANCELLED_WAITING = "cancelled by an operator while it waited for approval"
+_CANCELLED_HELD = "cancelled by an operator while it was held"
 
 
 class Run(Record):
@@ -273,30 +274,33 @@ class Run(Record):
 
     @staticmethod
     def request_cancel(run_id: int, now: datetime.datetime) -> str | None:
-        """Stop run ``run_id``: a queued or waiting run is cancelled at once, a running one is
-        asked to stop at its next step. Returns the status it had, or None if there is no
-        such run."""
-        # One statement, so that nothing (an approval waking the run, a worker claiming it)
-        # lands between seeing its status and changing it: the status it had decides.
+        """Stop run ``run_id``: a queued, waiting or held run is cancelled at once, a running
+        one is asked to stop at its next step. Returns the status it had, or None if there
+        is no such run."""
+        # One statement, so that nothing (an approval waking the run, a worker claiming it,
+        # a release) lands between seeing its status and changing it: the status it had
+        # decides.
         p = database.param
         cursor = database.execute_sql(
             "UPDATE run SET "
-            f"status = CASE WHEN status IN ('queued', 'waiting') THEN 'cancelled' ELSE status END, "
-            f"error = CASE status WHEN 'queued' THEN {p} WHEN 'waiting' THEN {p} ELSE error END, "
-            "finished_at = CASE WHEN status IN ('queued', 'waiting') "
+            "status = CASE WHEN status IN ('queued', 'waiting', 'held') THEN 'cancelled' "
+            "ELSE status END, "
+            f"error = CASE status WHEN 'queued' THEN {p} WHEN 'waiting' THEN {p} "
+            f"WHEN 'held' THEN {p} ELSE error END, "
+            "finished_at = CASE WHEN status IN ('queued', 'waiting', 'held') "
             f"THEN {p} ELSE finished_at END, "
             f"cancel_requested_at = CASE WHEN status = 'running' THEN {p} "
             "ELSE cancel_requested_at END "
-            f"WHERE id = {p} AND status IN ('queued', 'waiting', 'running') "
+            f"WHERE id = {p} AND status IN ('queued', 'waiting', 'held', 'running') "
             "RETURNING status, error",
-            (_CANCELLED_QUEUED, _CANCELLED_WAITING, now, now, run_id),
+            (_CANCELLED_QUEUED, _CANCELLED_WAITING, _CANCELLED_HELD, now, now, run_id),
         )
         changed = cursor.fetchone()
         if changed is not None:
             status, error = changed
             if status == RUNNING:
                 return RUNNING
-            return QUEUED if error == _CANCELLED_QUEUED else WAITING
+            return {_CANCELLED_QUEUED: QUEUED, _CANCELLED_WAITING: WAITING}.get(error, HELD)
         found = Run.select(Run.status).where(Run.id == run_id).first()
         return None if found is None else found.status
 

@@ -166,3 +166,19 @@ def test_an_agent_at_its_runs_in_flight_waits_while_others_go_on(tmp_path, sunda
     taken = claim_next("w", later, 60, limits=config.limits, expired=False)
     assert taken is not None
     assert taken[0].id == mine[1].id
+
+
+def test_an_operator_cancels_a_held_run_and_no_release_brings_it_back(tmp_path, sundae):
+    from protege.operations import cancel_run
+
+    config = configured(tmp_path, sender_runs_per_hour=1)
+    send(config, "jane@acme.example", 0, NOON)
+    held = send(config, "jane@acme.example", 1, NOON)
+    assert cancel_run(held.id, actor="test").describe() == f"run {held.id} cancelled (it was held)"
+    cancelled = Run.get_by_id(held.id)
+    assert (cancelled.status, cancelled.error) == (
+        "cancelled",
+        "cancelled by an operator while it was held",
+    )
+    assert release_due(NOON + datetime.timedelta(days=1), config.limits).queued == []
+    assert release([held.id], NOON) == []

@@ -18,7 +18,7 @@ from protege_dashboard.security import checked_form
 from protege_dashboard.web import actor, found, installation, redirect, render
 
 STATUSES = ("queued", "running", "waiting", "done", "failed", "cancelled")
-STOPPABLE = ("queued", "running", "waiting")
+STOPPABLE = ("queued", "running", "waiting", "held")
 KINDS = ("reply", "scheduled")
 PAGE = 50
 
