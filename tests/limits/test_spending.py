@@ -4,7 +4,6 @@ released without doing again what they did."""
 
 import asyncio
 import datetime
-import json
 import queue
 import threading
 
@@ -23,8 +22,9 @@ from protege.mail import record_inbound
 from protege.models import Agent, Event, Run
 from protege.models.limits import UsageDay
 from protege.queue import queue_reply
-from protege.testing import raw_answer, say, tool_call
+from protege.testing import say, tool_call
 from protege.worker import Workers
+from tests.answers import answer
 from tests.harness.conftest import agent_granted, manifest_of
 
 DAY_ONE = datetime.datetime(2026, 3, 5, 9, 0)
@@ -93,36 +93,6 @@ def _config(tmp_path, limits, prices=None):
         config,
         limits=LimitSettings(**{**NO_LIMITS, **limits}),
         model=attrs.evolve(config.model, prices=prices or {}),
-    )
-
-
-def answer(model, prompt, completion, *, call=None, text=None):
-    """A model's answer as the endpoint sends it: named ``model``, with this usage, calling
-    the counted tool with ``call`` (its label, also its call id) or saying ``text``."""
-    message = {"role": "assistant", "content": text}
-    if call is not None:
-        message["tool_calls"] = [
-            {
-                "id": f"call-{call}",
-                "type": "function",
-                "function": {"name": "count", "arguments": json.dumps({"label": call})},
-            }
-        ]
-    return raw_answer(
-        {
-            "id": "chatcmpl-1",
-            "object": "chat.completion",
-            "created": 0,
-            "model": model,
-            "choices": [
-                {"index": 0, "message": message, "finish_reason": "tool_calls" if call else "stop"}
-            ],
-            "usage": {
-                "prompt_tokens": prompt,
-                "completion_tokens": completion,
-                "total_tokens": prompt + completion,
-            },
-        }
     )
 
 
