@@ -18,7 +18,6 @@ import attrs
 from protege.db import database
 from protege.limit_settings import ModelPrice
 from protege.limits.windows import day_key
-from protege.models.limits import UsageDay
 
 # One statement, whoever else adds to the same row at the same moment: SQLite and
 # PostgreSQL both take the conflict on the unique (agent, day, model) index.
@@ -123,33 +122,3 @@ def record_spend(agent_id: int, when: datetime.datetime, spend: Spend) -> None:
         spend.completion_tokens,
         spend.cost_micros,
     )
-
-
-@attrs.frozen
-class Spent:
-    """What the ledger holds for some agents and days: answers, tokens and micros."""
-
-    responses: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_micros: int = 0
-
-
-def spent(
-    *, agent_id: int | None = None, day: str | None = None, model: str | None = None
-) -> Spent:
-    """The ledger's totals, for one agent, one day and one model where given (all of
-    them where not)."""
-    query = UsageDay.select(
-        UsageDay.responses, UsageDay.prompt_tokens, UsageDay.completion_tokens, UsageDay.cost_micros
-    )
-    if agent_id is not None:
-        query = query.where(UsageDay.agent == agent_id)
-    if day is not None:
-        query = query.where(UsageDay.day == day)
-    if model is not None:
-        query = query.where(UsageDay.model == model)
-    totals = [0, 0, 0, 0]
-    for row in query.tuples():
-        totals = [total + int(value or 0) for total, value in zip(totals, row, strict=True)]
-    return Spent(*totals)
