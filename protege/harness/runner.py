@@ -566,9 +566,8 @@ class _Attempt:
                     raise LeaseLost(f"run {self.run.id} was taken over by another worker")
                 turn.take()
                 written = self.log.write()
-                self.run.status = HELD
-                self.run.held_until = naive_utc(reached.until)
-                self.run.held_reason = reached.reason
+            self.run.status, self.run.attempts = HELD, self.claim.attempts - 1
+            self.run.held_until, self.run.held_reason = naive_utc(reached.until), reached.reason
             self.published(written)
 
     async def _ask(
