@@ -19,6 +19,7 @@ from protege.limits.admission import Hold
 from protege.limits.fairness import next_turn
 from protege.limits.flight import busy_agents
 from protege.limits.senders import sender_key
+from protege.limits.windows import naive_utc
 from protege.models import Agent, Message, Responsibility, Run
 from protege.models.base import utcnow
 from protege.models.runs import DONE, FAILED, HELD, QUEUED, REPLY, RUNNING, SCHEDULED, Claim
@@ -60,25 +61,36 @@ class AlreadyQueued(ProtegeError):
     earlier pass of this one, queued it)."""
 
 
-def queue_scheduled(responsibility: Responsibility, due_at: datetime.datetime | None = None) -> Run:
+def queue_scheduled(
+    responsibility: Responsibility,
+    due_at: datetime.datetime | None = None,
+    *,
+    hold: Hold | None = None,
+    now: datetime.datetime | None = None,
+) -> Run:
     """Queue a run carrying out ``responsibility``: for the due time ``due_at`` (an aware
-    datetime) when the scheduler queues it, or for no due time when asked to run now.
+    datetime) when the scheduler queues it, or for no due time when asked to run now; or,
+    with ``hold`` (a spending limit reached, ``protege.limits.admission``), store it held
+    until the hold's window ends.
 
     At most one run stands for each due time, even with several schedulers on one
     database: the second to try gets ``AlreadyQueued``.
     """
     stored = None if due_at is None else due_at.astimezone(datetime.UTC).replace(tzinfo=None)
+    fields: dict[str, object] = {
+        "agent": responsibility.agent,
+        "kind": SCHEDULED,
+        "responsibility": responsibility,
+        "correlation_id": uuid.uuid4().hex,
+        "due_at": stored,
+    }
+    if hold is None:
+        fields.update(turn=next_turn(None), admitted_at=utcnow() if now is None else naive_utc(now))
+    else:
+        fields.update(status=HELD, held_until=hold.until, held_reason=hold.reason)
     try:
         with database.atomic():  # a savepoint: the unique violation spoils no transaction
-            return Run.create(
-                agent=responsibility.agent,
-                kind=SCHEDULED,
-                responsibility=responsibility,
-                correlation_id=uuid.uuid4().hex,
-                due_at=stored,
-                turn=next_turn(None),
-                admitted_at=utcnow(),
-            )
+            return Run.create(**fields)
     except peewee.IntegrityError:
         if due_at is not None and (
             Run.select()

@@ -24,9 +24,10 @@ from protege.cron import ScheduleError
 from protege.db import database
 from protege.dblock import exclusive_on
 from protege.harness.runner import RunResources
+from protege.limits.admission import spending_limit_reached
 from protege.limits.holding import release_due
 from protege.models import Agent, Approval, Responsibility, Run
-from protege.models.runs import FAILED, QUEUED, RUNNING, SCHEDULED
+from protege.models.runs import FAILED, HELD, QUEUED, RUNNING, SCHEDULED
 from protege.queue import AlreadyQueued, queue_scheduled, retry_failed
 
 logger = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class Pass:
     failed: list[Run] = attrs.Factory(list)  # failed for good, settled (and mailed) now
     expired: list[int] = attrs.Factory(list)  # approvals nobody answered in time
     released: list[int] = attrs.Factory(list)  # held runs whose window reopened, queued now
+    held: list[Run] = attrs.Factory(list)  # due, but held: a spending limit is reached
 
 
 class Scheduler:
@@ -211,22 +213,30 @@ class Scheduler:
             if (
                 Run.select()
                 .where(
-                    (Run.responsibility == responsibility.id) & Run.status.in_([QUEUED, RUNNING])
+                    (Run.responsibility == responsibility.id)
+                    & Run.status.in_([QUEUED, RUNNING, HELD])
                 )
                 .exists()
             ):
                 done.busy.append(responsibility)
                 return
+            # Run limits count mail; a scheduled run waits only for spending to be allowed.
+            agent = responsibility.agent
+            hold = spending_limit_reached(
+                agent.id, now, self.installation.config.limits.for_agent(agent.name)
+            )
             try:
-                run = queue_scheduled(responsibility, due_at)
+                run = queue_scheduled(responsibility, due_at, hold=hold, now=now)
             except AlreadyQueued:
                 return
-        done.queued.append(run)
         local = cron.local(due_at).isoformat(sep=" ", timespec="minutes")
-        self._say(
-            f"run {run.id} queued: {responsibility.agent.name}'s {responsibility.name!r}, "
-            f"due {local}"
-        )
+        what = f"{responsibility.agent.name}'s {responsibility.name!r}, due {local}"
+        if hold is not None:
+            done.held.append(run)
+            self._say(f"run {run.id} held: {what}; {hold.reason}")
+            return
+        done.queued.append(run)
+        self._say(f"run {run.id} queued: {what}")
 
     def _settle_failures(self, now: datetime.datetime, done: Pass) -> None:
         retries, delay = self.settings.retries, self.settings.retry_delay_seconds

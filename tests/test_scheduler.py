@@ -147,6 +147,29 @@ def test_a_run_still_going_holds_back_the_next_until_it_ends(protege_app, scout)
     assert len(runs_of(report)) == 2
 
 
+def test_a_due_run_is_held_while_its_agent_s_spending_budget_is_reached(protege_app, scout):
+    from protege.limits import spending
+
+    report = duty(scout, schedule="0 * * * *")
+    allowed = protege_app.config.limits.agent_tokens_per_day
+    spending.record(scout.id, "2026-03-02", "scripted", allowed, 0, 0)
+    clock = Clock(utc(2026, 3, 2, 7, 0))
+    scheduler = Scheduler(protege_app, clock=clock)
+    done = scheduler.tick()
+    (held,) = done.held
+    assert done.queued == []
+    stored_run = Run.get_by_id(held.id)
+    assert (stored_run.status, stored_run.held_until) == ("held", datetime.datetime(2026, 3, 3))
+    assert stored_run.held_reason.startswith("agent_tokens_per_day reached by the agent")
+    clock.now = utc(2026, 3, 2, 9, 0)  # due again, but the held run stands for the duty
+    later = scheduler.tick()
+    assert (later.queued, later.held, [r.id for r in later.busy]) == ([], [], [report.id])
+    clock.now = utc(2026, 3, 3, 0, 1)  # a new day: the budget is back
+    assert scheduler.tick().released == [held.id]
+    assert Run.get_by_id(held.id).status == QUEUED
+    assert len(runs_of(report)) == 1
+
+
 def test_disabled_and_unscheduled_duties_and_due_times_before_creation_queue_nothing(
     protege_app, scout
 ):

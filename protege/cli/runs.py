@@ -172,9 +172,10 @@ def _run_numbered(run_id: int):
 
 
 def show_outcome(run, as_json: bool) -> None:
-    """Show ``run``; exit with status 1 unless it is done (or waits for approval)."""
+    """Show ``run``; exit with status 1 unless it is done (or waits for approval, or is
+    held at a limit: it resumes once released)."""
     _show(run, as_json)
-    if run.status not in ("done", "waiting"):
+    if run.status not in ("done", "waiting", "held"):
         raise click.exceptions.Exit(1)
 
 
@@ -205,15 +206,22 @@ def _event_json(row) -> dict[str, object]:
 
 
 def _show(run, as_json: bool) -> None:
+    from protege.cli.timing import iso
+    from protege.cli.usage import tokens_by_run, usage_json
+    from protege.config import load_config
     from protege.harness import events
 
     timeline = run.timeline()
     sent = _mail_of(run)
     verdict = run.message.verdict if run.message_id else None
+    used = usage_json(tokens_by_run([run.id])[run.id], load_config().model)
     if as_json:
         echo_json(
             {
                 **_summary(run),
+                "held_until": iso(run.held_until),
+                "held_reason": run.held_reason,
+                "usage": used,
                 "sender_verdict": None if verdict is None else verdict.as_json(),
                 "events": [_event_json(e) for e in timeline],
                 "mail": sent,
@@ -228,10 +236,32 @@ def _show(run, as_json: bool) -> None:
         click.echo(events.printable(f"sender: {verdict.summary()}"))
     if run.error:
         click.echo(f"error: {events.printable(run.error)}")
+    if run.status == "held" and run.held_reason:
+        click.echo(f"held: {events.printable(run.held_reason)}")
+    if used["responses"]:
+        click.echo(events.printable(_usage_line(used)))
     for event in timeline:
         click.echo(f"{event.seq:4d} {events.render(event.kind, event.payload)}")
     for mail in sent:  # where each mail is now: the delivery loop sends it after the event
         click.echo(events.printable(_mail_line(mail)))
+
+
+def _usage_line(used: dict[str, Any]) -> str:
+    """A run's tokens and cost in one line: in all, then each model's share."""
+    from protege.cli.usage import money
+
+    answers = used["responses"]
+    plural = "s" if answers != 1 else ""
+    line = (
+        f"usage: {used['total_tokens']:,} tokens (prompt {used['prompt_tokens']:,}, "
+        f"completion {used['completion_tokens']:,}) in {answers} answer{plural}"
+        f"; cost {money(used['cost'], used['unpriced_models'])}"
+    )
+    shares = [
+        f"{name} {'no price' if share['cost'] is None else format(share['cost'], '.4f')}"
+        for name, share in used["models"].items()
+    ]
+    return line + (f" ({', '.join(shares)})" if shares else "")
 
 
 def _mail_line(mail: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ import datetime
 import json
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import attrs
@@ -33,6 +33,7 @@ APPROVAL_REQUESTED = "approval_requested"
 APPROVAL_ANSWERED = "approval_answered"
 APPROVAL_EXPIRED = "approval_expired"
 WAITING = "waiting"
+LIMIT_REACHED = "limit_reached"
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 EXCERPT = 160  # characters of free text (model output, arguments, results) shown per line
@@ -333,6 +334,25 @@ class RunWaiting(RunEvent):
         return f"waiting for approval ({waiting})"
 
 
+@attrs.frozen(kw_only=True)
+class LimitReached(RunEvent):
+    """The run stopped before a model call: a spending limit (``limit``) was reached. It is
+    held until ``until`` (naive UTC, ISO) and resumes from its events once released."""
+
+    kind: ClassVar[str] = LIMIT_REACHED
+    limit: str | None = None
+    allowed: float | None = None
+    used: float | None = None
+    subject: str | None = None
+    window_start: str | None = None
+    until: str | None = None
+    reason: str | None = None
+
+    def line(self) -> str:
+        why = self.reason or f"{_shown(self.limit)} ({_shown(self.used)} of {_shown(self.allowed)})"
+        return f"limit reached, the run is held: {why}"
+
+
 @attrs.frozen
 class UnknownEvent:
     """A stored event of a kind this version does not know, shown as it is."""
@@ -366,6 +386,7 @@ CLASSES: dict[str, type[RunEvent]] = {
         ApprovalAnswered,
         ApprovalExpired,
         RunWaiting,
+        LimitReached,
     )
 }
 KINDS = tuple(CLASSES)
@@ -434,14 +455,19 @@ class EventLog:
         self.run_id = run_id
         self.seq = last_seq
         self._kept: list[tuple[int, str, str]] = []
+        # Work to do in the transaction that writes the event numbered so (spending).
+        self._alongside: dict[int, Callable[[], None]] = {}
         self._lock = threading.Lock()
 
-    def record(self, event: RunEvent) -> None:
-        """Number ``event`` and keep it for the next ``write``."""
+    def record(self, event: RunEvent, *, alongside: Callable[[], None] | None = None) -> None:
+        """Number ``event`` and keep it for the next ``write``; ``alongside`` is done in
+        the transaction that writes it (the ledger of what an answer spent), and only then."""
         payload = to_json(event.as_json())
         with self._lock:
             self.seq += 1
             self._kept.append((self.seq, event.kind, payload))
+            if alongside is not None:
+                self._alongside[self.seq] = alongside
 
     @property
     def kept(self) -> bool:
@@ -453,13 +479,19 @@ class EventLog:
         returns them, to be handed to listeners once that transaction is committed."""
         with self._lock:
             kept, self._kept = self._kept, []
+            alongside = {
+                seq: self._alongside.pop(seq) for seq, _, _ in kept if seq in self._alongside
+            }
         if not kept:
             return []
         try:
             at = Event.append(self.run_id, kept)
+            for work in alongside.values():
+                work()
         except BaseException:
             with self._lock:  # not written: kept for the next try, in order
                 self._kept[:0] = kept
+                self._alongside.update(alongside)
             raise
         return [CommittedEvent(self.run_id, seq, kind, payload, at) for seq, kind, payload in kept]
 

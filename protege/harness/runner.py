@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any, Protocol, TypeVar
 
@@ -39,14 +39,19 @@ from protege.harness.dispatch import Dispatcher, Outcome
 from protege.harness.events import CommittedEvent, EventLog
 from protege.harness.fence import Fence
 from protege.harness.listeners import EventDispatcher, snapshot
-from protege.harness.model import ModelClient, close_clients
+from protege.harness.model import ModelClient, ModelReply, close_clients
 from protege.harness.parts import PartBudget, Shown, fenced_parts
 from protege.harness.prompt import build_messages, replay
 from protege.harness.sections import RunSections, gather
+from protege.limit_settings import SPENDING_LIMITS
+from protege.limits import spending
+from protege.limits.admission import Hold, spending_limit_reached
+from protege.limits.holding import hold_running
+from protege.limits.windows import naive_utc
 from protege.models import Agent, Blob, Run
 from protege.models.approvals import pending_of, unsettled, wake
 from protege.models.base import utcnow
-from protege.models.runs import CANCELLED, DONE, FAILED, QUEUED, WAITING, Claim
+from protege.models.runs import CANCELLED, DONE, FAILED, HELD, QUEUED, WAITING, Claim
 from protege.plugins import PluginHost, error_line
 from protege.registry import Manifest
 from protege.result import failure
@@ -307,6 +312,7 @@ class _Attempt:
         # The tool calls of this attempt: its queue takes mail only for those.
         self.calls = CallBook()
         self._agent_name: str | None = None
+        self._limits: Mapping[str, float] | None = None  # the agent's, read once
 
     async def db(self, work: Callable[..., T], *args: Any) -> T:
         """Run database ``work`` off the event loop (or here, with no pool)."""
@@ -468,6 +474,9 @@ class _Attempt:
         for turn in range(setup.first_turn + 1, limits.max_model_turns + 1):
             if self.cancellation.is_set():
                 raise _Cancelled("cancelled by an operator")
+            reached = await self._spending_reached()
+            if reached is not None:
+                return await self.hold(reached)
             self.log.record(
                 events.ModelRequest(
                     turn=turn,
@@ -487,7 +496,8 @@ class _Attempt:
                     usage=reply.usage,
                     latency_ms=round(reply.latency_ms, 1),
                     model=reply.model,
-                )
+                ),
+                alongside=self._spending(reply),
             )
             messages.append(reply.as_message())
             if not reply.tool_calls:
@@ -503,6 +513,62 @@ class _Attempt:
             if failures > limits.max_tool_failures:
                 return await self._exhausted("max_tool_failures", limits.max_tool_failures)
         await self._exhausted("max_model_turns", limits.max_model_turns)
+
+    # -- spending ---------------------------------------------------------------------------
+
+    def _spending(self, reply: ModelReply) -> Callable[[], None]:
+        """The ledger's entry for ``reply``, to be added in the transaction that writes its
+        event: an attempt that loses its lease records neither."""
+        spend = spending.spend_of(reply.model, reply.usage, self.config.model.price_of(reply.model))
+        agent_id, answered_at = self.run.agent_id, self.clock()
+        return functools.partial(spending.record_spend, agent_id, answered_at, spend)
+
+    def _spending_limits(self) -> Mapping[str, float]:
+        if self._limits is None:  # the agent is loaded with the claimed run
+            self._limits = self.config.limits.for_agent(self.run.agent.name)
+        return self._limits
+
+    async def _spending_reached(self) -> Hold | None:
+        """The spending limit the agent or the installation has reached, if any: read
+        before each model call, and not at all when no spending limit applies."""
+        limits = self._spending_limits()
+        if not any(limits[name] for name in SPENDING_LIMITS):
+            return None
+        return await self.db(spending_limit_reached, self.run.agent_id, self.clock(), limits)
+
+    async def hold(self, reached: Hold) -> None:
+        """Stop the run before its next model call: it is held until ``reached``'s window
+        ends (or an operator releases it), its lease given up, and resumes from its events."""
+        self.log.record(
+            events.LimitReached(
+                limit=reached.limit,
+                allowed=reached.allowed,
+                used=reached.used,
+                subject=reached.subject,
+                window_start=reached.window_start.isoformat(),
+                until=reached.until.isoformat(),
+                reason=reached.reason,
+            )
+        )
+        try:
+            await self.db(self._hold, reached)
+        except LeaseLost as lost:
+            self.logger.warning("run %s: %s", self.run.id, lost)
+            return
+        self.logger.info("run %s held: %s", self.run.id, reached.reason)
+
+    def _hold(self, reached: Hold) -> None:
+        self._name_for_listeners()
+        with self.order.turn() as turn:
+            with database.atomic():  # the hold first, for the same reason as in _commit
+                if not hold_running(self.run.id, self.claim.owner, reached):
+                    self.lost = True
+                    raise LeaseLost(f"run {self.run.id} was taken over by another worker")
+                turn.take()
+                written = self.log.write()
+            self.run.status, self.run.attempts = HELD, self.claim.attempts - 1
+            self.run.held_until, self.run.held_reason = naive_utc(reached.until), reached.reason
+            self.published(written)
 
     async def _ask(
         self, model: ModelClient, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
@@ -571,6 +637,13 @@ class _Attempt:
             # Turns the model answered: a request whose call failed (the reason for the
             # retry) got no response and is not held against the budget.
             trail = [events.read(e.kind, e.payload) for e in timeline]
+            if trail and isinstance(trail[-1], events.LimitReached):
+                self.log.record(
+                    events.RunResumed(
+                        attempt=self.claim.attempts,
+                        reason=f"released after it was held: {trail[-1].reason}",
+                    )
+                )
             setup.first_turn = sum(1 for e in trail if isinstance(e, events.ModelResponse))
             setup.failures = sum(1 for e in trail if isinstance(e, events.ToolResult) and e.failed)
             setup.pending = pending

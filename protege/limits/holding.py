@@ -30,6 +30,13 @@ _RELEASE_SQL = (
 _HOLD_ON_SQL = (
     "UPDATE run SET held_until = {p}, held_reason = {p} WHERE status = 'held' AND id IN ({ids})"
 )
+# A running run stopped at a spending limit: held, its lease given up, the attempt not
+# counted (as a run handed back at shutdown: nothing failed).
+_HOLD_RUNNING_SQL = (
+    "UPDATE run SET status = 'held', held_until = {p}, held_reason = {p}, "
+    "attempts = attempts - 1, lease_owner = NULL, lease_expires_at = NULL "
+    "WHERE id = {p} AND status = 'running' AND lease_owner = {p}"
+)
 BATCH = 500
 
 
@@ -115,6 +122,18 @@ def release(run_ids: Iterable[int], now: datetime.datetime) -> list[int]:
             if _queue(run_id, sender, now):
                 released.append(run_id)
     return released
+
+
+def hold_running(run_id: int, owner: str, hold: Hold) -> bool:
+    """Hold the running run ``run_id``, whose lease ``owner`` holds, for ``hold`` (a
+    spending limit reached mid-run): it waits in status ``held`` until ``hold.until``,
+    then resumes from its events once released. Whether ``owner`` still held it (nothing
+    is changed when not)."""
+    cursor = database.execute_sql(
+        _HOLD_RUNNING_SQL.format(p=database.param),
+        (naive_utc(hold.until), hold.reason, run_id, owner),
+    )
+    return cursor.rowcount == 1
 
 
 def held_runs(*, agent: Agent | None = None, sender_key: str | None = None) -> list[int]:

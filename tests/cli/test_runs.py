@@ -193,7 +193,8 @@ def test_show_renders_every_run_the_demo_makes(run_protege, tmp_path):
             "resumed",
             "approval_answered",
         ]
-        assert len(kinds) == len(lines) - 2 - len(mails)  # heading, sender, the mails
+        assert lines[2].startswith("usage: ")
+        assert len(kinds) == len(lines) - 3 - len(mails)  # heading, sender, usage, the mails
         assert [m["status"] for m in shown["mail"]] == ["sent"] * 3
     denied = run_protege("runs", "show", "2", env=env).stdout
     assert "after approval, failed (untrusted): " in denied
@@ -215,7 +216,7 @@ def test_show_survives_events_of_older_shapes_and_unknown_kinds(run_protege, env
         Event.create(run=run, seq=seq, kind=kind, payload_json=payload)
     shown = run_protege("runs", "show", "1", env=env)
     assert shown.returncode == 0, shown.stderr
-    assert shown.stdout.splitlines()[4:] == [
+    assert shown.stdout.splitlines()[5:] == [
         "   3   delivery (status unknown)",
         "   4   unknown outcome: ",
         '   5 escalation_requested: {"approver": "boss@thescoop.com"}',

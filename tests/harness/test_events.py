@@ -90,6 +90,20 @@ RECORDED = {
         "approval 3 for process_refund expired unanswered at 2026-03-05T10:00:00",
     ),
     events.WAITING: ({"approvals": [3]}, "waiting for approval (3)"),
+    events.LIMIT_REACHED: (
+        {
+            "limit": "agent_tokens_per_day",
+            "allowed": 1000,
+            "used": 1200,
+            "subject": "the agent",
+            "window_start": "2026-03-05T00:00:00",
+            "until": "2026-03-06T00:00:00",
+            "reason": "agent_tokens_per_day reached by the agent (1,200 of 1,000); "
+            "held until 2026-03-06 00:00 UTC",
+        },
+        "limit reached, the run is held: agent_tokens_per_day reached by the agent "
+        "(1,200 of 1,000); held until 2026-03-06 00:00 UTC",
+    ),
 }
 
 

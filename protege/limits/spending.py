@@ -1,0 +1,124 @@
+"""The spending ledger: what each agent spent on each model each UTC day (``usage_day``),
+kept as the model's answers come, and what an answer costs in money.
+
+The harness adds each answer's tokens in the transaction that writes the answer's
+``model_response`` event, so the ledger and the runs' trails agree: an attempt that lost
+its lease writes neither, and a resumed run does not count what was written before.
+``protege.limits.admission.spending_limit_reached`` reads it back against the limits.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from protege.db import database
+from protege.limit_settings import ModelPrice
+from protege.limits.windows import day_key
+
+# One statement, whoever else adds to the same row at the same moment: SQLite and
+# PostgreSQL both take the conflict on the unique (agent, day, model) index.
+_RECORD_SQL = (
+    "INSERT INTO usage_day "
+    "(agent_id, day, model, responses, prompt_tokens, completion_tokens, cost_micros) "
+    "VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}) "
+    "ON CONFLICT (agent_id, day, model) DO UPDATE SET "
+    "responses = usage_day.responses + excluded.responses, "
+    "prompt_tokens = usage_day.prompt_tokens + excluded.prompt_tokens, "
+    "completion_tokens = usage_day.completion_tokens + excluded.completion_tokens, "
+    "cost_micros = usage_day.cost_micros + excluded.cost_micros"
+)
+MODEL_NAME_LENGTH = 200  # usage_day.model
+
+
+@attrs.frozen
+class Spend:
+    """One model answer's spending: the tokens sent and written, and their cost in
+    millionths of the price table's currency (0 when the model has no price)."""
+
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_micros: int
+
+    @property
+    def tokens(self) -> int:
+        """Tokens sent and written, as the token limits count them."""
+        return self.prompt_tokens + self.completion_tokens
+
+
+def tokens_of(usage: Any) -> tuple[int, int]:
+    """The tokens sent (prompt) and written (completion) that an answer's reported
+    ``usage`` gives. An endpoint that reports only a total has it counted as sent: tokens
+    a limit cannot see would let the limit be passed."""
+    if not isinstance(usage, Mapping):
+        return 0, 0
+    prompt, completion = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+    if not prompt and not completion:
+        prompt = _count(usage.get("total_tokens"))
+    return prompt, completion
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        return 0
+    return max(0, int(value))
+
+
+def cost_micros(price: ModelPrice | None, prompt_tokens: int, completion_tokens: int) -> int:
+    """What ``prompt_tokens`` sent and ``completion_tokens`` written cost at ``price`` (per
+    million tokens), in millionths of its currency; 0 without a price. Each answer is
+    rounded on its own, the way the ledger adds them up."""
+    if price is None:
+        return 0
+    return round(prompt_tokens * price.input + completion_tokens * price.output)
+
+
+def spend_of(model: str | None, usage: Any, price: ModelPrice | None) -> Spend:
+    """One answer's spending: ``model`` (the name the endpoint answered with) and its
+    ``usage``, priced at ``price`` (``ModelSettings.price_of(model)``)."""
+    prompt, completion = tokens_of(usage)
+    name = (model or "")[:MODEL_NAME_LENGTH]
+    return Spend(name, prompt, completion, cost_micros(price, prompt, completion))
+
+
+def record(
+    agent_id: int,
+    day: str,
+    model: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    cost: int,
+    *,
+    responses: int = 1,
+) -> None:
+    """Add one answer (or ``responses`` answers) of ``model`` for the agent ``agent_id`` on
+    ``day`` (``YYYY-MM-DD``, UTC) to the ledger: its tokens and its ``cost`` in micros.
+    One statement, in the caller's transaction."""
+    database.execute_sql(
+        _RECORD_SQL.format(p=database.param),
+        (
+            agent_id,
+            day,
+            model[:MODEL_NAME_LENGTH],
+            responses,
+            prompt_tokens,
+            completion_tokens,
+            cost,
+        ),
+    )
+
+
+def record_spend(agent_id: int, when: datetime.datetime, spend: Spend) -> None:
+    """Add ``spend``, an answer given at ``when``, to the agent's day in the ledger."""
+    record(
+        agent_id,
+        day_key(when),
+        spend.model,
+        spend.prompt_tokens,
+        spend.completion_tokens,
+        spend.cost_micros,
+    )
