@@ -611,6 +611,7 @@ def _0017_limits(db: peewee.Database | peewee.DatabaseProxy) -> None:
         ALTER TABLE run ADD COLUMN admitted_at {ts};
         ALTER TABLE run ADD COLUMN held_until {ts};
         ALTER TABLE run ADD COLUMN held_reason TEXT;
+        ALTER TABLE run ADD COLUMN released_by VARCHAR(200);
         UPDATE run SET admitted_at = created_at;
         CREATE INDEX run_turn ON run (status, turn, id);
         CREATE INDEX run_sender_admitted ON run (agent_id, sender_key, admitted_at);

@@ -313,6 +313,7 @@ class _Attempt:
         self.calls = CallBook()
         self._agent_name: str | None = None
         self._limits: Mapping[str, float] | None = None  # the agent's, read once
+        self._past_limits = False  # an operator released it past the limit it was held at
 
     async def db(self, work: Callable[..., T], *args: Any) -> T:
         """Run database ``work`` off the event loop (or here, with no pool)."""
@@ -532,7 +533,7 @@ class _Attempt:
         """The spending limit the agent or the installation has reached, if any: read
         before each model call, and not at all when no spending limit applies."""
         limits = self._spending_limits()
-        if not any(limits[name] for name in SPENDING_LIMITS):
+        if self._past_limits or not any(limits[name] for name in SPENDING_LIMITS):
             return None
         return await self.db(spending_limit_reached, self.run.agent_id, self.clock(), limits)
 
@@ -638,10 +639,14 @@ class _Attempt:
             # retry) got no response and is not held against the budget.
             trail = [events.read(e.kind, e.payload) for e in timeline]
             if trail and isinstance(trail[-1], events.LimitReached):
+                by = run.released_by
+                # An operator who releases a run a limit stopped lets it go past that limit.
+                self._past_limits = by is not None
+                released = f"released by {by}, past the limit" if by else "released"
                 self.log.record(
                     events.RunResumed(
                         attempt=self.claim.attempts,
-                        reason=f"released after it was held: {trail[-1].reason}",
+                        reason=f"{released} after it was held: {trail[-1].reason}",
                     )
                 )
             setup.first_turn = sum(1 for e in trail if isinstance(e, events.ModelResponse))

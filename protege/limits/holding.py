@@ -25,7 +25,7 @@ from protege.models.runs import HELD
 
 _RELEASE_SQL = (
     "UPDATE run SET status = 'queued', turn = {p}, admitted_at = COALESCE(admitted_at, {p}), "
-    "held_until = NULL, held_reason = NULL WHERE id = {p} AND status = 'held'"
+    "held_until = NULL, held_reason = NULL, released_by = {p} WHERE id = {p} AND status = 'held'"
 )
 _HOLD_ON_SQL = (
     "UPDATE run SET held_until = {p}, held_reason = {p} WHERE status = 'held' AND id IN ({ids})"
@@ -33,7 +33,7 @@ _HOLD_ON_SQL = (
 # A running run stopped at a spending limit: held, its lease given up, the attempt not
 # counted (as a run handed back at shutdown: nothing failed).
 _HOLD_RUNNING_SQL = (
-    "UPDATE run SET status = 'held', held_until = {p}, held_reason = {p}, "
+    "UPDATE run SET status = 'held', held_until = {p}, held_reason = {p}, released_by = NULL, "
     "attempts = attempts - 1, lease_owner = NULL, lease_expires_at = NULL "
     "WHERE id = {p} AND status = 'running' AND lease_owner = {p}"
 )
@@ -104,22 +104,26 @@ def release_due(now: datetime.datetime, settings: LimitSettings) -> Released:
             done.held_on += len(ids)
 
 
-def _queue(run_id: int, sender_key: str | None, now: datetime.datetime) -> bool:
+def _queue(
+    run_id: int, sender_key: str | None, now: datetime.datetime, by: str | None = None
+) -> bool:
     cursor = database.execute_sql(
-        _RELEASE_SQL.format(p=database.param), (next_turn(sender_key), now, run_id)
+        _RELEASE_SQL.format(p=database.param), (next_turn(sender_key), now, by, run_id)
     )
     return cursor.rowcount == 1
 
 
-def release(run_ids: Iterable[int], now: datetime.datetime) -> list[int]:
-    """Queue the held runs ``run_ids`` now, whatever the limits say (an operator's
-    decision); returns those that were held and are queued now."""
+def release(run_ids: Iterable[int], now: datetime.datetime, *, by: str) -> list[int]:
+    """Queue the held runs ``run_ids`` now, whatever the limits say: an operator's
+    decision, recorded as ``by``. A run a spending limit stopped part way goes on past
+    that limit in the attempt that follows. Returns the runs that were held and are
+    queued now."""
     now = naive_utc(now)
     released = []
     for run_id in run_ids:
         sender = Run.select(Run.sender_key).where(Run.id == run_id).scalar()
         with database.atomic():
-            if _queue(run_id, sender, now):
+            if _queue(run_id, sender, now, by[:200]):
                 released.append(run_id)
     return released
 

@@ -185,6 +185,9 @@ class Run(Record):
     admitted_at = peewee.DateTimeField(null=True)
     held_until = peewee.DateTimeField(null=True)
     held_reason = peewee.TextField(null=True)
+    # Who released it from its last hold, when an operator did: a run a spending limit
+    # stopped part way then goes on past that limit.
+    released_by = peewee.CharField(max_length=200, null=True)
 
     class Meta:
         indexes = ((("responsibility", "due_at"), True),)

@@ -89,7 +89,7 @@ def test_a_release_pass_holds_on_with_the_reason_of_the_limit_still_reached(tmp_
 def test_an_operator_releases_what_the_limits_would_still_hold(tmp_path, sundae):
     config = configured(tmp_path, sender_runs_per_hour=1)
     runs = [send(config, "jane@acme.example", n, NOON) for n in range(3)]
-    assert release([runs[2].id, runs[0].id, 999_999], NOON) == [runs[2].id]
+    assert release([runs[2].id, runs[0].id, 999_999], NOON, by="ops") == [runs[2].id]
     assert Run.get_by_id(runs[2].id).status == "queued"
     assert Run.get_by_id(runs[1].id).status == "held"
 
@@ -181,4 +181,4 @@ def test_an_operator_cancels_a_held_run_and_no_release_brings_it_back(tmp_path, 
         "cancelled by an operator while it was held",
     )
     assert release_due(NOON + datetime.timedelta(days=1), config.limits).queued == []
-    assert release([held.id], NOON) == []
+    assert release([held.id], NOON, by="ops") == []

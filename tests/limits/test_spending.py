@@ -166,11 +166,8 @@ def test_a_budget_reached_mid_run_holds_it_at_its_next_model_call_and_it_resumes
     assert CALLED == ["first", "second"]
     assert _ledger()[(agent.id, "2026-03-05", "gpt-a")] == (2, 1000, 150, 8000 + 5000)
 
-    # Released before its window reopened, it is held again at once: the limit still holds.
-    assert release([run.id], DAY_ONE) == [run.id]
-    again = _carried(run.id, installation, DAY_ONE)
-    assert again.status == "held"
-    assert len(scripted_model.requests) == 2
+    # Not before its window reopens: the scheduler's pass leaves it held.
+    assert release_due(DAY_ONE, config.limits).queued == []
 
     # The next day, the scheduler's pass lets it into the queue, and it goes on.
     assert release_due(DAY_TWO, config.limits).queued == [run.id]
@@ -180,17 +177,43 @@ def test_a_budget_reached_mid_run_holds_it_at_its_next_model_call_and_it_resumes
     assert done.status == "done"
     assert CALLED == ["first", "second"]  # nothing answered was run again
     kinds = _kinds(run)
-    assert kinds.count("limit_reached") == 2
+    assert kinds.count("limit_reached") == 1
     assert kinds.count("tool_call") == 2
     turns = [e.payload["turn"] for e in done.timeline() if e.kind == "model_response"]
     assert turns == [1, 2, 3]  # held turns were not counted against the budget
     resumed = [e.payload["reason"] for e in done.timeline() if e.kind == "resumed"]
-    assert len(resumed) == 2
-    assert all(r.startswith(f"released after it was held: {limit} reached") for r in resumed)
+    assert len(resumed) == 1
+    assert resumed[0].startswith(f"released after it was held: {limit} reached")
     shown = scripted_model.shown(-1)
     assert [m["role"] for m in shown[-4:]] == ["assistant", "tool", "assistant", "tool"]
     assert _ledger()[(agent.id, "2026-03-06", "gpt-b")] == (1, 700, 30, 700 + 60)
     _assert_ledger_matches_events(agent)
+
+
+def test_an_operator_who_releases_a_run_a_limit_stopped_lets_it_go_past_that_limit(
+    agent, tmp_path, scripted_model
+):
+    config = _config(tmp_path, {"agent_tokens_per_day": 1000}, PRICES)
+    installation = open_installation(config, manifest=manifest_of(TOOLS), connect=False)
+    run = queue_reply(record_inbound(agent, sender="jane@acme.com", body="Count"), now=DAY_ONE)
+    scripted_model.script(
+        answer("gpt-a", 600, 100, call="first"), answer("gpt-a", 400, 50, call="second")
+    )
+    assert _carried(run.id, installation, DAY_ONE).status == "held"
+
+    assert release([run.id], DAY_ONE, by="mara@thescoop.com") == [run.id]
+    scripted_model.script(answer("gpt-a", 700, 30, text="Counted twice."))
+    done = _carried(run.id, installation, DAY_ONE)
+
+    assert done.status == "done"  # the same day, over the budget: the operator said so
+    resumed = [e.payload["reason"] for e in done.timeline() if e.kind == "resumed"]
+    assert resumed == [
+        "released by mara@thescoop.com, past the limit after it was held: "
+        + Run.get_by_id(run.id).timeline()[-4].payload["reason"]
+    ]
+    # The next run of the agent is held again: the release was for that run alone.
+    other = queue_reply(record_inbound(agent, sender="jane@acme.com", body="More"), now=DAY_ONE)
+    assert _carried(other.id, installation, DAY_ONE).status == "held"
 
 
 def _assert_ledger_matches_events(agent):
