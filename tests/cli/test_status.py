@@ -41,17 +41,20 @@ def test_status_counts_queued_running_stuck_failed_runs_and_pending_mail(
         "Sundae  1       1        1      1       1        1",
     ]
     as_json = json.loads(run_protege("status", "--json", env=env).stdout)
-    assert as_json == [
-        {
-            "agent": "Sundae",
-            "queued": 1,
-            "running": 1,
-            "stuck": 1,
-            "failed": 1,
-            "waiting": 1,
-            "pending_mail": 1,
-        }
-    ]
+    assert as_json == {
+        "agents": [
+            {
+                "agent": "Sundae",
+                "queued": 1,
+                "running": 1,
+                "stuck": 1,
+                "failed": 1,
+                "waiting": 1,
+                "pending_mail": 1,
+            }
+        ],
+        "model_endpoint": None,
+    }
 
 
 def test_status_with_nothing_waiting_says_so(run_protege, protege_db):

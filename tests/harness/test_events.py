@@ -90,6 +90,11 @@ RECORDED = {
         "approval 3 for process_refund expired unanswered at 2026-03-05T10:00:00",
     ),
     events.WAITING: ({"approvals": [3]}, "waiting for approval (3)"),
+    events.MODEL_UNAVAILABLE: (
+        {"error": "the model endpoint answered 503: busy", "retry_after": 20.0, "circuit": "open"},
+        "model endpoint unavailable, back to the queue: the model endpoint answered 503: busy "
+        "(it asked for 20.0 s); circuit open",
+    ),
 }
 
 

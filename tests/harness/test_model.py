@@ -6,7 +6,7 @@ import pytest
 
 from protege.config import ModelSettings
 from protege.harness.model import ModelClient, ModelError
-from protege.models import Agent
+from protege.models import Agent, Run
 from protege.testing import http_error, raw_answer, run_reply, say
 
 
@@ -32,13 +32,18 @@ def test_5xx_is_retried_too(agent, config, scripted_model, scoop_tools):
     )
 
 
-def test_rate_limit_that_outlasts_the_retries_fails_the_run(
+def test_rate_limit_that_outlasts_the_retries_hands_the_run_back_saying_why(
     agent, config, scripted_model, scoop_tools
 ):
     scripted_model.script(*[http_error(429, "slow down")] * 4)
     run = run_reply(agent, sender="jane@acme.com", body="Hi", config=config, manifest=scoop_tools)
-    assert run.status == "failed"
-    assert run.error == "the model endpoint is still rate limiting after 3 retries: slow down"
+    run = Run.get_by_id(run.id)
+    assert (run.status, run.attempts, run.error) == ("queued", 0, None)
+    (unavailable,) = [e.payload for e in run.timeline() if e.kind == "model_unavailable"]
+    assert unavailable["error"] == (
+        "the model endpoint is still rate limiting after 3 retries: slow down"
+    )
+    assert unavailable["retry_after"] == 0.001  # the scripted endpoint's retry-after-ms
     assert len(scripted_model.requests) == 4
 
 
@@ -71,8 +76,12 @@ def test_unreachable_endpoint(agent, config, scoop_tools):
         config=attrs.evolve(config, model=unreachable),
         manifest=scoop_tools,
     )
-    assert run.status == "failed"
-    assert run.error.startswith("cannot reach the model endpoint at http://127.0.0.1:9/v1")
+    assert Run.get_by_id(run.id).status == "queued"  # to try again once it answers
+    (unavailable,) = [e.payload for e in run.timeline() if e.kind == "model_unavailable"]
+    assert unavailable["error"].startswith(
+        "cannot reach the model endpoint at http://127.0.0.1:9/v1"
+    )
+    assert unavailable["retry_after"] is None
 
 
 def test_no_model_configured_is_a_clear_error():
