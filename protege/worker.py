@@ -365,6 +365,11 @@ class Workers:
             logger.error("a run ended with an error protege did not record: %r", error)
             return
         run = task.result()
+        if self._wake is not None and (run.status == "queued" or self._paused):
+            # Handed back (the model endpoint failed, say): the next look, at once, takes it
+            # again, or finds the circuit open and waits. And the end of the run that tried
+            # the endpoint (the probe) decides whether the others may go.
+            self._wake.set()
         if run.status in ("queued", "running"):
             return  # handed back, or taken over by another worker
         delivery.wake()
