@@ -1,11 +1,13 @@
 """The real openai client against the scripted endpoint: retries, and errors that say what
 to fix."""
 
+import datetime
+
 import attrs
 import pytest
 
 from protege.config import ModelSettings
-from protege.harness.model import ModelClient, ModelError
+from protege.harness.model import ModelClient, ModelError, retry_after
 from protege.models import Agent, Run
 from protege.testing import http_error, raw_answer, run_reply, say
 
@@ -237,3 +239,35 @@ def test_only_token_counts_of_the_usage_are_kept(agent, config, scripted_model, 
     }
     assert response["content"] == "Hello"
     assert response["model"] == config.model.model  # what was asked for, not a list
+
+
+NINE = "Mon, 02 Mar 2026 09:00:00 GMT"  # the answer's own Date
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({"Retry-After": "120"}, 120.0),
+        ({"retry-after": "1.5"}, 1.5),
+        ({"retry-after-ms": "250", "Retry-After": "9"}, 0.25),  # as the client reads them
+        (
+            {"Retry-After": "Mon, 02 Mar 2026 09:01:30 GMT", "Date": NINE},
+            90.0,
+        ),
+        (
+            {"Retry-After": "Mon, 02 Mar 2026 08:59:00 GMT", "Date": NINE},
+            0.0,
+        ),
+        ({"Retry-After": "soon"}, None),
+        ({"Retry-After": "-3"}, None),
+        ({"Retry-After": "nan"}, None),
+        ({}, None),
+    ],
+)
+def test_retry_after_reads_seconds_milliseconds_and_dates(headers, seconds):
+    assert retry_after(headers) == seconds
+
+
+def test_retry_after_as_a_date_without_the_answer_s_own_date_counts_from_now():
+    now = datetime.datetime(2026, 3, 2, 9, 0, 0)  # naive: UTC, as protege keeps times
+    assert retry_after({"Retry-After": "Mon, 02 Mar 2026 09:00:45 GMT"}, now) == 45.0
