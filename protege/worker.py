@@ -330,9 +330,9 @@ class Workers:
             if breaker.known().state == CLOSED:
                 return Gate(take=True)
             return await loop.run_in_executor(io, breaker.gate)
-        except Exception:  # the claim that follows will say what is wrong with the database
+        except Exception:  # fail closed: no run is taken until the circuit can be read
             logger.exception("could not read the model endpoint's circuit")
-            return Gate(take=True)
+            return Gate(take=False)
 
     async def _probe_unused(self, io: ThreadPoolExecutor) -> None:
         try:
@@ -349,7 +349,7 @@ class Workers:
             if left > 0:
                 seconds = min(seconds, left)
         if not self._paused:
-            logger.warning("the model endpoint is failing: no runs are taken for now")
+            logger.warning("the model endpoint's circuit is open: no runs are taken for now")
         wake.clear()
         self._paused = True
         await _either(wake, stopping, seconds)

@@ -610,7 +610,10 @@ class _Attempt:
         reply = answer.result()
         seen = self.breaker.seen
         if seen is None or not seen.healthy:  # else nothing to write: no thread hop
-            await self.db(self.breaker.succeeded)
+            try:
+                await self.db(self.breaker.succeeded)
+            except Exception:  # the answer stands; the next success closes the circuit
+                self.logger.exception("run %s: the endpoint's answer was not counted", self.run.id)
         return reply
 
     def _prepare(self) -> _Setup:
