@@ -31,6 +31,8 @@ from protege.harness.events import printable
 from protege.harness.events import read as read_event
 from protege.harness.events import render as render_event
 from protege.installation import Installation, open_installation
+from protege.limits.circuit import describe as model_endpoint
+from protege.limits.circuit import summary as model_endpoint_line
 from protege.models import Agent
 from protege.models.messages import REFUSED
 from protege.models.resolution import ApprovalBypass, Resolution, bypassed_approvals, unapprovable
@@ -102,6 +104,8 @@ __all__ = [
     "ingest",
     "load_config",
     "migrate",
+    "model_endpoint",
+    "model_endpoint_line",
     "normalize_pattern",
     "open_installation",
     "printable",

@@ -31,8 +31,11 @@ from protege.harness.cancels import CancelWatch
 from protege.harness.listeners import EventDispatcher
 from protege.harness.model import load_library
 from protege.harness.runner import new_owner
+from protege.limits.circuit import Breaker, Gate
+from protege.limits.windows import naive_utc
 from protege.models import Run
 from protege.models.base import utcnow
+from protege.models.limits import CLOSED
 from protege.queue import claim_next
 
 if TYPE_CHECKING:  # only named: the installation may import the workers
@@ -59,15 +62,30 @@ def preload(installation: Installation) -> None:
 
 def drain(installation: Installation, *, clock: Clock = utcnow) -> list[Run]:
     """Carry out queued runs (and runs whose worker died) in this thread until none is
-    left, then send the mail they queued; returns the runs once the ``on_event`` listeners
-    heard all their events."""
+    left, or the model endpoint's circuit is open (its runs stay queued for a later
+    drain), then send the mail they queued; returns the runs once the ``on_event``
+    listeners heard all their events. ``clock`` tells the time of leases and the circuit."""
     done = []
     lease = installation.config.runs.lease_seconds
     with installation.activated(), EventDispatcher(installation) as events:
         limits = installation.config.limits
-        while (claimed := claim_next(new_owner(), clock(), lease, limits=limits)) is not None:
+        breaker = Breaker.of(installation.config, clock=clock)
+        while True:
+            breaker.refresh()
+            gate = breaker.gate()
+            if not gate.take:
+                break
+            claimed = claim_next(new_owner(), clock(), lease, limits=limits)
+            if claimed is None:
+                if gate.probe:
+                    breaker.probe_unused()
+                break
             run, claim = claimed
-            done.append(execute(run, installation, claim=claim, listeners=events))
+            done.append(
+                execute(
+                    run, installation, claim=claim, listeners=events, clock=clock, breaker=breaker
+                )
+            )
         send_pending(installation.config, clock=clock, transport=installation.transport)
     return done
 
@@ -80,6 +98,10 @@ class Workers:
     the workers' loop) with each run that ended. ``clock`` tells the time leases are
     measured in. The runs' events go to the ``on_event`` listeners through ``events``, a
     dispatcher started and closed with the workers.
+
+    While the model endpoint's circuit is open (``protege.limits.circuit``), they take no
+    runs: they wait until it may be tried again (or a wake, or the next poll, which looks
+    whether another process closed it), then one of them tries one run.
     """
 
     def __init__(
@@ -109,6 +131,9 @@ class Workers:
         self._waiting = False
         self._thread: threading.Thread | None = None
         self.events = EventDispatcher(installation)
+        self.breaker = Breaker.of(installation.config, clock=clock)
+        """The model endpoint's circuit, as these workers and their runs see it."""
+        self._paused = False
 
     def start(self) -> Workers:
         """Start carrying out runs on a thread of their own (returns once they are ready)."""
@@ -126,6 +151,11 @@ class Workers:
     def waiting(self) -> bool:
         """Whether the workers wait for a wake or the next poll (no queued run found)."""
         return self._waiting
+
+    @property
+    def paused(self) -> bool:
+        """Whether the workers take no runs because the model endpoint's circuit is open."""
+        return self._paused
 
     def wake(self) -> None:
         """Look for queued runs now, not at the next poll (safe from any thread)."""
@@ -238,6 +268,14 @@ class Workers:
             full = not busy or time.monotonic() - looked_at >= self.poll_interval
             if full:
                 looked_at = time.monotonic()
+            gate = await self._gate(io, full)
+            if not gate.take:
+                busy = False  # the next look is a full one, the circuit's state read again
+                await self._paused_until(gate, wake, stopping)
+                continue
+            if self._paused:
+                self._paused = False
+                logger.warning("the model endpoint may answer again: runs are taken")
             claiming = functools.partial(
                 claim_next,
                 new_owner(),
@@ -253,6 +291,8 @@ class Workers:
                 logger.exception("could not look for queued runs")
                 claimed = None
             busy = claimed is not None
+            if claimed is None and gate.probe:
+                await self._probe_unused(io)
             if claimed is None and not full:
                 continue  # the queue is empty: look at everything before waiting
             if claimed is None:
@@ -274,10 +314,45 @@ class Workers:
                     stopping=stopping,
                     cancels=cancels,
                     listeners=self.events,
+                    breaker=self.breaker,
                 )
             )
             in_flight.add(task)
             task.add_done_callback(lambda done: self._ended(done, in_flight, delivery))
+
+    async def _gate(self, io: ThreadPoolExecutor, full: bool) -> Gate:
+        """May a run be taken now? The circuit's state is read again on each full look;
+        while it is closed, nothing more is asked of the database."""
+        loop, breaker = asyncio.get_running_loop(), self.breaker
+        try:
+            if full or breaker.seen is None:
+                await loop.run_in_executor(io, breaker.refresh)
+            if breaker.known().state == CLOSED:
+                return Gate(take=True)
+            return await loop.run_in_executor(io, breaker.gate)
+        except Exception:  # fail closed: no run is taken until the circuit can be read
+            logger.exception("could not read the model endpoint's circuit")
+            return Gate(take=False)
+
+    async def _probe_unused(self, io: ThreadPoolExecutor) -> None:
+        try:
+            await asyncio.get_running_loop().run_in_executor(io, self.breaker.probe_unused)
+        except Exception:  # its deadline frees it anyway
+            logger.exception("could not give back the model endpoint's probe")
+
+    async def _paused_until(self, gate: Gate, wake: asyncio.Event, stopping: asyncio.Event) -> None:
+        """Wait, the circuit open, until it may be tried (``gate.until``), a wake, a stop,
+        or the next poll (another process may close it meanwhile)."""
+        seconds = self.poll_interval
+        if gate.until is not None:
+            left = (gate.until - naive_utc(self.clock())).total_seconds()
+            if left > 0:
+                seconds = min(seconds, left)
+        if not self._paused:
+            logger.warning("the model endpoint's circuit is open: no runs are taken for now")
+        wake.clear()
+        self._paused = True
+        await _either(wake, stopping, seconds)
 
     def _ended(
         self, task: asyncio.Task, in_flight: set[asyncio.Task], delivery: DeliveryLoop
@@ -290,6 +365,11 @@ class Workers:
             logger.error("a run ended with an error protege did not record: %r", error)
             return
         run = task.result()
+        if self._wake is not None and (run.status == "queued" or self._paused):
+            # Handed back (the model endpoint failed, say): the next look, at once, takes it
+            # again, or finds the circuit open and waits. And the end of the run that tried
+            # the endpoint (the probe) decides whether the others may go.
+            self._wake.set()
         if run.status in ("queued", "running"):
             return  # handed back, or taken over by another worker
         delivery.wake()

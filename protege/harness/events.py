@@ -34,6 +34,7 @@ APPROVAL_ANSWERED = "approval_answered"
 APPROVAL_EXPIRED = "approval_expired"
 WAITING = "waiting"
 LIMIT_REACHED = "limit_reached"
+MODEL_UNAVAILABLE = "model_unavailable"
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 EXCERPT = 160  # characters of free text (model output, arguments, results) shown per line
@@ -353,6 +354,27 @@ class LimitReached(RunEvent):
         return f"limit reached, the run is held: {why}"
 
 
+@attrs.frozen(kw_only=True)
+class ModelUnavailable(RunEvent):
+    """The model endpoint failed on its side: the run went back to the queue, its attempt
+    given back, to go on once the endpoint answers again (the circuit breaker decides
+    when). ``retry_after`` is the wait the endpoint asked for, in seconds, if it did;
+    ``circuit`` the breaker's state after this failure."""
+
+    kind: ClassVar[str] = MODEL_UNAVAILABLE
+    error: str | None = None
+    retry_after: float | None = None
+    circuit: str | None = None
+
+    def line(self) -> str:
+        line = f"model endpoint unavailable, back to the queue: {_shown(self.error, '?')}"
+        if self.retry_after is not None:
+            line += f" (it asked for {_shown(self.retry_after)} s)"
+        if self.circuit is not None:
+            line += f"; circuit {_shown(self.circuit)}"
+        return line
+
+
 @attrs.frozen
 class UnknownEvent:
     """A stored event of a kind this version does not know, shown as it is."""
@@ -387,6 +409,7 @@ CLASSES: dict[str, type[RunEvent]] = {
         ApprovalExpired,
         RunWaiting,
         LimitReached,
+        ModelUnavailable,
     )
 }
 KINDS = tuple(CLASSES)

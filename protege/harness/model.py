@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
+import email.utils
 import json
 import math
 import time
 import uuid
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -21,6 +24,16 @@ PLACEHOLDER_KEY = "not-set"  # the client insists on a key; local endpoints igno
 
 class ModelError(ProtegeError):
     """The model endpoint could not give an answer; the message says what to fix."""
+
+
+class EndpointFailing(ModelError):
+    """The endpoint failed on its own side (5xx, 429, a time-out, no connection), after
+    the client's own retries: the run is not at fault and may be tried again later.
+    ``retry_after`` is how many seconds the endpoint asked callers to wait, when it said."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 @attrs.frozen
@@ -87,7 +100,7 @@ class ModelClient:
                     "/chat/completions", cast_to=bytes, body=request, options=_AUTH
                 )
         except TimeoutError:
-            raise ModelError(
+            raise EndpointFailing(
                 f"the model endpoint did not finish answering within "
                 f"{self.settings.max_call_seconds:g} s (raise max_call_seconds under [model])"
             ) from None
@@ -104,26 +117,75 @@ class ModelClient:
                 f"model and base_url under [model] (base_url: {self.base_url or 'OpenAI'})"
             ) from None
         except openai.RateLimitError as error:
-            raise ModelError(
+            raise EndpointFailing(
                 f"the model endpoint is still rate limiting after "
-                f"{self.settings.max_retries} retries: {_said(error)}"
+                f"{self.settings.max_retries} retries: {_said(error)}",
+                retry_after(error.response.headers),
             ) from None
         except openai.APIStatusError as error:
-            raise ModelError(
-                f"the model endpoint answered {error.status_code}: {_said(error)}"
-            ) from None
+            said = f"the model endpoint answered {error.status_code}: {_said(error)}"
+            if endpoint_side(error.status_code):
+                raise EndpointFailing(said, retry_after(error.response.headers)) from None
+            raise ModelError(said) from None
         except openai.APITimeoutError:
-            raise ModelError(
+            raise EndpointFailing(
                 f"the model endpoint did not answer within {self.settings.timeout} s "
                 "(raise timeout under [model])"
             ) from None
         except openai.APIConnectionError:
-            raise ModelError(
+            raise EndpointFailing(
                 f"cannot reach the model endpoint at {self.base_url or 'OpenAI'}: "
                 "check base_url under [model] or OPENAI_BASE_URL"
             ) from None
         latency_ms = (time.perf_counter() - start) * 1000
         return read_reply(body, latency_ms, self.settings.model or "")
+
+
+def endpoint_side(status: int) -> bool:
+    """Whether an HTTP error ``status`` is the endpoint's trouble rather than the request's:
+    a time-out (408), too many requests (429) or a server error (5xx)."""
+    return status in (408, 429) or status >= 500
+
+
+def retry_after(headers: Mapping[str, str], now: datetime.datetime | None = None) -> float | None:
+    """The seconds an answer's headers ask a caller to wait before trying again:
+    ``retry-after-ms``, else ``Retry-After`` in seconds or as an HTTP date (measured from
+    the answer's own ``Date``, so that the two clocks need not agree; else from ``now``,
+    by default the time of this machine, naive meaning UTC). None when they say nothing
+    readable."""
+    lowered = {str(k).lower(): str(v).strip() for k, v in headers.items()}
+    milliseconds = _seconds(lowered.get("retry-after-ms"))
+    if milliseconds is not None:
+        return milliseconds / 1000
+    given = lowered.get("retry-after")
+    if not given:
+        return None
+    seconds = _seconds(given)
+    if seconds is not None:
+        return seconds
+    at = _http_date(given)
+    if at is None:
+        return None
+    base = _http_date(lowered.get("date", "")) or now or datetime.datetime.now(datetime.UTC)
+    if base.tzinfo is None:  # naive, as protege keeps times: UTC
+        base = base.replace(tzinfo=datetime.UTC)
+    return max(0.0, (at - base).total_seconds())
+
+
+def _seconds(value: str | None) -> float | None:
+    try:
+        seconds = float(value) if value else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _http_date(value: str) -> datetime.datetime | None:
+    try:
+        at = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return at if at.tzinfo is not None else at.replace(tzinfo=datetime.UTC)
 
 
 _USAGE_KEYS = 32

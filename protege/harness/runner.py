@@ -39,13 +39,14 @@ from protege.harness.dispatch import Dispatcher, Outcome
 from protege.harness.events import CommittedEvent, EventLog
 from protege.harness.fence import Fence
 from protege.harness.listeners import EventDispatcher, snapshot
-from protege.harness.model import ModelClient, ModelReply, close_clients
+from protege.harness.model import EndpointFailing, ModelClient, ModelReply, close_clients
 from protege.harness.parts import PartBudget, Shown, fenced_parts
 from protege.harness.prompt import build_messages, replay
 from protege.harness.sections import RunSections, gather
 from protege.limit_settings import SPENDING_LIMITS
 from protege.limits import spending
 from protege.limits.admission import Hold, spending_limit_reached
+from protege.limits.circuit import Breaker, State, alert_mail
 from protege.limits.holding import hold_running
 from protege.limits.windows import naive_utc
 from protege.models import Agent, Blob, Run
@@ -144,10 +145,13 @@ def execute(
     model: ModelClient | None = None,
     claim: Claim | None = None,
     listeners: EventDispatcher | None = None,
+    clock: Callable[[], datetime.datetime] = utcnow,
+    breaker: Breaker | None = None,
 ) -> Run:
-    """Carry out ``run`` to the end in this thread and return it, done, failed or cancelled;
-    nothing the run does raises out of here (in the main thread, an operator's Ctrl-C still
-    stops the process after the run is marked failed).
+    """Carry out ``run`` to the end in this thread and return it, done, failed or cancelled
+    (or queued again, when the model endpoint was failing); nothing the run does raises out
+    of here (in the main thread, an operator's Ctrl-C still stops the process after the run
+    is marked failed).
 
     A queued run is claimed first; a run claimed already comes with its ``claim``. The
     model's plain text is stored as an event and never sent: mail goes out only through
@@ -157,9 +161,20 @@ def execute(
     The run's events go to the ``on_event`` listeners through ``listeners``; without one, a
     dispatcher of its own is started and closed (the listeners heard the whole run) before
     this returns.
+
+    ``clock`` tells the time leases and the model endpoint's circuit are measured in;
+    ``breaker`` is that circuit as the caller keeps it (default: one of the run's own).
     """
     with installation.activated():  # the run's records are its installation's
-        return _execute(run, installation, model=model, claim=claim, listeners=listeners)
+        return _execute(
+            run,
+            installation,
+            model=model,
+            claim=claim,
+            listeners=listeners,
+            clock=clock,
+            breaker=breaker,
+        )
 
 
 def _execute(
@@ -169,6 +184,8 @@ def _execute(
     model: ModelClient | None = None,
     claim: Claim | None = None,
     listeners: EventDispatcher | None = None,
+    clock: Callable[[], datetime.datetime] = utcnow,
+    breaker: Breaker | None = None,
 ) -> Run:
     if claim is None:
         if run.status != QUEUED:
@@ -185,7 +202,15 @@ def _execute(
 
     async def carried_out() -> Run:
         try:
-            return await carry_out(run, taken, installation, model=model, listeners=dispatcher)
+            return await carry_out(
+                run,
+                taken,
+                installation,
+                model=model,
+                listeners=dispatcher,
+                clock=clock,
+                breaker=breaker,
+            )
         finally:
             await close_clients()
 
@@ -211,6 +236,7 @@ async def carry_out(
     stopping: asyncio.Event | None = None,
     cancels: CancelWatch | None = None,
     listeners: EventDispatcher | None = None,
+    breaker: Breaker | None = None,
 ) -> Run:
     """Carry out the claimed ``run`` on the running event loop; returns it ended, or
     queued again when it was handed back.
@@ -221,8 +247,13 @@ async def carry_out(
     ``cancels`` looks for operators' cancels of every run on this loop (default: one of the
     run's own). Each batch of events, once committed, is published to ``listeners`` (the
     application's ``on_event`` dispatcher), if any.
+
+    When the model endpoint fails on its side (``EndpointFailing``), the failure goes to
+    ``breaker`` (the endpoint's circuit; default: one of the run's own) and the run back to
+    the queue, its attempt given back: a run is never failed, nor its attempts used up, by
+    an endpoint that is down.
     """
-    attempt = _Attempt(run, claim, installation, io, clock, listeners)
+    attempt = _Attempt(run, claim, installation, io, clock, listeners, breaker)
     limits = attempt.config.runs
     if cancels is None:
         cancels = CancelWatch(limits.cancel_check_seconds, io)
@@ -242,6 +273,8 @@ async def carry_out(
         logger.warning("run %s: %s; leaving it to that worker", run.id, lost)
     except _Cancelled as cancelled:
         await attempt.end(CANCELLED, str(cancelled), events.RunCancelled(reason=str(cancelled)))
+    except EndpointFailing as failing:
+        await attempt.unavailable(failing)
     except ProtegeError as error:
         await attempt.fail(str(error))
     except asyncio.CancelledError:
@@ -292,6 +325,7 @@ class _Attempt:
         io: Executor | None,
         clock: Callable[[], datetime.datetime],
         listeners: EventDispatcher | None = None,
+        breaker: Breaker | None = None,
     ) -> None:
         self.run = run
         self.claim = claim
@@ -314,6 +348,7 @@ class _Attempt:
         self._agent_name: str | None = None
         self._limits: Mapping[str, float] | None = None  # the agent's, read once
         self._past_limits = False  # an operator released it past the limit it was held at
+        self.breaker = Breaker.of(self.config, clock=clock) if breaker is None else breaker
 
     async def db(self, work: Callable[..., T], *args: Any) -> T:
         """Run database ``work`` off the event loop (or here, with no pool)."""
@@ -432,6 +467,59 @@ class _Attempt:
     async def fail(self, error: str) -> None:
         """End the run as failed with ``error`` (an event says why)."""
         await self.end(FAILED, error, events.RunFailed(error=error))
+
+    # -- the model endpoint failing -------------------------------------------------------
+
+    async def unavailable(self, failing: EndpointFailing) -> None:
+        """The endpoint failed on its side: count it in the circuit, hand the run back to
+        the queue with an event saying why, and, when this failure opened the circuit
+        first, tell the operators."""
+        opened: State | None = None
+        try:
+            opened = await self.db(self.breaker.failed, str(failing), failing.retry_after)
+        except Exception:  # the run still goes back: the next failure counts again
+            self.logger.exception("run %s: the endpoint's failure was not counted", self.run.id)
+        seen = self.breaker.seen
+        self.log.record(
+            events.ModelUnavailable(
+                error=str(failing),
+                retry_after=failing.retry_after,
+                circuit=None if seen is None else seen.state,
+            )
+        )
+        try:
+            await self.db(self._hand_back)
+        except LeaseLost as lost:
+            self.logger.warning("run %s: %s", self.run.id, lost)
+            return
+        self.logger.info("run %s handed back to the queue: %s", self.run.id, failing)
+        if opened is not None and opened.opened == 1:  # once per outage, not per re-opening
+            await self.db(self._alert, opened)
+
+    def _hand_back(self) -> None:
+        """Write the kept events and put the run back in the queue, its attempt given
+        back, in one transaction: a worker that lost the run does neither."""
+        self._name_for_listeners()
+        with self.order.turn() as turn:
+            with database.atomic():
+                if not Run.hand_back(self.run.id, self.claim.owner):
+                    self.lost = True
+                    raise LeaseLost(f"run {self.run.id} was taken over by another worker")
+                turn.take()
+                written = self.log.write()
+                self.run.status = QUEUED
+            self.published(written)
+
+    def _alert(self, opened: State) -> None:
+        """Queue the alert that the circuit opened to ``alert_to``, as the run's agent."""
+        address = self.config.limits.alert_to
+        if address is None:
+            return
+        mail = alert_mail(address, self.breaker.endpoint, opened, self.config.limits)
+        try:
+            self.installation.queue_mail(agent=self.run.agent, run=self.run, mail=mail)
+        except Exception:  # the circuit is open either way; the mail is best effort
+            self.logger.exception("could not mail the opened circuit to %s", address)
 
     # -- the turns ------------------------------------------------------------------------
 
@@ -586,7 +674,14 @@ class _Attempt:
                 await asyncio.wait({answer})
         if answer.cancelled() and self.cancellation.is_set():
             raise _Cancelled("cancelled by an operator")
-        return answer.result()
+        reply = answer.result()
+        seen = self.breaker.seen
+        if seen is None or not seen.healthy:  # else nothing to write: no thread hop
+            try:
+                await self.db(self.breaker.succeeded)
+            except Exception:  # the answer stands; the next success closes the circuit
+                self.logger.exception("run %s: the endpoint's answer was not counted", self.run.id)
+        return reply
 
     def _prepare(self) -> _Setup:
         """Everything a run needs before its first model call (in the database's thread)."""

@@ -32,8 +32,8 @@ class EchoModel(ScriptedModel):
 
     def _answer(
         self, body: dict[str, Any], authorization: str | None = None
-    ) -> tuple[int, dict[str, Any] | bytes]:
-        return self._completion(echo_step(body), body)
+    ) -> tuple[int, dict[str, Any] | bytes, tuple[tuple[str, str], ...]]:
+        return (*self._completion(echo_step(body), body), ())
 
 
 def echo_step(body: dict[str, Any]) -> Step:

@@ -29,6 +29,7 @@ class Step:
     status: int = 200
     error: str | None = None
     raw: bytes | None = None  # the whole body of a 200 answer, exactly
+    headers: tuple[tuple[str, str], ...] = ()  # sent with the answer
 
 
 def say(text: str) -> Step:
@@ -66,9 +67,15 @@ def raw_answer(body: str | bytes | dict[str, Any] | list[Any]) -> Step:
     return Step(raw=body.encode() if isinstance(body, str) else body)
 
 
-def http_error(status: int, message: str | None = None) -> Step:
-    """The endpoint answers with an HTTP error (429 and 5xx are retried by the client)."""
-    return Step(status=status, error=message or f"scripted error {status}")
+def http_error(
+    status: int, message: str | None = None, *, retry_after: str | float | None = None
+) -> Step:
+    """The endpoint answers with an HTTP error (429 and 5xx are retried by the client),
+    with a ``Retry-After`` header when ``retry_after`` is given (seconds, or an HTTP date);
+    without one, 429 and 5xx answers ask for a millisecond (``retry-after-ms``), to keep
+    the client's own retries quick."""
+    headers = () if retry_after is None else (("Retry-After", str(retry_after)),)
+    return Step(status=status, error=message or f"scripted error {status}", headers=headers)
 
 
 class ScriptedModel:
@@ -127,15 +134,16 @@ class ScriptedModel:
 
     def _answer(
         self, body: dict[str, Any], authorization: str | None = None
-    ) -> tuple[int, dict[str, Any] | bytes]:
+    ) -> tuple[int, dict[str, Any] | bytes, tuple[tuple[str, str], ...]]:
         with self._lock:
             self.requests.append(body)
             self.authorizations.append(authorization)
             steps = self._steps_for(body)
             if not steps:
-                return 400, _error(f"scripted model: no step left for request {len(self.requests)}")
+                left = f"scripted model: no step left for request {len(self.requests)}"
+                return 400, _error(left), ()
             step = steps.pop(0)
-        return self._completion(step, body)
+        return (*self._completion(step, body), step.headers)
 
     def _completion(self, step: Step, body: dict[str, Any]) -> tuple[int, dict[str, Any] | bytes]:
         """The HTTP status and body that answer ``body`` with ``step``."""
@@ -193,15 +201,19 @@ class ScriptedModel:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 answer: dict[str, Any] | bytes
+                headers: tuple[tuple[str, str], ...] = ()
                 if not self.path.endswith("/chat/completions"):
                     status, answer = 404, _error(f"no route {self.path}")
                 else:
-                    status, answer = model._answer(body, self.headers.get("Authorization"))
+                    authorization = self.headers.get("Authorization")
+                    status, answer, headers = model._answer(body, authorization)
                 data = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
-                if status == 429 or status >= 500:
+                for name, value in headers:
+                    self.send_header(name, value)
+                if (status == 429 or status >= 500) and not headers:
                     self.send_header("retry-after-ms", "1")  # keep the client's retries quick
                 self.end_headers()
                 self.wfile.write(data)

@@ -41,17 +41,20 @@ def test_status_counts_queued_running_stuck_failed_runs_and_pending_mail(
         "Sundae  1       1        1      1       1        1",
     ]
     as_json = json.loads(run_protege("status", "--json", env=env).stdout)
-    assert as_json == [
-        {
-            "agent": "Sundae",
-            "queued": 1,
-            "running": 1,
-            "stuck": 1,
-            "failed": 1,
-            "waiting": 1,
-            "pending_mail": 1,
-        }
-    ]
+    assert as_json == {
+        "agents": [
+            {
+                "agent": "Sundae",
+                "queued": 1,
+                "running": 1,
+                "stuck": 1,
+                "failed": 1,
+                "waiting": 1,
+                "pending_mail": 1,
+            }
+        ],
+        "model_endpoint": None,
+    }
 
 
 def test_status_with_nothing_waiting_says_so(run_protege, protege_db):
@@ -60,3 +63,35 @@ def test_status_with_nothing_waiting_says_so(run_protege, protege_db):
         0,
         "nothing queued, running, stuck, failed, waiting or pending\n",
     )
+
+
+def test_status_says_the_model_endpoint_is_failing_and_until_when_runs_wait(
+    run_protege, protege_db, tmp_path
+):
+    import attrs
+
+    from protege.config import load_config
+    from protege.limits.circuit import Breaker
+
+    config = load_config(tmp_path)
+    config = attrs.evolve(config, limits=attrs.evolve(config.limits, circuit_failures=2))
+    since = utcnow().replace(microsecond=0)
+    breaker = Breaker.of(config, clock=lambda: since)
+    breaker.failed("the model endpoint answered 503: overloaded")
+    breaker.failed("the model endpoint answered 503: overloaded", retry_after=120)
+    env = {"PROTEGE_DATABASE_URL": protege_db.url}
+    until = since + datetime.timedelta(seconds=120)
+    shown = run_protege("status", env=env)
+    assert shown.stdout.splitlines() == [
+        f"model endpoint failing since {since.isoformat(sep=' ')}Z, circuit open until "
+        f"{until.isoformat(sep=' ')}Z (last error: the model endpoint answered 503: overloaded)",
+        "nothing queued, running, stuck, failed, waiting or pending",
+    ]
+    endpoint = json.loads(run_protege("status", "--json", env=env).stdout)["model_endpoint"]
+    assert {k: endpoint[k] for k in ("state", "failures", "failing_since", "open_until")} == {
+        "state": "open",
+        "failures": 2,
+        "failing_since": f"{since.isoformat(sep=' ')}Z",
+        "open_until": f"{until.isoformat(sep=' ')}Z",
+    }
+    assert endpoint["last_error"] == "the model endpoint answered 503: overloaded"

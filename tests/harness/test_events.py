@@ -104,6 +104,11 @@ RECORDED = {
         "limit reached, the run is held: agent_tokens_per_day reached by the agent "
         "(1,200 of 1,000); held until 2026-03-06 00:00 UTC",
     ),
+    events.MODEL_UNAVAILABLE: (
+        {"error": "the model endpoint answered 503: busy", "retry_after": 20.0, "circuit": "open"},
+        "model endpoint unavailable, back to the queue: the model endpoint answered 503: busy "
+        "(it asked for 20.0 s); circuit open",
+    ),
 }
 
 

@@ -1,12 +1,14 @@
 """The real openai client against the scripted endpoint: retries, and errors that say what
 to fix."""
 
+import datetime
+
 import attrs
 import pytest
 
 from protege.config import ModelSettings
-from protege.harness.model import ModelClient, ModelError
-from protege.models import Agent
+from protege.harness.model import ModelClient, ModelError, retry_after
+from protege.models import Agent, Run
 from protege.testing import http_error, raw_answer, run_reply, say
 
 
@@ -32,13 +34,18 @@ def test_5xx_is_retried_too(agent, config, scripted_model, scoop_tools):
     )
 
 
-def test_rate_limit_that_outlasts_the_retries_fails_the_run(
+def test_rate_limit_that_outlasts_the_retries_hands_the_run_back_saying_why(
     agent, config, scripted_model, scoop_tools
 ):
     scripted_model.script(*[http_error(429, "slow down")] * 4)
     run = run_reply(agent, sender="jane@acme.com", body="Hi", config=config, manifest=scoop_tools)
-    assert run.status == "failed"
-    assert run.error == "the model endpoint is still rate limiting after 3 retries: slow down"
+    run = Run.get_by_id(run.id)
+    assert (run.status, run.attempts, run.error) == ("queued", 0, None)
+    (unavailable,) = [e.payload for e in run.timeline() if e.kind == "model_unavailable"]
+    assert unavailable["error"] == (
+        "the model endpoint is still rate limiting after 3 retries: slow down"
+    )
+    assert unavailable["retry_after"] == 0.001  # the scripted endpoint's retry-after-ms
     assert len(scripted_model.requests) == 4
 
 
@@ -71,8 +78,12 @@ def test_unreachable_endpoint(agent, config, scoop_tools):
         config=attrs.evolve(config, model=unreachable),
         manifest=scoop_tools,
     )
-    assert run.status == "failed"
-    assert run.error.startswith("cannot reach the model endpoint at http://127.0.0.1:9/v1")
+    assert Run.get_by_id(run.id).status == "queued"  # to try again once it answers
+    (unavailable,) = [e.payload for e in run.timeline() if e.kind == "model_unavailable"]
+    assert unavailable["error"].startswith(
+        "cannot reach the model endpoint at http://127.0.0.1:9/v1"
+    )
+    assert unavailable["retry_after"] is None
 
 
 def test_no_model_configured_is_a_clear_error():
@@ -228,3 +239,35 @@ def test_only_token_counts_of_the_usage_are_kept(agent, config, scripted_model, 
     }
     assert response["content"] == "Hello"
     assert response["model"] == config.model.model  # what was asked for, not a list
+
+
+NINE = "Mon, 02 Mar 2026 09:00:00 GMT"  # the answer's own Date
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({"Retry-After": "120"}, 120.0),
+        ({"retry-after": "1.5"}, 1.5),
+        ({"retry-after-ms": "250", "Retry-After": "9"}, 0.25),  # as the client reads them
+        (
+            {"Retry-After": "Mon, 02 Mar 2026 09:01:30 GMT", "Date": NINE},
+            90.0,
+        ),
+        (
+            {"Retry-After": "Mon, 02 Mar 2026 08:59:00 GMT", "Date": NINE},
+            0.0,
+        ),
+        ({"Retry-After": "soon"}, None),
+        ({"Retry-After": "-3"}, None),
+        ({"Retry-After": "nan"}, None),
+        ({}, None),
+    ],
+)
+def test_retry_after_reads_seconds_milliseconds_and_dates(headers, seconds):
+    assert retry_after(headers) == seconds
+
+
+def test_retry_after_as_a_date_without_the_answer_s_own_date_counts_from_now():
+    now = datetime.datetime(2026, 3, 2, 9, 0, 0)  # naive: UTC, as protege keeps times
+    assert retry_after({"Retry-After": "Mon, 02 Mar 2026 09:00:45 GMT"}, now) == 45.0

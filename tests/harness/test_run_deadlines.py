@@ -87,13 +87,17 @@ def _dripped(config, endpoint, model=None, runs=None):
     return attrs.evolve(config, model=settings, runs=attrs.evolve(config.runs, **(runs or {})))
 
 
-def test_a_model_call_that_never_finishes_fails_at_its_deadline(agent, config, endpoint):
+def test_a_model_call_that_never_finishes_ends_at_its_deadline_and_waits_in_the_queue(
+    agent, config, endpoint
+):
     dripped = _dripped(config, endpoint, model={"max_call_seconds": 1})
     run = run_reply(
         agent, sender="jane@acme.com", body="Hi", config=dripped, manifest=manifest_of([])
     )
-    assert run.status == "failed"
-    assert run.error == (
+    stored = Run.get_by_id(run.id)
+    assert (stored.status, stored.attempts) == ("queued", 0)  # not failed, attempt given back
+    (unavailable,) = [e.payload for e in run.timeline() if e.kind == "model_unavailable"]
+    assert unavailable["error"] == (
         "the model endpoint did not finish answering within 1 s "
         "(raise max_call_seconds under [model])"
     )

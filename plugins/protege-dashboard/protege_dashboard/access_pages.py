@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -159,6 +160,8 @@ async def agents_page(request: Request) -> Response:
 
 
 def _agents(request: Request, error: str | None = None, form: Any = None) -> Response:
+    # The home page says so when the model endpoint is failing (runs wait meanwhile).
+    endpoint = admin.model_endpoint(datetime.datetime.now(datetime.UTC))
     held: dict[int, list[str]] = {}
     for grant in AgentToolkit.select(AgentToolkit, Toolkit).join(Toolkit).order_by(Toolkit.name):
         held.setdefault(grant.agent_id, []).append(grant.toolkit.name)
@@ -169,6 +172,7 @@ def _agents(request: Request, error: str | None = None, form: Any = None) -> Res
         agents=list(Agent.active().order_by(Agent.name)),
         archived=list(Agent.select().where(Agent.archived_at.is_null(False)).order_by(Agent.name)),
         held=held,
+        endpoint=None if endpoint is None else admin.model_endpoint_line(endpoint),
         error=error,
         form=form or {},
     )

@@ -340,3 +340,22 @@ def test_runs_come_fifty_a_page_with_a_link_to_older_ones(signed_in, scoop):
     assert rest.count('id="run-') == 5
     assert f'id="run-{first.id}"' in rest
     assert 'id="older"' not in rest
+
+
+def test_the_home_page_says_the_model_endpoint_is_failing_and_since_when(signed_in, installation):
+    from protege.limits.circuit import Breaker
+    from protege.models.base import utcnow
+
+    assert "model endpoint" not in signed_in.get("/").text  # healthy: nothing said
+    since = utcnow().replace(microsecond=0)
+    breaker = Breaker.of(installation.config, clock=lambda: since)
+    for _ in range(installation.config.limits.circuit_failures):
+        breaker.failed("the model endpoint answered 500: <b>down</b>")
+    page = signed_in.get("/")
+    assert page.status_code == 200
+    shown = re.search(r'<p class="error" id="model-endpoint">(.*?)</p>', page.text)
+    assert shown is not None
+    assert _text(shown.group(1)).startswith(
+        f"model endpoint failing since {since.isoformat(sep=' ')}Z, circuit open until "
+    )
+    assert "&lt;b&gt;down&lt;/b&gt;" in shown.group(1)  # the endpoint's words, as text

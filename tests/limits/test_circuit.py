@@ -1,0 +1,317 @@
+"""The model endpoint's circuit breaker, against the scripted OpenAI-compatible endpoint
+answering 500s, then a 429 with Retry-After, then answering again: the circuit opens, the
+workers take no run while it is open, one run probes, and no run is failed or worn out."""
+
+import asyncio
+import datetime
+import queue
+
+import attrs
+import pytest
+
+from protege.config import load_config
+from protege.installation import open_installation
+from protege.limits.circuit import Breaker, describe, endpoint_of, summary
+from protege.mail import record_inbound
+from protege.models import Message, Run
+from protege.models.limits import CLOSED, HALF_OPEN, OPEN, Circuit
+from protege.queue import queue_reply
+from protege.testing import http_error, say
+from protege.worker import Workers, drain
+from tests.conftest import sql_run
+from tests.harness.conftest import agent_granted, manifest_of
+from tests.looping import until
+
+START = datetime.datetime(2026, 3, 2, 9, 0, 0)
+OPS = "ops@thescoop.example"
+
+
+class Clock:
+    """The time the workers, leases and circuit are told: moved by the test alone."""
+
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> datetime.datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += datetime.timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+def _config(tmp_path, **limits):
+    config = load_config(tmp_path)  # the scripted model, from the fixture's environment
+    settings = {
+        "circuit_failures": 3,
+        "circuit_backoff_seconds": 30.0,
+        "circuit_max_backoff_seconds": 120.0,
+        "alert_to": OPS,
+        **limits,
+    }
+    return attrs.evolve(
+        config,
+        model=attrs.evolve(config.model, max_retries=0),  # no sleeping between retries
+        limits=attrs.evolve(config.limits, **settings),
+    )
+
+
+@pytest.fixture
+def app(tmp_path, scripted_model, protege_db):
+    return open_installation(_config(tmp_path), manifest=manifest_of([]), connect=False)
+
+
+@pytest.fixture
+def agent(protege_db):
+    return agent_granted([])
+
+
+def _queue(agent, sender, body):
+    return queue_reply(record_inbound(agent, sender=sender, body=body))
+
+
+def _circuit(app):
+    return Circuit.get(Circuit.endpoint == endpoint_of(app.config.model))
+
+
+def _alerts():
+    outbound = Message.select().where(Message.direction == "outbound")
+    return [m for m in outbound if m.to_addresses == [OPS]]
+
+
+def _kinds(run):
+    return [e.kind for e in Run.get_by_id(run.id).timeline()]
+
+
+def test_a_failing_endpoint_opens_the_circuit_and_runs_wait_until_it_answers(
+    app, agent, scripted_model, clock
+):
+    first = _queue(agent, "jane@acme.com", "first")
+    second = _queue(agent, "joe@acme.com", "second")
+    scripted_model.script(*[http_error(500, "the server broke")] * 3)
+
+    drain(app, clock=clock)
+
+    # Three failures in a row: the circuit opened, and the drain took nothing more.
+    assert len(scripted_model.requests) == 3
+    circuit = _circuit(app)
+    assert (circuit.state, circuit.failures, circuit.opened) == (OPEN, 3, 1)
+    assert circuit.failing_since == START
+    assert circuit.open_until == START + datetime.timedelta(seconds=30)
+    assert "the server broke" in circuit.last_error
+    runs = [Run.get_by_id(r.id) for r in (first, second)]
+    assert [(r.status, r.attempts) for r in runs] == [("queued", 0), ("queued", 0)]
+    (alert,) = _alerts()
+    assert alert.agent_id == agent.id
+    assert alert.run_id == first.id
+    assert "no runs are taken until 2026-03-02 09:00:30Z" in alert.subject
+
+    # While open, nothing is taken: not at once, not a second before its end.
+    drain(app, clock=clock)
+    clock.advance(29)
+    drain(app, clock=clock)
+    assert len(scripted_model.requests) == 3
+
+    # Past it, one run probes; the endpoint now rate limits and asks for 100 s, longer
+    # than the doubled backoff (60 s).
+    clock.advance(1)
+    scripted_model.script(http_error(429, "slow down", retry_after=100))
+    drain(app, clock=clock)
+    assert len(scripted_model.requests) == 4
+    circuit = _circuit(app)
+    assert (circuit.state, circuit.failures, circuit.opened) == (OPEN, 4, 2)
+    assert circuit.open_until == clock.now + datetime.timedelta(seconds=100)
+    clock.advance(60)
+    drain(app, clock=clock)
+    assert len(scripted_model.requests) == 4  # Retry-After honoured past the backoff
+
+    # It answers again: the probe closes the circuit and the other run follows.
+    clock.advance(40)
+    scripted_model.script(say("Hello Jane."), say("Hello Joe."))
+    drain(app, clock=clock)
+    assert len(scripted_model.requests) == 6
+    runs = [Run.get_by_id(r.id) for r in (first, second)]
+    assert [(r.status, r.attempts, r.error) for r in runs] == [
+        ("done", 1, None),
+        ("done", 1, None),
+    ]
+    circuit = _circuit(app)
+    assert (circuit.state, circuit.failures, circuit.opened) == (CLOSED, 0, 0)
+    assert (circuit.failing_since, circuit.open_until) == (None, None)
+    assert describe(clock.now) is None
+    assert len(_alerts()) == 1  # one alert for the outage, not one per opening
+
+    # Every failed call went back to the queue with its reason; none used up the turns.
+    trail = Run.get_by_id(first.id).timeline()
+    unavailable = [e.payload for e in trail if e.kind == "model_unavailable"]
+    # (the scripted endpoint asks for a millisecond unless told otherwise)
+    assert [u["retry_after"] for u in unavailable] == [0.001, 0.001, 0.001, 100.0]
+    assert [u["circuit"] for u in unavailable] == [CLOSED, CLOSED, OPEN, OPEN]
+    assert {e.payload["turn"] for e in trail if e.kind == "model_request"} == {1}
+    assert "error" not in _kinds(first)
+
+
+def test_a_success_while_healthy_writes_nothing_to_the_circuit(app, agent, scripted_model, clock):
+    scripted_model.script(say("One."), say("Two."))
+    _queue(agent, "jane@acme.com", "one")
+    _queue(agent, "jane@acme.com", "two")
+    with sql_run() as statements:
+        done = drain(app, clock=clock)
+    assert [r.status for r in done] == ["done", "done"]
+    writes = [s for s in statements if "circuit" in s and not s.startswith("SELECT")]
+    assert writes == []
+    assert Circuit.select().count() == 0
+
+
+def test_a_refused_api_key_still_fails_the_run_at_once(app, agent, scripted_model, clock):
+    run = _queue(agent, "jane@acme.com", "hello")
+    scripted_model.script(http_error(401, "Incorrect API key provided"))
+    drain(app, clock=clock)
+    run = Run.get_by_id(run.id)
+    assert run.status == "failed"
+    assert run.error.startswith("the model endpoint refused the API key (401)")
+    assert "model_unavailable" not in _kinds(run)
+    assert Circuit.select().count() == 0
+    assert describe(clock.now) is None
+
+
+def test_a_bad_request_is_the_run_s_own_failure_not_the_endpoint_s(
+    app, agent, scripted_model, clock
+):
+    run = _queue(agent, "jane@acme.com", "hello")
+    scripted_model.script(http_error(400, "messages: too long"))
+    drain(app, clock=clock)
+    assert Run.get_by_id(run.id).status == "failed"
+    assert Circuit.select().count() == 0
+
+
+def test_runs_in_flight_failing_past_the_limit_open_the_circuit_once(
+    app, agent, scripted_model, clock
+):
+    # A breaker per process, both on the database: four failures, one opening.
+    here, there = Breaker.of(app.config, clock=clock), Breaker.of(app.config, clock=clock)
+    openings = [b.failed("the model endpoint answered 502: bad gateway") for b in (here, there)]
+    openings += [b.failed("the model endpoint answered 502: bad gateway") for b in (here, there)]
+    assert [o is not None for o in openings] == [False, False, True, False]
+    assert _circuit(app).opened == 1
+
+
+def test_the_backoff_doubles_per_reopening_up_to_its_maximum(app, clock):
+    breaker = Breaker.of(app.config, clock=clock)
+    for _ in range(3):
+        breaker.failed("down")
+    waits = []
+    for _ in range(4):
+        waits.append((breaker.known().open_until - clock.now).total_seconds())
+        clock.advance(waits[-1])
+        assert breaker.gate().probe
+        breaker.failed("still down")  # the probe failed: open again, for longer
+    assert waits == [30, 60, 120, 120]
+
+
+def test_retry_after_longer_than_the_backoff_keeps_the_circuit_open_longer(app, clock):
+    breaker = Breaker.of(app.config, clock=clock)
+    for _ in range(3):
+        breaker.failed("down")
+    assert breaker.known().open_until == clock.now + datetime.timedelta(seconds=30)
+    breaker.failed("a run in flight was told to wait", retry_after=90)
+    assert breaker.known().open_until == clock.now + datetime.timedelta(seconds=90)
+    breaker.failed("and a shorter wait changes nothing", retry_after=5)
+    assert breaker.known().open_until == clock.now + datetime.timedelta(seconds=90)
+
+
+def test_only_one_process_takes_the_probe(app, clock):
+    here, there = Breaker.of(app.config, clock=clock), Breaker.of(app.config, clock=clock)
+    for _ in range(3):
+        here.failed("down")
+    assert not there.gate().take  # it reads the open circuit on its first look
+    clock.advance(30)
+    gates = [here.gate(), there.gate()]
+    assert [(g.take, g.probe) for g in gates] == [(True, True), (False, False)]
+    assert _circuit(app).state == HALF_OPEN
+    # The other waits while the probe may take, as long as a model call may.
+    probe_deadline = clock.now + datetime.timedelta(seconds=app.config.model.max_call_seconds)
+    assert gates[1].until == probe_deadline
+    # A probe whose worker died is taken by another once that time has passed.
+    clock.advance(app.config.model.max_call_seconds)
+    assert there.gate().probe
+    # A probe that found no run is given up: the next look probes again.
+    there.probe_unused()
+    assert _circuit(app).state == OPEN
+    assert here.gate().probe
+
+
+def test_a_success_closes_the_circuit_another_process_opened(app, clock):
+    here, there = Breaker.of(app.config, clock=clock), Breaker.of(app.config, clock=clock)
+    there.refresh()  # it saw the circuit closed, before the failures
+    for _ in range(3):
+        here.failed("down")
+    there.refresh()
+    there.succeeded()  # one of its runs in flight got an answer
+    assert (_circuit(app).state, _circuit(app).failures) == (CLOSED, 0)
+    assert here.refresh().healthy
+
+
+def test_workers_take_no_run_while_the_circuit_is_open_and_resume_on_their_own(
+    app, agent, scripted_model, clock
+):
+    run = _queue(agent, "jane@acme.com", "hello")
+    scripted_model.script(*[http_error(503, "overloaded")] * 3)
+    finished = queue.Queue()
+    # A poll interval no test outlasts: the workers act on the wakes alone.
+    pool = Workers(app, poll_interval=3600, on_finished=finished.put, clock=clock)
+
+    async def main():
+        serving = asyncio.create_task(pool.serve())
+        try:
+            await until(lambda: pool.paused)
+            assert len(scripted_model.requests) == 3  # the run failed thrice, then no more
+            assert Run.get_by_id(run.id).status == "queued"
+            scripted_model.script(say("Hello Jane."))
+            clock.advance(30)
+            pool.wake()
+            await until(lambda: not finished.empty())
+        finally:
+            pool.stop_soon(grace=10)
+            await serving
+
+    asyncio.run(main())
+    done = finished.get_nowait()
+    assert (done.id, done.status) == (run.id, "done")
+    assert Run.get_by_id(run.id).attempts == 1
+    assert _circuit(app).state == CLOSED
+    assert not pool.paused
+
+
+def test_describe_says_since_when_the_endpoint_fails_and_until_when_runs_wait(app, clock):
+    breaker = Breaker.of(app.config, clock=clock)
+    breaker.failed("the model endpoint answered 500: boom")
+    clock.advance(5)
+    described = describe(clock.now)
+    assert described["state"] == CLOSED
+    assert described["failures"] == 1
+    assert summary(described) == (
+        "model endpoint failing since 2026-03-02 09:00:00Z, 1 failed call(s) in a row, "
+        "circuit closed (last error: the model endpoint answered 500: boom)"
+    )
+    breaker.failed("the model endpoint answered 500: boom")
+    breaker.failed("the model endpoint answered 500: boom")
+    described = describe(clock.now)
+    assert described == {
+        "endpoint": endpoint_of(app.config.model),
+        "state": OPEN,
+        "failures": 3,
+        "opened": 1,
+        "failing_since": "2026-03-02 09:00:00Z",
+        "open_until": "2026-03-02 09:00:35Z",
+        "seconds_left": 30.0,
+        "last_error": "the model endpoint answered 500: boom",
+    }
+    assert summary(described) == (
+        "model endpoint failing since 2026-03-02 09:00:00Z, circuit open until "
+        "2026-03-02 09:00:35Z (last error: the model endpoint answered 500: boom)"
+    )
