@@ -1,4 +1,5 @@
-"""``protege status``: what the workers have before them, per agent."""
+"""``protege status``: what the workers have before them, per agent, and where the limits
+stand."""
 
 from __future__ import annotations
 
@@ -7,34 +8,73 @@ import click
 from protege.cli.database import open_database
 from protege.cli.output import echo_json, echo_table
 
+COUNTS = ("queued", "running", "stuck", "failed", "waiting", "held", "pending_mail")
+
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def status(as_json: bool) -> None:
-    """Show queued, running, stuck, failed and waiting runs and pending mail, per agent.
+    """Show queued, running, stuck, failed, waiting and held runs and pending mail, per
+    agent; the held mail, and the limits in force with what was used of each in the
+    window under way.
 
     A run is stuck when it is running but its worker stopped renewing its lease: serve
-    takes it over by itself; `protege runs retry` does at once.
+    takes it over by itself; `protege runs retry` does at once. A run is held when its
+    mail came over a limit: it starts when the window reopens, or at once with
+    `protege runs release`.
     """
+    from protege.config import load_config
+    from protege.limits.standing import standings
     from protege.models import Agent
     from protege.models.base import utcnow
     from protege.status import overview
 
+    settings = load_config().limits
     open_database()
-    counts = overview(utcnow())
-    names = {agent.id: agent.name for agent in Agent.select(Agent.id, Agent.name)}
+    now = utcnow()
+    counts = overview(now)
+    agents = {
+        agent.id: agent
+        for agent in Agent.select(Agent.id, Agent.name, Agent.archived_at)
+        if agent.archived_at is None or agent.id in counts
+    }
+    standing = standings(((a.id, a.name) for a in agents.values()), now, settings)
+    zero = dict.fromkeys(COUNTS, 0)
     rows = [
-        {"agent": names.get(agent_id, f"#{agent_id}"), **row} for agent_id, row in counts.items()
+        {
+            "agent": agent.name,
+            **counts.get(agent.id, zero),
+            **standing.agents[agent.id].as_json(),
+        }
+        for agent in agents.values()
     ]
     rows.sort(key=lambda row: str(row["agent"]))
     if as_json:
-        echo_json(rows)
+        echo_json({"agents": rows, "installation": standing.installation_json()})
         return
-    if not rows:
-        click.echo("nothing queued, running, stuck, failed, waiting or pending")
-        return
-    columns = ["queued", "running", "stuck", "failed", "waiting", "pending_mail"]
-    echo_table(
-        ["agent", "queued", "running", "stuck", "failed", "waiting", "pending mail"],
-        [[row["agent"], *(row[c] for c in columns)] for row in rows],
-    )
+    busy = [row for row in rows if any(row[c] for c in COUNTS)]
+    if not busy:
+        click.echo("nothing queued, running, stuck, failed, waiting, held or pending")
+    else:
+        echo_table(
+            ["agent", "queued", "running", "stuck", "failed", "waiting", "held", "pending mail"],
+            [[row["agent"], *(row[c] for c in COUNTS)] for row in busy],
+        )
+    by_name = sorted(standing.agents.values(), key=lambda agent: agent.name)
+    held = [(agent.name, group) for agent in by_name for group in agent.held]
+    if held:
+        click.echo("\nheld mail (`protege runs list --held`; `protege runs release` queues it):")
+        echo_table(
+            ["agent", "held", "reason"],
+            [(name, group.describe(), group.reason) for name, group in held],
+        )
+    click.echo("\nlimits in force (used in the window under way):")
+    lines = [
+        (agent.name, "; ".join(s.describe() for s in agent.limits.values() if s.allowed) or "none")
+        for agent in by_name
+    ]
+    installation = [
+        limit.describe() for limit in standing.installation_limits.values() if limit.allowed
+    ]
+    lines.append(("installation", "; ".join(installation) or "none"))
+    echo_table(["whose", "limits"], lines)
