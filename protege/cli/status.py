@@ -68,13 +68,16 @@ def status(as_json: bool) -> None:
             ["agent", "held", "reason"],
             [(name, group.describe(), group.reason) for name, group in held],
         )
-    click.echo("\nlimits in force (used in the window under way):")
-    lines = [
-        (agent.name, "; ".join(s.describe() for s in agent.limits.values() if s.allowed) or "none")
-        for agent in by_name
+    whose = [(agent.name, agent.limits) for agent in by_name]
+    whose.append(("(installation)", standing.installation_limits))
+    in_force = [
+        (name, limit.limit, *limit.cells())
+        for name, limits in whose
+        for limit in limits.values()
+        if limit.allowed
     ]
-    installation = [
-        limit.describe() for limit in standing.installation_limits.values() if limit.allowed
-    ]
-    lines.append(("installation", "; ".join(installation) or "none"))
-    echo_table(["whose", "limits"], lines)
+    if not in_force:
+        click.echo("\nno limits in force ([limits] in protege.toml)")
+        return
+    click.echo("\nlimits in force, and what was used of each in the window under way:")
+    echo_table(["whose", "limit", "used", "allowed", "window ends"], in_force)

@@ -82,11 +82,22 @@ class Standing:
 
     def describe(self) -> str:
         """The limit in a few words: ``agent_runs_per_hour 12 of 500``."""
+        used, allowed, _ = self.cells()
+        if self.used is None:
+            return f"{self.limit} {allowed}"
+        return f"{self.limit} {used} of {allowed}" + (" (reached)" if self.reached else "")
+
+    def cells(self) -> tuple[str, str, str]:
+        """What was used, what is allowed and when the window ends, as a table shows them."""
         allowed = _amount(self.limit, self.allowed)
         if self.used is None:
-            return f"{self.limit} {allowed} per sender"
-        text = f"{self.limit} {_amount(self.limit, self.used)} of {allowed}"
-        return text + (" (reached)" if self.reached else "")
+            return "-", f"{allowed} per sender", _when(self.until)
+        used = _amount(self.limit, self.used) + (" (reached)" if self.reached else "")
+        return used, allowed, _when(self.until)
+
+
+def _when(moment: datetime.datetime | None) -> str:
+    return "" if moment is None else f"{moment:%Y-%m-%d %H:%M} UTC"
 
 
 def _amount(limit: str, value: float) -> str:

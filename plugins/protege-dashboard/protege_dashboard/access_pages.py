@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from peewee import fn
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from protege import ProtegeError, admin
-from protege.models import Agent, AgentAccessRule, AgentToolkit, AgentToolkitRule, Toolkit
+from protege.models import Agent, AgentAccessRule, AgentToolkit, AgentToolkitRule, Run, Toolkit
 from protege_dashboard.security import checked_form
 from protege_dashboard.web import actor, found, installation, redirect, render
 
@@ -162,6 +163,13 @@ def _agents(request: Request, error: str | None = None, form: Any = None) -> Res
     held: dict[int, list[str]] = {}
     for grant in AgentToolkit.select(AgentToolkit, Toolkit).join(Toolkit).order_by(Toolkit.name):
         held.setdefault(grant.agent_id, []).append(grant.toolkit.name)
+    waiting = {
+        agent_id: count
+        for agent_id, count in Run.select(Run.agent, fn.COUNT(Run.id))
+        .where(Run.status == "held")
+        .group_by(Run.agent)
+        .tuples()
+    }
     return render(
         request,
         "agents.html",
@@ -169,6 +177,7 @@ def _agents(request: Request, error: str | None = None, form: Any = None) -> Res
         agents=list(Agent.active().order_by(Agent.name)),
         archived=list(Agent.select().where(Agent.archived_at.is_null(False)).order_by(Agent.name)),
         held=held,
+        held_runs=waiting,
         error=error,
         form=form or {},
     )
