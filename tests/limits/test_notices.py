@@ -218,3 +218,16 @@ def test_an_alert_to_an_agents_address_is_not_sent(tmp_path, sundae):
     mail.send()
     assert mail.send().run.status == "held"
     assert mail.outbox() == []
+
+
+def test_mail_stored_without_an_installation_still_tells_the_sender(tmp_path, sundae):
+    app = installation(tmp_path, notify_held=True)
+    mail = Post(app, Clock(NOON))  # for its outbox: ingest below is given no app at all
+    for number in (1, 2):
+        message = EmailMessage()
+        message["From"], message["To"], message["Subject"] = "jane@acme.com", AGENT, "Melted"
+        message["Message-ID"] = f"<alone{number}@acme.com>"
+        message.set_content("hello")
+        ingest(KEY.sign(message.as_bytes()), config=app.config, clock=mail.clock)
+    (notice,) = mail.outbox()  # queued by protege's own inspectors' queue_mail
+    assert notice["In-Reply-To"] == "<alone2@acme.com>"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from peewee import fn
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -163,18 +162,16 @@ def _agents(request: Request, error: str | None = None, form: Any = None) -> Res
     held: dict[int, list[str]] = {}
     for grant in AgentToolkit.select(AgentToolkit, Toolkit).join(Toolkit).order_by(Toolkit.name):
         held.setdefault(grant.agent_id, []).append(grant.toolkit.name)
-    waiting = {
-        agent_id: count
-        for agent_id, count in Run.select(Run.agent, fn.COUNT(Run.id))
-        .where(Run.status == "held")
-        .group_by(Run.agent)
-        .tuples()
+    agents = list(Agent.active().order_by(Agent.name))
+    waiting = {  # one count per agent: agents are few, held runs may be many
+        agent.id: Run.select().where((Run.agent == agent.id) & (Run.status == "held")).count()
+        for agent in agents
     }
     return render(
         request,
         "agents.html",
         status_code=422 if error else 200,
-        agents=list(Agent.active().order_by(Agent.name)),
+        agents=agents,
         archived=list(Agent.select().where(Agent.archived_at.is_null(False)).order_by(Agent.name)),
         held=held,
         held_runs=waiting,
