@@ -3,9 +3,9 @@
 Each name here is what the command line itself uses, so a tool built on this module answers
 and acts exactly as the command line does: opening an installation, explaining access,
 reading runs and the audit log, and the operator's operations (``protege.operations``:
-stopping runs, granting toolkits, gate and access rules, approvals), which check, change
-and record in the audit log in one call. The names and what each is for are listed once,
-in docs/api.md.
+stopping runs, releasing held runs, granting toolkits, gate and access rules, approvals),
+which check, change and record in the audit log in one call. The names and what each is
+for are listed once, in docs/api.md.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from protege.operations import (
     Cancelled,
     NotFound,
     OperationRefused,
+    Released,
     add_access_rule,
     add_gate_rule,
     answer_approval,
@@ -50,6 +51,7 @@ from protege.operations import (
     clear_grant_approval,
     detach_toolkit,
     queue_responsibility,
+    release_held,
     remove_access_rule,
     remove_gate_rule,
     require_grant_approval,
@@ -80,6 +82,7 @@ __all__ = [
     "MethodResult",
     "NotFound",
     "OperationRefused",
+    "Released",
     "Scheduler",
     "StorageUnavailable",
     "Verdict",
@@ -111,6 +114,7 @@ __all__ = [
     "printable",
     "queue_responsibility",
     "read_event",
+    "release_held",
     "remove_access_rule",
     "remove_gate_rule",
     "render_event",

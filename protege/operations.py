@@ -1,27 +1,31 @@
 """What an operator does to an installation, once for every front end.
 
 The command line and the dashboard (and any operator tool built on ``protege.admin``) offer
-the same operations: stop a run, run a responsibility now, attach and detach toolkits,
-change gate and access rules, answer approvals and say which calls need one. Each is one
-function here: it checks what it is asked, does it in one transaction, records it under
-the ``actor`` it is given (in the audit log, ``protege.audit``; an approval's answer on the
-approval itself and in its run's trail), and returns what it did or raises a
-``ProtegeError`` whose message is meant for the operator. Front ends only find the records
-and show the outcome.
+the same operations: stop a run, release held runs, run a responsibility now, attach and
+detach toolkits, change gate and access rules, answer approvals and say which calls need
+one. Each is one function here: it checks what it is asked, does it in one transaction,
+records it under the ``actor`` it is given (in the audit log, ``protege.audit``; an
+approval's answer on the approval itself and in its run's trail), and returns what it did
+or raises a ``ProtegeError`` whose message is meant for the operator. Front ends only find
+the records and show the outcome.
 
 Call them with the installation's database connected (``open_installation``).
 """
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterable
 
 import attrs
 
 from protege.access import DEFAULT_APPROVAL_TIMEOUT, ApprovalPolicy, checked_policy
 from protege.access import normalize_pattern as _normalize_pattern
-from protege.audit import change
+from protege.addresses import routing_key
+from protege.audit import change, record
+from protege.db import database
 from protege.errors import ProtegeError, did_you_mean
+from protege.limits import holding
 from protege.models import (
     Agent,
     AgentAccessRule,
@@ -43,6 +47,7 @@ __all__ = [
     "Cancelled",
     "NotFound",
     "OperationRefused",
+    "Released",
     "add_access_rule",
     "add_gate_rule",
     "answer_approval",
@@ -51,6 +56,7 @@ __all__ = [
     "clear_grant_approval",
     "detach_toolkit",
     "queue_responsibility",
+    "release_held",
     "remove_access_rule",
     "remove_gate_rule",
     "require_grant_approval",
@@ -130,6 +136,91 @@ def cancel_run(run_id: int, *, actor: str) -> Cancelled:
         if was not in STOPPABLE:  # it ended (perhaps meanwhile): nothing to change
             raise OperationRefused(f"run {run.id} is {was} already: there is nothing to cancel")
     return Cancelled(run.id, str(was))
+
+
+@attrs.frozen
+class Released:
+    """Held runs an operator let into the queue (oldest first), and which were asked for."""
+
+    run_ids: tuple[int, ...]
+    which: str
+
+    SHOWN = 20  # ids named in a line; more are counted
+
+    def describe(self) -> str:
+        """What was released, in one line."""
+        which = f" {self.which}" if self.which else ""
+        if not self.run_ids:
+            return f"nothing released: no runs{which} are held"
+        if len(self.run_ids) == 1:
+            return f"run {self.run_ids[0]} released: it is queued"
+        named = ", ".join(map(str, self.run_ids[: self.SHOWN]))
+        more = len(self.run_ids) - self.SHOWN
+        if more > 0:
+            named += f" and {more:,} more"
+        return f"{len(self.run_ids):,} held runs{which} released, queued: runs {named}"
+
+
+def release_held(
+    *,
+    actor: str,
+    run_ids: Iterable[int] = (),
+    agent: Agent | None = None,
+    sender: str | None = None,
+    everything: bool = False,
+    now: datetime.datetime | None = None,
+) -> Released:
+    """Queue held runs now, whatever the limits say: the runs ``run_ids``, or every held
+    run of ``agent`` and/or from ``sender`` (an address; its routing key is compared, its
+    proven and unproven mail alike), or ``everything`` held. A run a spending limit stopped
+    part way goes on past that limit. They take their senders' fair turns, oldest first. Recorded as
+    ``held runs released``. ``NotFound`` for a run id that does not exist and
+    ``OperationRefused`` for one that is not held: then nothing is released."""
+    wanted = sorted({int(run_id) for run_id in run_ids})
+    ways = bool(wanted) + (agent is not None or sender is not None) + everything
+    if ways != 1:
+        raise ProtegeError(
+            "say which held runs to release: run ids, an agent and/or a sender, or all"
+        )
+    key = None
+    if sender is not None:
+        key = routing_key(sender) or " ".join(sender.split()).lower()
+        if not key:
+            raise ProtegeError("the sender is empty: give the address the mail came from")
+    with database.atomic():
+        if wanted:
+            found = {run.id: run for run in Run.select().where(Run.id.in_(wanted))}
+            for run_id in wanted:
+                run = found.get(run_id)
+                if run is None:
+                    raise NotFound(f"there is no run {run_id}")
+                if run.status != HELD:
+                    raise OperationRefused(
+                        f"run {run_id} is {run.status}, not held: there is nothing to release"
+                    )
+            which = ""
+        else:
+            wanted = holding.held_runs(agent=agent, sender=key)
+            which = " ".join(
+                part
+                for part in (
+                    f"of {agent.name}" if agent is not None else "",
+                    f"from {key}" if key is not None else "",
+                )
+                if part
+            )
+        released = holding.release(wanted, utcnow() if now is None else now, by=actor)
+        if released:
+            subject = f"run {released[0]}" if len(released) == 1 else f"{len(released)} held runs"
+            record(
+                actor,
+                "held runs released",
+                "run",
+                f"{subject} {which}".strip(),
+                before={"status": HELD, "runs": released},
+                after={"status": QUEUED, "runs": released},
+            )
+    return Released(tuple(released), which)
 
 
 def queue_responsibility(responsibility: Responsibility) -> Run:

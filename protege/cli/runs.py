@@ -72,6 +72,39 @@ def cancel(run_id: int) -> None:
     click.echo(cancel_run(run_id, actor=command_line_actor()).describe())
 
 
+@runs.command("release")
+@click.argument("run_ids", nargs=-1, type=int)
+@click.option("--agent", help="Every held run of this agent.")
+@click.option("--sender", help="Every held run of mail from this address.")
+@click.option("--all", "everything", is_flag=True, help="Every held run.")
+@click.option("--json", "as_json", is_flag=True, help="Print the runs released as JSON.")
+def release(
+    run_ids: tuple[int, ...],
+    agent: str | None,
+    sender: str | None,
+    everything: bool,
+    as_json: bool,
+) -> None:
+    """Queue held runs now, whatever the limits say: RUN_IDS, or those of an --agent
+    and/or a --sender, or --all. `protege runs list --held` lists them."""
+    from protege.audit import command_line_actor
+    from protege.models import Agent
+    from protege.operations import release_held
+
+    open_database()
+    released = release_held(
+        actor=command_line_actor(),
+        run_ids=run_ids,
+        agent=Agent.named(agent) if agent else None,
+        sender=sender,
+        everything=everything,
+    )
+    if as_json:
+        echo_json({"released": list(released.run_ids)})
+    else:
+        click.echo(released.describe())
+
+
 def carried_out(run, installation):
     """Carry ``run`` out in this process, then send the mail it queued."""
     from protege.delivery import send_pending
@@ -88,6 +121,7 @@ def carried_out(run, installation):
 @click.option("--responsibility", help="Only the runs of this responsibility.")
 @click.option("--status", help="Only runs in this status (queued, running, done, failed...).")
 @click.option("--since", "since_value", help="Only runs created since: 30m, 2h, 7d, or a date.")
+@click.option("--held", is_flag=True, help="Only held runs, with their sender, why and until when.")
 @click.option("--limit", default=20, show_default=True, help="How many runs, newest first.")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def list_runs(
@@ -95,11 +129,13 @@ def list_runs(
     responsibility: str | None,
     status: str | None,
     since_value: str | None,
+    held: bool,
     limit: int,
     as_json: bool,
 ) -> None:
     """List recent runs, newest first: status, duration, tokens, and times with their
-    time zone (this machine's in the table, UTC in JSON)."""
+    time zone (this machine's in the table, UTC in JSON). With --held, the runs over a
+    limit: `protege runs release` queues them before their time."""
     from protege.cli.timing import duration, iso, local, seconds_between, since
     from protege.cli.usage import tokens_by_run
     from protege.models import Agent, Responsibility, Run
@@ -111,11 +147,18 @@ def list_runs(
         query = query.where(Run.agent == whose)
     if responsibility:
         query = query.where(Run.responsibility == Responsibility.named(responsibility, whose))
+    if held:
+        if status and status.strip().lower() != "held":
+            raise ProtegeError("--held lists held runs: leave out --status")
+        status = "held"
     if status:
         query = query.where(Run.status == status.strip().lower())
     if since_value:
         query = query.where(Run.created_at >= since(since_value))
     found = list(query)
+    if held:
+        _list_held(found, as_json)
+        return
     tokens = tokens_by_run(run.id for run in found)
     rows = [
         {
@@ -147,6 +190,44 @@ def list_runs(
                     r["total_tokens"],
                     local(run.due_at),
                     _one_line(r["error"]),
+                )
+                for r, run in zip(rows, found, strict=True)
+            ],
+        )
+
+
+def _list_held(found, as_json: bool) -> None:
+    from protege.cli.timing import iso, local
+    from protege.limits.senders import address_of, shown
+
+    rows = [
+        {
+            "id": run.id,
+            "agent": run.agent.name,
+            "kind": run.kind,
+            "sender": None if run.sender_key is None else address_of(run.sender_key)[0],
+            "sender_proven": None if run.sender_key is None else address_of(run.sender_key)[1],
+            "created_at": iso(run.created_at),
+            "held_until": iso(run.held_until),
+            "reason": run.held_reason,
+        }
+        for run in found
+    ]
+    if as_json:
+        echo_json(rows)
+    elif not rows:
+        click.echo("No held runs.")
+    else:
+        echo_table(
+            ["RUN", "AGENT", "SENDER", "HELD UNTIL", "CREATED", "REASON"],
+            [
+                (
+                    r["id"],
+                    r["agent"],
+                    shown(run.sender_key) if run.sender_key else f"({r['kind']})",
+                    local(run.held_until),
+                    local(run.created_at),
+                    _one_line(r["reason"]),
                 )
                 for r, run in zip(rows, found, strict=True)
             ],

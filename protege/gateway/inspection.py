@@ -23,6 +23,7 @@ from protege import audit
 from protege.authentication import Verdict
 from protege.config import Config
 from protege.db import database
+from protege.gateway.outbound import queue_mail
 from protege.models import Message
 from protege.plugins import (
     INTERNAL_DISTRIBUTION,
@@ -160,6 +161,11 @@ class OwnInspectors:
     def of(cls, config: Config) -> OwnInspectors:
         """protege's own inspectors, with ``config``."""
         return cls(config, PluginHost(sources=(), selection=Selection()))
+
+    def queue_mail(self, **fields: Any) -> dict[str, Any]:
+        """Queue protege's own mail (a held sender's notice, an operators' alert) as an
+        installation's ``queue_mail`` does, with ``config``."""
+        return queue_mail(config=self.config, **fields)
 
 
 def inspect(app: Any, message: Message, agent: Any, verdict: Verdict) -> Inspection:

@@ -19,6 +19,7 @@ from protege.db import database
 from protege.limit_settings import LimitSettings
 from protege.limits.admission import Hold, admission, admitting
 from protege.limits.fairness import next_turn
+from protege.limits.senders import keys_for
 from protege.limits.windows import naive_utc
 from protege.models import Agent, Run
 from protege.models.runs import HELD
@@ -140,11 +141,12 @@ def hold_running(run_id: int, owner: str, hold: Hold) -> bool:
     return cursor.rowcount == 1
 
 
-def held_runs(*, agent: Agent | None = None, sender_key: str | None = None) -> list[int]:
-    """The ids of the held runs (of ``agent``, of ``sender_key``), oldest first."""
+def held_runs(*, agent: Agent | None = None, sender: str | None = None) -> list[int]:
+    """The ids of the held runs (of ``agent``; from ``sender``, an address, whether its
+    mail proved it or not), oldest first."""
     query = Run.select(Run.id).where(Run.status == HELD)
     if agent is not None:
         query = query.where(Run.agent == agent)
-    if sender_key is not None:
-        query = query.where(Run.sender_key == sender_key)
+    if sender is not None:
+        query = query.where(Run.sender_key.in_(keys_for(sender)))
     return [run.id for run in query.order_by(Run.id)]

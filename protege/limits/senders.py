@@ -39,3 +39,10 @@ def keys_for(address: str) -> list[str]:
     operator names a sender."""
     key = routing_key(address) or address.strip().lower()
     return [key, UNPROVEN + key]
+
+
+def address_of(key: str) -> tuple[str, bool]:
+    """The sender's address a key stands for, and whether its mail proved it."""
+    if key.startswith(UNPROVEN):
+        return key[len(UNPROVEN) :], False
+    return key, True

@@ -36,32 +36,37 @@ def test_status_counts_queued_running_stuck_failed_runs_and_pending_mail(
     env = {"PROTEGE_DATABASE_URL": protege_db.url}
     shown = run_protege("status", env=env)
     assert shown.returncode == 0, shown.stderr
-    assert shown.stdout.splitlines() == [
-        "agent   queued  running  stuck  failed  waiting  pending mail",
-        "Sundae  1       1        1      1       1        1",
+    assert shown.stdout.splitlines()[:2] == [
+        "agent   queued  running  stuck  failed  waiting  held  pending mail",
+        "Sundae  1       1        1      1       1        0     1",
     ]
     as_json = json.loads(run_protege("status", "--json", env=env).stdout)
-    assert as_json == {
-        "agents": [
-            {
-                "agent": "Sundae",
-                "queued": 1,
-                "running": 1,
-                "stuck": 1,
-                "failed": 1,
-                "waiting": 1,
-                "pending_mail": 1,
-            }
-        ],
-        "model_endpoint": None,
+    rows = as_json["agents"]
+    assert [row["agent"] for row in rows] == ["Scout", "Sundae"]  # every agent, with limits
+    counted = ("queued", "running", "stuck", "failed", "waiting", "held", "pending_mail")
+    assert {name: rows[1][name] for name in counted} == {
+        "queued": 1,
+        "running": 1,
+        "stuck": 1,
+        "failed": 1,
+        "waiting": 1,
+        "held": 0,
+        "pending_mail": 1,
     }
+    assert {name: rows[0][name] for name in counted} == dict.fromkeys(counted, 0)
+    assert rows[1]["limits"]["agent_runs_per_hour"]["used"] == 5  # admitted this hour
+    assert any(
+        line.split()[:4] == ["Sundae", "agent_runs_per_hour", "5", "500"]
+        for line in shown.stdout.splitlines()
+    )
+    assert as_json["model_endpoint"] is None
 
 
 def test_status_with_nothing_waiting_says_so(run_protege, protege_db):
     shown = run_protege("status", env={"PROTEGE_DATABASE_URL": protege_db.url})
-    assert (shown.returncode, shown.stdout) == (
+    assert (shown.returncode, shown.stdout.splitlines()[0]) == (
         0,
-        "nothing queued, running, stuck, failed, waiting or pending\n",
+        "nothing queued, running, stuck, failed, waiting, held or pending",
     )
 
 
@@ -82,10 +87,10 @@ def test_status_says_the_model_endpoint_is_failing_and_until_when_runs_wait(
     env = {"PROTEGE_DATABASE_URL": protege_db.url}
     until = since + datetime.timedelta(seconds=120)
     shown = run_protege("status", env=env)
-    assert shown.stdout.splitlines() == [
+    assert shown.stdout.splitlines()[:2] == [
         f"model endpoint failing since {since.isoformat(sep=' ')}Z, circuit open until "
         f"{until.isoformat(sep=' ')}Z (last error: the model endpoint answered 503: overloaded)",
-        "nothing queued, running, stuck, failed, waiting or pending",
+        "nothing queued, running, stuck, failed, waiting, held or pending",
     ]
     endpoint = json.loads(run_protege("status", "--json", env=env).stdout)["model_endpoint"]
     assert {k: endpoint[k] for k in ("state", "failures", "failing_since", "open_until")} == {

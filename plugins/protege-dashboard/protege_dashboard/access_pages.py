@@ -11,7 +11,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from protege import ProtegeError, admin
-from protege.models import Agent, AgentAccessRule, AgentToolkit, AgentToolkitRule, Toolkit
+from protege.models import Agent, AgentAccessRule, AgentToolkit, AgentToolkitRule, Run, Toolkit
 from protege_dashboard.security import checked_form
 from protege_dashboard.web import actor, found, installation, redirect, render
 
@@ -165,14 +165,20 @@ def _agents(request: Request, error: str | None = None, form: Any = None) -> Res
     held: dict[int, list[str]] = {}
     for grant in AgentToolkit.select(AgentToolkit, Toolkit).join(Toolkit).order_by(Toolkit.name):
         held.setdefault(grant.agent_id, []).append(grant.toolkit.name)
+    agents = list(Agent.active().order_by(Agent.name))
+    waiting = {  # one count per agent: agents are few, held runs may be many
+        agent.id: Run.select().where((Run.agent == agent.id) & (Run.status == "held")).count()
+        for agent in agents
+    }
     return render(
         request,
         "agents.html",
         status_code=422 if error else 200,
-        agents=list(Agent.active().order_by(Agent.name)),
+        agents=agents,
         archived=list(Agent.select().where(Agent.archived_at.is_null(False)).order_by(Agent.name)),
         held=held,
         endpoint=None if endpoint is None else admin.model_endpoint_line(endpoint),
+        held_runs=waiting,
         error=error,
         form=form or {},
     )

@@ -17,7 +17,7 @@ from protege.models import Agent, Approval, Blob, Message, Responsibility, Run
 from protege_dashboard.security import checked_form
 from protege_dashboard.web import actor, found, installation, redirect, render
 
-STATUSES = ("queued", "running", "waiting", "done", "failed", "cancelled")
+STATUSES = ("queued", "running", "waiting", "held", "done", "failed", "cancelled")
 STOPPABLE = ("queued", "running", "waiting", "held")
 KINDS = ("reply", "scheduled")
 PAGE = 50
@@ -48,6 +48,7 @@ async def runs_page(request: Request) -> Response:
         statuses=STATUSES,
         kinds=KINDS,
         chosen={"agent": agent, "status": status, "kind": kind},
+        held=Run.select().where(Run.status == "held").count(),
     )
 
 
@@ -134,6 +135,33 @@ async def run_cancel(request: Request) -> Response:
     except ProtegeError as error:
         return redirect(f"/runs/{run.id}", str(error), request, error=True)
     return redirect(f"/runs/{run.id}", cancelled.describe(), request)
+
+
+async def run_release(request: Request) -> Response:
+    """Queue a held run now, as ``protege runs release RUN`` does; recorded in the audit
+    log."""
+    run = found(Run, request.path_params["id"])
+    await checked_form(request)
+    try:
+        released = admin.release_held(actor=actor(request), run_ids=[run.id])
+    except ProtegeError as error:
+        return redirect(f"/runs/{run.id}", str(error), request, error=True)
+    return redirect(f"/runs/{run.id}", released.describe(), request)
+
+
+async def runs_release(request: Request) -> Response:
+    """Queue every held run (of the agent the form names), as ``protege runs release
+    --all`` (``--agent``) does; recorded in the audit log."""
+    form = await checked_form(request)
+    chosen = str(form.get("agent", ""))
+    agent = Agent.get_or_none(Agent.id == int(chosen)) if chosen.isdigit() else None
+    if chosen and agent is None:
+        raise HTTPException(404, "no such agent")
+    try:
+        released = admin.release_held(actor=actor(request), agent=agent, everything=agent is None)
+    except ProtegeError as error:
+        return redirect("/runs?status=held", str(error), request, error=True)
+    return redirect(f"/runs?status=held&agent={chosen}", released.describe(), request)
 
 
 async def blob_download(request: Request) -> Response:
@@ -311,6 +339,8 @@ ROUTES = [
     Route("/runs", runs_page),
     Route("/runs/{id:int}", run_page),
     Route("/runs/{id:int}/cancel", run_cancel, methods=["POST"]),
+    Route("/runs/{id:int}/release", run_release, methods=["POST"]),
+    Route("/runs/release", runs_release, methods=["POST"]),
     Route("/messages/{id:int}", message_page),
     Route("/files/{id:int}", blob_download),
     Route("/responsibilities", responsibilities_page, methods=["GET", "POST"]),
