@@ -10,16 +10,19 @@ import datetime
 import threading
 
 import attrs
+import peewee
 import pytest
 
 from protege.db import database
 from protege.gateway.inbound import ingest
 from protege.limit_settings import LimitSettings
+from protege.limits import admission
 from protege.models import Agent, Message, Run, Toolkit
 from protege.models.runs import DONE, HELD, QUEUED
 from protege.scheduler import Scheduler
 from protege.testing import say, tool_call
 from protege.worker import Workers, drain
+from tests.cli.serving import patience
 
 UTC = datetime.UTC
 AGENT = "sundae@thescoop.example"
@@ -133,10 +136,7 @@ def test_a_flood_is_held_at_its_limits_and_quiet_senders_take_their_turns(
     assert len(runs_per_message) == FLOOD_SIZE + len(QUIET)
     assert set(runs_per_message.values()) == {1}
     # The flood is admitted up to its hourly limit; the rest is held, in order, to the hour's end.
-    flood = [
-        run.id
-        for run in Run.select(Run.id).where(Run.sender_key == FLOOD).order_by(Run.id)
-    ]
+    flood = [run.id for run in Run.select(Run.id).where(Run.sender_key == FLOOD).order_by(Run.id)]
     admitted, waiting = flood[:PER_HOUR], flood[PER_HOUR:]
     assert status_of(admitted) == {QUEUED: PER_HOUR}
     assert status_of(waiting) == {HELD: FLOOD_SIZE - PER_HOUR}
@@ -221,3 +221,134 @@ def test_a_flood_is_held_at_its_limits_and_quiet_senders_take_their_turns(
     assert [run.id for run in claimed] == waiting[PER_HOUR:PER_DAY]  # in arrival order
     assert {run.status for run in claimed} == {DONE}
     assert status_of(flood) == {DONE: PER_DAY + PER_HOUR, HELD: FLOOD_SIZE - PER_DAY - PER_HOUR}
+
+
+def mail_from(app, clock, sender: str, number: int, body: str) -> Run:
+    (delivered,) = ingest(
+        letter(sender, number, body), config=app.config, recipients=[AGENT], clock=clock, app=app
+    )
+    return delivered.run
+
+
+def test_a_quiet_sender_behind_a_queued_flood_waits_for_one_run_of_each_sender_ahead(
+    sundae, protege_app, scripted_model
+):
+    # No sender limits: the whole flood is queued, the backlog turns must get past.
+    app = limited(protege_app, sender_runs_per_hour=0, sender_runs_per_day=0)
+    clock = Clock(START)
+    flood_size = 40
+    for number in range(flood_size):
+        mail_from(app, clock, FLOOD, number, f"Buy now, offer {number}.")
+    # After this many runs ended, these senders write (the first twice at once).
+    arrivals = {8: [QUIET[0], QUIET[0]], 15: QUIET[1:4], 23: [QUIET[4]]}
+    total = flood_size + sum(len(senders) for senders in arrivals.values())
+    answering(scripted_model, QUIET[:5], mails_each=2)
+    scripted_model.script(*[say("Noted.")] * flood_size)
+    taken: list[Run] = []  # one run at a time: the order they ended is the order taken
+    came: dict[int, int] = {}  # a quiet run: how many runs were taken before it came
+    everything = threading.Event()
+
+    def finished(run: Run) -> None:
+        # On the workers' loop, before it takes the next run.
+        taken.append(run)
+        for number, sender in enumerate(arrivals.get(len(taken), ())):
+            quiet = mail_from(app, clock, sender, 100 + len(taken) + number, marker(sender))
+            came[quiet.id] = len(taken)
+        if len(taken) == total:
+            everything.set()
+
+    workers = Workers(app, max_concurrent_runs=1, on_finished=finished, clock=clock).start()
+    try:
+        assert everything.wait(patience(120)), f"{len(taken)} of {total} runs ended"
+    finally:
+        workers.stop()
+    assert {run.status for run in taken} == {DONE}
+    order = [run.id for run in taken]
+    between = {
+        run_id: [run.sender_key for run in taken[arrived : order.index(run_id)]]
+        for run_id, arrived in came.items()
+    }
+    first, second, *others = sorted(came)
+    # Round robin: the flood's next run, then the quiet sender's first; its second mail
+    # takes the next turn, after the flood's next run again.
+    assert between[first] == [FLOOD]
+    assert between[second] == [FLOOD, QUIET[0], FLOOD]
+    # Three at once: each after the flood's next run and those who came just before it.
+    assert [between[run_id] for run_id in others[:3]] == [
+        [FLOOD],
+        [FLOOD, QUIET[1]],
+        [FLOOD, QUIET[1], QUIET[2]],
+    ]
+    assert between[others[3]] == [FLOOD]
+    # In arrival order, each would have waited for the whole backlog (some 30 runs).
+    assert all(
+        sum(1 for run in taken[arrived:] if run.sender_key == FLOOD) > 10
+        for arrived in came.values()
+    )
+    replied = Message.select().where(Message.direction == "outbound")
+    assert sorted(a for m in replied for a in m.to_addresses) == sorted([QUIET[0], *QUIET[:5]])
+
+
+def test_mail_stored_while_runs_are_taken_and_held_mail_released_meets_no_locked_database(
+    sundae, protege_app, scripted_model
+):
+    # SQLite by default: several threads storing mail, some of it held, while the workers
+    # take runs several at once and the scheduler's pass releases held runs.
+    app = limited(protege_app, sender_runs_per_hour=3, sender_runs_per_day=0)
+    clock = Clock(START)
+    writers = [f"writer{n}@customers.example" for n in range(4)]
+    each = 8
+    scripted_model.script(*[say("Noted.")] * (len(writers) * 6))
+    errors: list[BaseException] = []
+    ended: list[Run] = []
+    lock = threading.Lock()
+    first_hour, second_hour = threading.Event(), threading.Event()
+
+    def finished(run: Run) -> None:
+        with lock:
+            ended.append(run)
+            count = len(ended)
+        if count == 3 * len(writers):
+            first_hour.set()
+        if count == 6 * len(writers):
+            second_hour.set()
+
+    def write(sender: str) -> None:
+        try:
+            for number in range(each):
+                mail_from(app, clock, sender, number, f"Question {number} from {sender}.")
+        except BaseException as error:
+            errors.append(error)
+
+    workers = Workers(app, max_concurrent_runs=4, on_finished=finished, clock=clock).start()
+    try:
+        threads = [threading.Thread(target=write, args=(sender,)) for sender in writers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        assert first_hour.wait(patience(60)), f"{len(ended)} runs ended"
+        clock.now = START + datetime.timedelta(hours=1, minutes=1)
+        released = Scheduler(app, clock=clock).tick().released
+        assert len(released) == 3 * len(writers)
+        workers.wake()
+        assert second_hour.wait(patience(60)), f"{len(ended)} runs ended"
+    finally:
+        workers.stop()
+    assert {run.status for run in ended} == {DONE}
+    assert len({run.id for run in ended}) == 6 * len(writers)
+    assert Message.select().where(Message.direction == "inbound").count() == len(writers) * each
+    left = Run.select().where(Run.status == HELD)
+    assert sorted(run.sender_key for run in left) == sorted(writers * (each - 6))
+    assert all(run.held_reason and run.held_until for run in left)
+
+
+def test_a_senders_held_mail_is_found_without_reading_all_of_it(protege_db):
+    # Each mail of a flood asks whether its sender has mail held; the answer must not cost
+    # a read of every held run (10,000 of them made storing a flood quadratic).
+    if isinstance(database.obj, peewee.PostgresqlDatabase):
+        pytest.skip("SQLite's query plan: PostgreSQL's depends on its statistics")
+    sql = admission._HELD_BEFORE.format(p=database.param)
+    plan = database.execute_sql("EXPLAIN QUERY PLAN " + sql, (FLOOD, 1)).fetchall()
+    assert "run_held_sender" in str(plan), plan
