@@ -64,6 +64,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/authentication.py
 	$(BIN)/python bench/search.py
 	$(BIN)/python bench/serve.py
+	$(BIN)/python bench/fairness.py
 
 clean:
 	rm -rf .venv .venv-* .pytest_cache .ruff_cache .pg-test

@@ -167,6 +167,13 @@ def prepare(project: Path, settings: Settings) -> None:
             [serve]
             poll_interval = 0.2
             shutdown_seconds = 1
+
+            # Every case comes from one sender, far more than a sender's default share
+            # of runs an hour: no sender limits here, or most of the mail would be held.
+            [limits]
+            sender_runs_per_hour = 0
+            sender_runs_per_day = 0
+            agent_runs_per_hour = 0
             """
         )
     )

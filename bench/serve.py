@@ -191,7 +191,12 @@ def through_serve(
     agent.grant(Toolkit.create(name="Mail", member_tool_ids=["send_email"]))
     project = folder / "project"
     project.mkdir(exist_ok=True)
-    (project / "protege.toml").write_text("[serve]\npoll_interval = 0.2\n")
+    # All the mail comes from one sender, far more than a sender's default share of runs an
+    # hour: no run limits here, or most of it would be held.
+    (project / "protege.toml").write_text(
+        "[serve]\npoll_interval = 0.2\n\n"
+        "[limits]\nsender_runs_per_hour = 0\nsender_runs_per_day = 0\nagent_runs_per_hour = 0\n"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PROTEGE_", "OPENAI_"))}
     env.update(
         PROTEGE_DATABASE_URL=database_url,

@@ -602,6 +602,8 @@ def _0017_limits(db: peewee.Database | peewee.DatabaseProxy) -> None:
     # admitted (queued, or released from being held); workers take queued runs in turns, so
     # one sender's backlog waits behind everyone else's next mail. Tokens and money spent
     # are added up per agent, day and model as answers come, so a limit is one small read.
+    # A sender's held runs are found through an index of held runs alone: each new mail of
+    # a flood looks them up, and a scan of them all would make the flood quadratic.
     _allow_run_statuses(db, _STATUSES_7, RUN_STATUSES)
     _run(
         db,
@@ -617,6 +619,8 @@ def _0017_limits(db: peewee.Database | peewee.DatabaseProxy) -> None:
         CREATE INDEX run_sender_admitted ON run (agent_id, sender_key, admitted_at);
         CREATE INDEX run_agent_admitted ON run (agent_id, admitted_at);
         CREATE INDEX run_queued_sender ON run (status, sender_key, turn);
+        CREATE INDEX run_held_sender ON run (agent_id, sender_key, held_until)
+            WHERE status = 'held';
         CREATE TABLE usage_day (
             id {pk},
             agent_id INTEGER NOT NULL REFERENCES agent (id) ON DELETE CASCADE,

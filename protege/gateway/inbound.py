@@ -40,7 +40,7 @@ from protege.limits.notices import tell_of_hold
 from protege.limits.senders import sender_key
 from protege.limits.windows import naive_utc
 from protege.mail import SYNTHETIC_ID, new_message_id, redact_tokens, thread_for
-from protege.models import Agent, Blob, Message, MessageAttachment, Run
+from protege.models import Agent, Message, MessageAttachment, Run
 from protege.models.base import utcnow
 from protege.models.messages import ACCEPTED, ANSWER, FROM_AN_AGENT, IGNORED, INBOUND, REFUSED
 from protege.queue import queue_reply
@@ -230,21 +230,20 @@ def _earlier_copies(raw: bytes, parsed: ParsedMail, agents: list[Agent]) -> dict
     if parsed.message_id is None:
         return {}
     digest = hashlib.sha256(raw).hexdigest()
-    found = (
-        Message.select(Message)
-        .join(Blob, on=(Message.raw_blob == Blob.id))
-        .where(
-            (Message.agent.in_([agent.id for agent in agents]))
-            & (Message.direction == INBOUND)
-            & (Message.message_id == parsed.message_id)
-            & (Blob.sha256 == digest)
-        )
-        .order_by(Message.id)
-    )
+    wanted = {agent.id for agent in agents}
     copies: dict[int, Message] = {}
-    for message in found:
-        copies.setdefault(message.agent_id, message)
+    for message in Message.fetch(_EARLIER_COPY, parsed.message_id, digest):  # oldest first
+        if message.agent_id in wanted:
+            copies.setdefault(message.agent_id, message)
     return copies
+
+
+# Asked of every inbound mail: SQL written once (a query built by peewee for each mail was
+# a quarter of what storing a mail cost).
+_EARLIER_COPY = (
+    "direction = 'inbound' AND message_id = {p} "
+    "AND raw_blob_id IN (SELECT id FROM blob WHERE sha256 = {p})"
+)
 
 
 def _again(agent: Agent, earlier: Message) -> Delivered:
