@@ -26,6 +26,7 @@ from protege.dblock import exclusive_on
 from protege.harness.runner import RunResources
 from protege.limits.admission import spending_limit_reached
 from protege.limits.holding import release_due
+from protege.limits.notices import alert_of_hold
 from protege.models import Agent, Approval, Responsibility, Run
 from protege.models.runs import FAILED, HELD, QUEUED, RUNNING, SCHEDULED
 from protege.queue import AlreadyQueued, queue_scheduled, retry_failed
@@ -234,6 +235,7 @@ class Scheduler:
         if hold is not None:
             done.held.append(run)
             self._say(f"run {run.id} held: {what}; {hold.reason}")
+            alert_of_hold(self.installation.queue_mail, agent, hold, now, self.installation.config)
             return
         done.queued.append(run)
         self._say(f"run {run.id} queued: {what}")

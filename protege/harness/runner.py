@@ -48,6 +48,7 @@ from protege.limits import spending
 from protege.limits.admission import Hold, spending_limit_reached
 from protege.limits.circuit import Breaker, State, alert_mail
 from protege.limits.holding import hold_running
+from protege.limits.notices import alert_of_hold
 from protege.limits.windows import naive_utc
 from protege.models import Agent, Blob, Run
 from protege.models.approvals import pending_of, unsettled, wake
@@ -645,6 +646,14 @@ class _Attempt:
             self.logger.warning("run %s: %s", self.run.id, lost)
             return
         self.logger.info("run %s held: %s", self.run.id, reached.reason)
+        await self.db(
+            alert_of_hold,
+            self.installation.queue_mail,
+            self.run.agent,
+            reached,
+            self.clock(),
+            self.config,
+        )
 
     def _hold(self, reached: Hold) -> None:
         self._name_for_listeners()

@@ -64,6 +64,20 @@ def tell_of_hold(
         _best_effort("tell the sender", lambda: tell_sender(queue_mail, agent, message, hold, now))
 
 
+def alert_of_hold(
+    queue_mail: Callable[..., Any], agent: Agent, hold: Hold, now: datetime.datetime, config: Config
+) -> None:
+    """Alert the operators (``[limits] alert_to``, if set) that ``agent`` reached the limit
+    of ``hold``: for runs held without a mail to answer, a scheduled run's or one a
+    spending limit stopped part way. Never raises."""
+    alert_to = config.limits.alert_to
+    if alert_to and hold.limit != BEHIND_HELD:
+        _best_effort(
+            "alert the operators",
+            lambda: alert_operators(queue_mail, agent, hold, naive_utc(now), alert_to),
+        )
+
+
 def _best_effort(what: str, notice: Callable[[], bool]) -> None:
     try:
         notice()

@@ -17,6 +17,7 @@ from protege.db import database
 from protege.gateway.inbound import ingest
 from protege.limit_settings import LimitSettings
 from protege.limits import admission
+from protege.limits.senders import UNPROVEN, address_of
 from protege.models import Agent, Message, Run, Toolkit
 from protege.models.runs import DONE, HELD, QUEUED
 from protege.scheduler import Scheduler
@@ -83,8 +84,18 @@ def answering(scripted_model, senders, mails_each=1):
         scripted_model.script_for(marker(sender), *(reply * mails_each))
 
 
+def flood_size() -> int:
+    """10,000 mails on SQLite, the default. PostgreSQL, which CI runs every database test
+    on again, stores mail some ten times slower on this 2-core machine: there the same
+    flood is cut to a tenth, enough for every window and release the test goes through."""
+    return FLOOD_SIZE // 10 if isinstance(database.obj, peewee.PostgresqlDatabase) else FLOOD_SIZE
+
+
 def sender_of(run: Run) -> str:
-    return run.sender_key
+    """The address a run counts against (none of this mail proves its sender)."""
+    address, proven = address_of(run.sender_key)
+    assert not proven
+    return address
 
 
 def ahead(claimed: list[Run], run: Run) -> list[str]:
@@ -102,12 +113,13 @@ def test_a_flood_is_held_at_its_limits_and_quiet_senders_take_their_turns(
     sundae, protege_app, scripted_model
 ):
     app = limited(protege_app, sender_runs_per_hour=PER_HOUR, sender_runs_per_day=PER_DAY)
+    size = flood_size()
     clock = Clock(START)
     # The quiet senders write while the flood comes in: the first after five of its mails
     # (they are queued), the others among its held mail.
-    quiet_after = {5 + 1000 * n: sender for n, sender in enumerate(QUIET)}
+    quiet_after = {5 + size // 10 * n: sender for n, sender in enumerate(QUIET)}
     quiet_runs: dict[str, int] = {}
-    for number in range(FLOOD_SIZE):
+    for number in range(size):
         (delivered,) = ingest(
             letter(FLOOD, number, f"Buy now, offer {number}."),
             config=app.config,
@@ -129,17 +141,20 @@ def test_a_flood_is_held_at_its_limits_and_quiet_senders_take_their_turns(
 
     # Nothing lost: every mail stored, each with exactly one run.
     inbound = Message.select().where(Message.direction == "inbound")
-    assert inbound.count() == FLOOD_SIZE + len(QUIET)
+    assert inbound.count() == size + len(QUIET)
     runs_per_message = collections.Counter(
         message_id for (message_id,) in Run.select(Run.message).tuples()
     )
-    assert len(runs_per_message) == FLOOD_SIZE + len(QUIET)
+    assert len(runs_per_message) == size + len(QUIET)
     assert set(runs_per_message.values()) == {1}
     # The flood is admitted up to its hourly limit; the rest is held, in order, to the hour's end.
-    flood = [run.id for run in Run.select(Run.id).where(Run.sender_key == FLOOD).order_by(Run.id)]
+    flood = [
+        run.id
+        for run in Run.select(Run.id).where(Run.sender_key == UNPROVEN + FLOOD).order_by(Run.id)
+    ]
     admitted, waiting = flood[:PER_HOUR], flood[PER_HOUR:]
     assert status_of(admitted) == {QUEUED: PER_HOUR}
-    assert status_of(waiting) == {HELD: FLOOD_SIZE - PER_HOUR}
+    assert status_of(waiting) == {HELD: size - PER_HOUR}
     first_held = Run.get_by_id(waiting[0])
     next_hour = datetime.datetime(2026, 3, 2, 11, 0)
     assert first_held.held_until == next_hour
@@ -181,7 +196,7 @@ def test_a_flood_is_held_at_its_limits_and_quiet_senders_take_their_turns(
     }
     assert still == {(later, f"sender_runs_per_hour reached by {FLOOD} (20 of 20); {held(later)}")}
     again = {}
-    for number, sender in enumerate(QUIET, start=FLOOD_SIZE):
+    for number, sender in enumerate(QUIET, start=size):
         (mail,) = ingest(
             letter(sender, number, f"Any news? {marker(sender)}"),
             config=app.config,
@@ -194,7 +209,7 @@ def test_a_flood_is_held_at_its_limits_and_quiet_senders_take_their_turns(
     scripted_model.script(*[say("Noted.")] * PER_HOUR)
     claimed = drain(app, clock=clock)
     assert {run.status for run in claimed} == {DONE}
-    assert [run.id for run in claimed if run.sender_key == FLOOD] == released  # in order
+    assert [run.id for run in claimed if sender_of(run) == FLOOD] == released  # in order
     for run_id in again.values():
         before = ahead(claimed, Run.get_by_id(run_id))
         assert len(before) == len(set(before)) <= len(QUIET)
@@ -220,7 +235,7 @@ def test_a_flood_is_held_at_its_limits_and_quiet_senders_take_their_turns(
     claimed = drain(app, clock=clock)
     assert [run.id for run in claimed] == waiting[PER_HOUR:PER_DAY]  # in arrival order
     assert {run.status for run in claimed} == {DONE}
-    assert status_of(flood) == {DONE: PER_DAY + PER_HOUR, HELD: FLOOD_SIZE - PER_DAY - PER_HOUR}
+    assert status_of(flood) == {DONE: PER_DAY + PER_HOUR, HELD: size - PER_DAY - PER_HOUR}
 
 
 def mail_from(app, clock, sender: str, number: int, body: str) -> Run:
@@ -265,7 +280,7 @@ def test_a_quiet_sender_behind_a_queued_flood_waits_for_one_run_of_each_sender_a
     assert {run.status for run in taken} == {DONE}
     order = [run.id for run in taken]
     between = {
-        run_id: [run.sender_key for run in taken[arrived : order.index(run_id)]]
+        run_id: [sender_of(run) for run in taken[arrived : order.index(run_id)]]
         for run_id, arrived in came.items()
     }
     first, second, *others = sorted(came)
@@ -282,7 +297,7 @@ def test_a_quiet_sender_behind_a_queued_flood_waits_for_one_run_of_each_sender_a
     assert between[others[3]] == [FLOOD]
     # In arrival order, each would have waited for the whole backlog (some 30 runs).
     assert all(
-        sum(1 for run in taken[arrived:] if run.sender_key == FLOOD) > 10
+        sum(1 for run in taken[arrived:] if sender_of(run) == FLOOD) > 10
         for arrived in came.values()
     )
     replied = Message.select().where(Message.direction == "outbound")
@@ -340,7 +355,7 @@ def test_mail_stored_while_runs_are_taken_and_held_mail_released_meets_no_locked
     assert len({run.id for run in ended}) == 6 * len(writers)
     assert Message.select().where(Message.direction == "inbound").count() == len(writers) * each
     left = Run.select().where(Run.status == HELD)
-    assert sorted(run.sender_key for run in left) == sorted(writers * (each - 6))
+    assert sorted(sender_of(run) for run in left) == sorted(writers * (each - 6))
     assert all(run.held_reason and run.held_until for run in left)
 
 
@@ -350,5 +365,5 @@ def test_a_senders_held_mail_is_found_without_reading_all_of_it(protege_db):
     if isinstance(database.obj, peewee.PostgresqlDatabase):
         pytest.skip("SQLite's query plan: PostgreSQL's depends on its statistics")
     sql = admission._HELD_BEFORE.format(p=database.param)
-    plan = database.execute_sql("EXPLAIN QUERY PLAN " + sql, (FLOOD, 1)).fetchall()
+    plan = database.execute_sql("EXPLAIN QUERY PLAN " + sql, (UNPROVEN + FLOOD, 1)).fetchall()
     assert "run_held_sender" in str(plan), plan

@@ -315,3 +315,24 @@ def test_runs_recording_spending_at_once_on_sqlite_do_not_trip_over_each_other(
     (row,) = UsageDay.select()
     assert row.responses == 2 * TOGETHER
     _assert_ledger_matches_events(agent)
+
+
+def test_operators_are_alerted_once_when_a_run_is_held_part_way(agent, tmp_path, scripted_model):
+    from protege.models import Message
+
+    config = _config(tmp_path, {"agent_tokens_per_day": 1000}, PRICES)
+    config = attrs.evolve(
+        config, limits=attrs.evolve(config.limits, alert_to="ops@thescoop.example")
+    )
+    installation = open_installation(config, manifest=manifest_of(TOOLS), connect=False)
+    runs = [
+        queue_reply(record_inbound(agent, sender="jane@acme.com", body=f"Count {n}"), now=DAY_ONE)
+        for n in range(2)
+    ]
+    scripted_model.script(
+        answer("gpt-a", 600, 100, call="first"), answer("gpt-a", 400, 50, call="second")
+    )
+    assert [_carried(run.id, installation, DAY_ONE).status for run in runs] == ["held", "held"]
+    alerts = list(Message.select().where(Message.direction == "outbound"))
+    assert [m.to_addresses for m in alerts] == [["ops@thescoop.example"]]
+    assert alerts[0].subject == f"Limit reached: agent_tokens_per_day ({agent.name})"
