@@ -159,13 +159,15 @@ def test_a_flood_is_held_at_its_limits_and_quiet_senders_take_their_turns(
     next_hour = datetime.datetime(2026, 3, 2, 11, 0)
     assert first_held.held_until == next_hour
     assert first_held.held_reason == (
-        f"sender_runs_per_hour reached by {FLOOD} (20 of 20); {held(next_hour)}"
+        f"sender_runs_per_hour reached by {FLOOD} (unproven) (20 of 20); {held(next_hour)}"
     )
     behind = {
         (run.held_until, run.held_reason)
         for run in Run.select(Run.held_until, Run.held_reason).where(Run.id.in_(waiting[1:]))
     }
-    assert behind == {(next_hour, f"earlier mail from {FLOOD} is held; {held(next_hour)}")}
+    assert behind == {
+        (next_hour, f"earlier mail from {FLOOD} (unproven) is held; {held(next_hour)}")
+    }
     assert status_of(quiet_runs.values()) == {QUEUED: len(QUIET)}
 
     # The workers take the queue: every quiet sender's mail goes after at most one run of
@@ -194,7 +196,9 @@ def test_a_flood_is_held_at_its_limits_and_quiet_senders_take_their_turns(
         (run.held_until, run.held_reason)
         for run in Run.select(Run.held_until, Run.held_reason).where(Run.status == HELD)
     }
-    assert still == {(later, f"sender_runs_per_hour reached by {FLOOD} (20 of 20); {held(later)}")}
+    assert still == {
+        (later, f"sender_runs_per_hour reached by {FLOOD} (unproven) (20 of 20); {held(later)}")
+    }
     again = {}
     for number, sender in enumerate(QUIET, start=size):
         (mail,) = ingest(
@@ -227,7 +231,10 @@ def test_a_flood_is_held_at_its_limits_and_quiet_senders_take_their_turns(
         for run in Run.select(Run.held_until, Run.held_reason).where(Run.status == HELD)
     }
     assert still == {
-        (tomorrow, f"sender_runs_per_day reached by {FLOOD} (100 of 100); {held(tomorrow)}")
+        (
+            tomorrow,
+            f"sender_runs_per_day reached by {FLOOD} (unproven) (100 of 100); {held(tomorrow)}",
+        )
     }
     clock.now = datetime.datetime(2026, 3, 3, 0, 1, tzinfo=UTC)
     assert Scheduler(app, clock=clock).tick().released == waiting[PER_DAY - PER_HOUR : PER_DAY]
