@@ -35,7 +35,7 @@ from protege.gateway.parse import (
     check_header_block,
     parse,
 )
-from protege.limits.admission import admission
+from protege.limits.admission import admission, lock_admissions
 from protege.limits.notices import tell_of_hold
 from protege.limits.senders import sender_key
 from protege.limits.windows import naive_utc
@@ -207,6 +207,7 @@ def _store(
         fresh = [agent for agent in agents if agent.id not in copies]
         if not fresh:
             return [_again(agent, copies[agent.id]) for agent in agents]
+        lock_admissions([agent.id for agent in fresh])  # in one order: see its docstring
         raw_blob = blobs.store(
             raw, filename="message.eml", content_type="message/rfc822", config=config
         )

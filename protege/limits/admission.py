@@ -258,8 +258,16 @@ def admitting(agent_id: int) -> Iterator[None]:
 
 
 def _lock_agent(agent_id: int) -> None:
+    lock_admissions([agent_id])
+
+
+def lock_admissions(agent_ids: list[int]) -> None:
+    """Within the caller's transaction, take the admission locks of ``agent_ids`` (on
+    PostgreSQL; SQLite's write lock covers them), in one order whatever the caller's: a mail
+    to two agents and another to the same two, listed the other way, never deadlock."""
     if isinstance(getattr(database, "obj", None) or database, peewee.PostgresqlDatabase):
-        database.execute_sql("SELECT pg_advisory_xact_lock(%s, %s)", (ADMISSION_LOCK, agent_id))
+        for agent_id in sorted(set(agent_ids)):
+            database.execute_sql("SELECT pg_advisory_xact_lock(%s, %s)", (ADMISSION_LOCK, agent_id))
 
 
 def admission(

@@ -310,3 +310,32 @@ def test_mail_stored_at_once_from_many_threads_is_held_at_exactly_the_limit(tmp_
     assert statuses.count("queued") == 10
     assert statuses.count("held") == 30
     assert Message.select().count() == 40
+
+
+def test_mail_to_two_agents_in_either_order_at_once_is_stored_without_a_deadlock(tmp_path, sundae):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from protege.db import database
+
+    cone = Agent.create(name="Cone", address="cone@thescoop.example")
+    config = configured(tmp_path, sender_runs_per_hour=0, sender_runs_per_day=0)
+
+    def send(n: int) -> int:
+        order = [sundae.address, cone.address][:: 1 if n % 2 else -1]
+        try:
+            return len(
+                ingest(
+                    mail(f"s{n}@acme.example", n, to=", ".join(order)),
+                    config=config,
+                    recipients=order,
+                    clock=lambda: NOON,
+                )
+            )
+        finally:
+            database.close()
+
+    with ThreadPoolExecutor(4) as pool:
+        stored = list(pool.map(send, range(40)))
+    assert stored == [2] * 40
+    assert Run.select().where(Run.agent == cone).count() == 40
+    assert Run.select().where(Run.agent == sundae).count() == 40
