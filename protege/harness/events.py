@@ -359,12 +359,16 @@ class ModelUnavailable(RunEvent):
     """The model endpoint failed on its side: the run went back to the queue, its attempt
     given back, to go on once the endpoint answers again (the circuit breaker decides
     when). ``retry_after`` is the wait the endpoint asked for, in seconds, if it did;
-    ``circuit`` the breaker's state after this failure."""
+    ``circuit`` the breaker's state after this failure; ``alone`` whether the endpoint
+    answered the call made just before it (then the failure began no outage)."""
 
     kind: ClassVar[str] = MODEL_UNAVAILABLE
     error: str | None = None
     retry_after: float | None = None
     circuit: str | None = None
+    # The endpoint had answered the call before this one: the failure may be this run's
+    # own doing (a request too large, an answer too long), not an outage.
+    alone: bool = False
 
     def line(self) -> str:
         line = f"model endpoint unavailable, back to the queue: {_shown(self.error, '?')}"

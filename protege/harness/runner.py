@@ -47,6 +47,7 @@ from protege.limit_settings import SPENDING_LIMITS
 from protege.limits import spending
 from protege.limits.admission import Hold, spending_limit_reached
 from protege.limits.circuit import Breaker, State, alert_mail
+from protege.limits.fairness import last_turn
 from protege.limits.holding import hold_running
 from protege.limits.notices import alert_of_hold
 from protege.limits.windows import naive_utc
@@ -349,6 +350,7 @@ class _Attempt:
         self._agent_name: str | None = None
         self._limits: Mapping[str, float] | None = None  # the agent's, read once
         self._past_limits = False  # an operator released it past the limit it was held at
+        self._failed_alone = 0  # endpoint failures of this run's calls alone (its trail's)
         self.breaker = Breaker.of(self.config, clock=clock) if breaker is None else breaker
 
     async def db(self, work: Callable[..., T], *args: Any) -> T:
@@ -481,13 +483,27 @@ class _Attempt:
         except Exception:  # the run still goes back: the next failure counts again
             self.logger.exception("run %s: the endpoint's failure was not counted", self.run.id)
         seen = self.breaker.seen
+        # The first failure after a success is this run's alone; a run whose calls keep
+        # failing while the endpoint answers others is failing on its own account, and is
+        # failed rather than tried for ever (as the circuit's probe, it would keep every
+        # other run waiting).
+        alone = seen is not None and seen.failures == 1 and opened is None
         self.log.record(
             events.ModelUnavailable(
                 error=str(failing),
                 retry_after=failing.retry_after,
                 circuit=None if seen is None else seen.state,
+                alone=alone,
             )
         )
+        self._failed_alone += alone
+        limit = self.config.runs.max_attempts
+        if self._failed_alone >= limit:
+            await self.fail(
+                f"the model endpoint failed this run's call {self._failed_alone} times while "
+                f"it answered other calls (at most {limit}, [runs] max_attempts): {failing}"
+            )
+            return
         try:
             await self.db(self._hand_back)
         except LeaseLost as lost:
@@ -503,7 +519,9 @@ class _Attempt:
         self._name_for_listeners()
         with self.order.turn() as turn:
             with database.atomic():
-                if not Run.hand_back(self.run.id, self.claim.owner):
+                # At the back of the queue: the next try of the endpoint (the circuit's
+                # probe) is another run's, if any waits.
+                if not Run.hand_back(self.run.id, self.claim.owner, turn=last_turn() + 1):
                     self.lost = True
                     raise LeaseLost(f"run {self.run.id} was taken over by another worker")
                 turn.take()
@@ -754,6 +772,9 @@ class _Attempt:
                     )
                 )
             setup.first_turn = sum(1 for e in trail if isinstance(e, events.ModelResponse))
+            self._failed_alone = sum(
+                1 for e in trail if isinstance(e, events.ModelUnavailable) and e.alone
+            )
             setup.failures = sum(1 for e in trail if isinstance(e, events.ToolResult) and e.failed)
             setup.pending = pending
             setup.turn_calls = next(

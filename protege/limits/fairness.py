@@ -28,3 +28,13 @@ def next_turn(sender_key: str | None) -> int:
         _LAST_OF_SENDER.format(p=database.param), (sender_key,)
     ).fetchone()
     return front if last is None else max(front, int(last) + 1)
+
+
+_BACK = "SELECT MAX(turn) FROM run WHERE status = 'queued'"
+
+
+def last_turn() -> int:
+    """The turn of the last run in the queue (0 when it is empty): a run given a turn past
+    it goes after every run queued now."""
+    (last,) = database.execute_sql(_BACK).fetchone()
+    return int(last or 0)

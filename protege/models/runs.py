@@ -60,6 +60,11 @@ _HAND_BACK_SQL = (
     "UPDATE run SET status = 'queued', attempts = attempts - 1, lease_owner = NULL, "
     "lease_expires_at = NULL WHERE id = {p} AND lease_owner = {p} AND status = 'running'"
 )
+_HAND_BACK_TO_SQL = (
+    "UPDATE run SET status = 'queued', attempts = attempts - 1, lease_owner = NULL, "
+    "lease_expires_at = NULL, turn = {p} WHERE id = {p} AND lease_owner = {p} "
+    "AND status = 'running'"
+)
 # Rows per INSERT: five values each stay under SQLite's oldest limit of 999 variables.
 APPEND_CHUNK = 150
 _APPEND_SQL = "INSERT INTO event (run_id, seq, kind, payload, created_at) VALUES "
@@ -269,10 +274,16 @@ class Run(Record):
         return [run.id for run in query]
 
     @staticmethod
-    def hand_back(run_id: int, owner: str) -> bool:
+    def hand_back(run_id: int, owner: str, *, turn: int | None = None) -> bool:
         """Put run ``run_id``, held by ``owner``, back in the queue (its worker is shutting
-        down); it resumes from its events. Whether it was still held."""
-        cursor = database.execute_sql(_HAND_BACK_SQL.format(p=database.param), (run_id, owner))
+        down, or the model endpoint failed); it resumes from its events, in its own turn or
+        in ``turn``. Whether it was still held."""
+        if turn is None:
+            cursor = database.execute_sql(_HAND_BACK_SQL.format(p=database.param), (run_id, owner))
+        else:
+            cursor = database.execute_sql(
+                _HAND_BACK_TO_SQL.format(p=database.param), (turn, run_id, owner)
+            )
         return cursor.rowcount == 1
 
     @staticmethod

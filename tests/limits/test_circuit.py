@@ -13,7 +13,7 @@ from protege.config import load_config
 from protege.installation import open_installation
 from protege.limits.circuit import Breaker, describe, endpoint_of, summary
 from protege.mail import record_inbound
-from protege.models import Message, Run
+from protege.models import Event, Message, Run
 from protege.models.limits import CLOSED, HALF_OPEN, OPEN, Circuit
 from protege.queue import queue_reply
 from protege.testing import http_error, say
@@ -145,14 +145,21 @@ def test_a_failing_endpoint_opens_the_circuit_and_runs_wait_until_it_answers(
     assert describe(clock.now) is None
     assert len(_alerts()) == 1  # one alert for the outage, not one per opening
 
-    # Every failed call went back to the queue with its reason; none used up the turns.
-    trail = Run.get_by_id(first.id).timeline()
-    unavailable = [e.payload for e in trail if e.kind == "model_unavailable"]
+    # Every failed call went back to the queue with its reason (each time behind the other
+    # run, which made the next try); none used up the turns.
+    unavailable = [
+        (e.run_id, e.payload)
+        for e in Event.select().where(Event.kind == "model_unavailable").order_by(Event.id)
+    ]
+    assert [run_id for run_id, _ in unavailable] == [first.id, second.id, first.id, second.id]
     # (the scripted endpoint asks for a millisecond unless told otherwise)
-    assert [u["retry_after"] for u in unavailable] == [0.001, 0.001, 0.001, 100.0]
-    assert [u["circuit"] for u in unavailable] == [CLOSED, CLOSED, OPEN, OPEN]
-    assert {e.payload["turn"] for e in trail if e.kind == "model_request"} == {1}
-    assert "error" not in _kinds(first)
+    assert [u["retry_after"] for _, u in unavailable] == [0.001, 0.001, 0.001, 100.0]
+    assert [u["circuit"] for _, u in unavailable] == [CLOSED, CLOSED, OPEN, OPEN]
+    assert [u["alone"] for _, u in unavailable] == [True, False, False, False]
+    for run in (first, second):
+        trail = Run.get_by_id(run.id).timeline()
+        assert {e.payload["turn"] for e in trail if e.kind == "model_request"} == {1}
+        assert "error" not in _kinds(run)
 
 
 def test_a_success_while_healthy_writes_nothing_to_the_circuit(app, agent, scripted_model, clock):
@@ -315,3 +322,50 @@ def test_describe_says_since_when_the_endpoint_fails_and_until_when_runs_wait(ap
         "model endpoint failing since 2026-03-02 09:00:00Z, circuit open until "
         "2026-03-02 09:00:35Z (last error: the model endpoint answered 500: boom)"
     )
+
+
+def test_a_run_whose_own_calls_keep_failing_is_failed_and_keeps_nobody_waiting(
+    app, agent, scripted_model, clock
+):
+    # A mail that makes the endpoint refuse its call every time (a request too large for
+    # the provider's rate limit), among mail it answers. Each time, the run goes to the
+    # back of the queue: the others are answered, and once its own calls failed
+    # max_attempts times while the endpoint answered the rest, it is failed.
+    too_large = http_error(429, "Request too large for gpt-4o on tokens per min (TPM)")
+    scripted_model.script_for("POISON", *[too_large] * 10)
+    poison = _queue(agent, "mallory@evil.example", "POISON " * 50)
+    quiet = [_queue(agent, f"q{n}@acme.example", f"quiet {n}") for n in range(3)]
+    for n in range(3):
+        scripted_model.script_for(f"quiet {n}", say("ok"))
+    scripted_model.script_for("later", *[say("ok")] * 10)
+    for _ in range(4):
+        drain(app, clock=clock)
+        _queue(agent, "later@acme.example", "later")  # others keep writing meanwhile
+        clock.advance(200)
+    drain(app, clock=clock)
+    assert [Run.get_by_id(r.id).status for r in quiet] == ["done"] * 3
+    failed = Run.get_by_id(poison.id)
+    assert failed.status == "failed"
+    assert failed.error.startswith(
+        "the model endpoint failed this run's call 3 times while it answered other calls"
+    )
+    unavailable = [e.payload for e in failed.timeline() if e.kind == "model_unavailable"]
+    # Alone in the queue, its calls make a streak that opens the circuit like an outage;
+    # only those made after the endpoint had answered others count against it.
+    assert sum(u["alone"] for u in unavailable) == 3
+    assert unavailable[-1]["alone"]
+    assert Run.select().where(Run.status == "queued").count() == 0
+    assert _circuit(app).state == CLOSED
+
+
+def test_an_outage_fails_no_run_however_long_it_lasts(app, agent, scripted_model, clock):
+    scripted_model.script(*[http_error(503, "overloaded")] * 40)
+    run = _queue(agent, "jane@acme.example", "hello")
+    for _ in range(12):  # a dozen openings of the circuit, each probed by the one run
+        drain(app, clock=clock)
+        clock.advance(200)
+    waiting = Run.get_by_id(run.id)
+    assert waiting.status == "queued"
+    unavailable = [e.payload for e in waiting.timeline() if e.kind == "model_unavailable"]
+    assert len(unavailable) >= 12
+    assert sum(u["alone"] for u in unavailable) == 1  # only the outage's first failure
