@@ -20,6 +20,7 @@ from protege.reprs import fields_repr
 SENDER_RUNS_PER_HOUR = "sender_runs_per_hour"
 SENDER_RUNS_PER_DAY = "sender_runs_per_day"
 AGENT_RUNS_PER_HOUR = "agent_runs_per_hour"
+UNPROVEN_RUNS_PER_HOUR = "unproven_runs_per_hour"
 AGENT_RUNS_IN_FLIGHT = "agent_runs_in_flight"
 AGENT_TOKENS_PER_DAY = "agent_tokens_per_day"
 AGENT_TOKENS_PER_MONTH = "agent_tokens_per_month"
@@ -28,7 +29,12 @@ AGENT_COST_PER_DAY = "agent_cost_per_day"
 AGENT_COST_PER_MONTH = "agent_cost_per_month"
 INSTALLATION_COST_PER_DAY = "installation_cost_per_day"
 
-RUN_LIMITS = (SENDER_RUNS_PER_HOUR, SENDER_RUNS_PER_DAY, AGENT_RUNS_PER_HOUR)
+RUN_LIMITS = (
+    SENDER_RUNS_PER_HOUR,
+    SENDER_RUNS_PER_DAY,
+    AGENT_RUNS_PER_HOUR,
+    UNPROVEN_RUNS_PER_HOUR,
+)
 SPENDING_LIMITS = (
     AGENT_TOKENS_PER_DAY,
     AGENT_TOKENS_PER_MONTH,
@@ -64,6 +70,7 @@ class AgentLimits:
     sender_runs_per_hour: int | None = attrs.field(default=None, validator=_optional_count)
     sender_runs_per_day: int | None = attrs.field(default=None, validator=_optional_count)
     agent_runs_per_hour: int | None = attrs.field(default=None, validator=_optional_count)
+    unproven_runs_per_hour: int | None = attrs.field(default=None, validator=_optional_count)
     agent_runs_in_flight: int | None = attrs.field(default=None, validator=_optional_count)
     agent_tokens_per_day: int | None = attrs.field(default=None, validator=_optional_count)
     agent_tokens_per_month: int | None = attrs.field(default=None, validator=_optional_count)
@@ -80,7 +87,10 @@ class LimitSettings:
     operator releases it (``protege runs release``). A run that reaches a spending limit
     mid-run is held at its next model call and resumes from its events when released.
     ``agent_runs_in_flight`` is not a window: workers leave an agent's queued runs alone
-    while that many of its runs are running.
+    while that many of its runs are running. ``unproven_runs_per_hour`` counts, together,
+    the runs of mail that did not prove its sender while ``[mail.authentication]``
+    enforces: a forger who changes address at every mail uses up that share, never the
+    rest of ``agent_runs_per_hour``.
 
     With ``notify_held``, a sender whose mail is held is told so once per window, in the
     thread, and only when protege could prove who sent it (a forged From must not turn
@@ -99,6 +109,7 @@ class LimitSettings:
     sender_runs_per_hour: int = attrs.field(default=20, validator=_count)
     sender_runs_per_day: int = attrs.field(default=100, validator=_count)
     agent_runs_per_hour: int = attrs.field(default=500, validator=_count)
+    unproven_runs_per_hour: int = attrs.field(default=100, validator=_count)
     agent_runs_in_flight: int = attrs.field(default=0, validator=_count)
     agent_tokens_per_day: int = attrs.field(default=5_000_000, validator=_count)
     agent_tokens_per_month: int = attrs.field(default=100_000_000, validator=_count)

@@ -614,11 +614,12 @@ def _0017_limits(db: peewee.Database | peewee.DatabaseProxy) -> None:
         ALTER TABLE run ADD COLUMN held_until {ts};
         ALTER TABLE run ADD COLUMN held_reason TEXT;
         ALTER TABLE run ADD COLUMN released_by VARCHAR(200);
+        ALTER TABLE run ADD COLUMN lane VARCHAR(320);
         UPDATE run SET admitted_at = created_at;
         CREATE INDEX run_turn ON run (status, turn, id);
         CREATE INDEX run_sender_admitted ON run (agent_id, sender_key, admitted_at);
         CREATE INDEX run_agent_admitted ON run (agent_id, admitted_at);
-        CREATE INDEX run_queued_sender ON run (status, sender_key, turn);
+        CREATE INDEX run_queued_lane ON run (status, lane, turn);
         CREATE INDEX run_held_sender ON run (agent_id, sender_key, held_until)
             WHERE status = 'held';
         CREATE TABLE usage_day (

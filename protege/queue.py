@@ -12,13 +12,14 @@ import uuid
 
 import peewee
 
+from protege.config import AuthenticationSettings
 from protege.db import connection_broken, database
 from protege.errors import ProtegeError
 from protege.limit_settings import LimitSettings
 from protege.limits.admission import Hold
 from protege.limits.fairness import next_turn
 from protege.limits.flight import busy_agents
-from protege.limits.senders import sender_key
+from protege.limits.senders import lane_of, sender_key
 from protege.limits.windows import naive_utc
 from protege.models import Agent, Message, Responsibility, Run
 from protege.models.base import utcnow
@@ -36,21 +37,27 @@ __all__ = [
 
 
 def queue_reply(
-    message: Message, *, hold: Hold | None = None, now: datetime.datetime | None = None
+    message: Message,
+    *,
+    hold: Hold | None = None,
+    now: datetime.datetime | None = None,
+    authentication: AuthenticationSettings | None = None,
 ) -> Run:
     """Queue a run answering ``message`` (an inbound message of its agent), in its
     sender's fair turn; or, with ``hold`` (``protege.limits.admission``), store it held
     until the hold's window ends."""
-    key = sender_key(message)
+    key = sender_key(message, authentication)
+    lane = lane_of(key, message.agent_id)
     fields: dict[str, object] = {
         "agent": message.agent,  # the message's own (usually loaded) agent: no query later
         "kind": REPLY,
         "message": message,
         "correlation_id": uuid.uuid4().hex,
         "sender_key": key,
+        "lane": lane,
     }
     if hold is None:
-        fields.update(turn=next_turn(key), admitted_at=now or utcnow())
+        fields.update(turn=next_turn(lane), admitted_at=now or utcnow())
     else:
         fields.update(status=HELD, held_until=hold.until, held_reason=hold.reason)
     return Run.insert_new(**fields)

@@ -372,8 +372,9 @@ def _deliver_to(
         message.status, message.flags = status, flags
     run = None
     if status == ACCEPTED:
-        hold = admission(agent.id, agent.name, sender_key(message), now, config.limits)
-        run = queue_reply(message, hold=hold, now=now)
+        key = sender_key(message, config.mail.authentication)
+        hold = admission(agent.id, agent.name, key, now, config.limits)
+        run = queue_reply(message, hold=hold, now=now, authentication=config.mail.authentication)
         if hold is not None:
             reason = f"accepted and held: {hold.reason}"
             tell_of_hold(inspectors, agent, message, hold, now, config)

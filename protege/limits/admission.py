@@ -28,9 +28,10 @@ from protege.limit_settings import (
     INSTALLATION_TOKENS_PER_DAY,
     SENDER_RUNS_PER_DAY,
     SENDER_RUNS_PER_HOUR,
+    UNPROVEN_RUNS_PER_HOUR,
     LimitSettings,
 )
-from protege.limits.senders import shown
+from protege.limits.senders import is_unproven, lane_of, shown
 from protege.limits.windows import DAY, HOUR, MONTH, day_key, naive_utc, window
 
 BEHIND_HELD = "held_mail"  # not a limit: earlier mail of the same sender is held
@@ -40,6 +41,7 @@ WINDOW_OF = {
     SENDER_RUNS_PER_HOUR: HOUR,
     SENDER_RUNS_PER_DAY: DAY,
     AGENT_RUNS_PER_HOUR: HOUR,
+    UNPROVEN_RUNS_PER_HOUR: HOUR,
     AGENT_TOKENS_PER_DAY: DAY,
     AGENT_TOKENS_PER_MONTH: MONTH,
     INSTALLATION_TOKENS_PER_DAY: DAY,
@@ -53,6 +55,7 @@ _SENDER_RUNS = (
     "WHERE agent_id = {p} AND sender_key = {p} AND admitted_at >= {p}"
 )
 _AGENT_RUNS = "SELECT COUNT(*) FROM run WHERE agent_id = {p} AND admitted_at >= {p}"
+_LANE_RUNS = "SELECT COUNT(*) FROM run WHERE agent_id = {p} AND admitted_at >= {p} AND lane = {p}"
 _HELD_BEFORE = (
     "SELECT MIN(held_until) FROM run WHERE status = 'held' AND sender_key = {p} AND agent_id = {p}"
 )
@@ -149,6 +152,21 @@ def run_limit_reached(
                     hour_start,
                     hour_end,
                     "the agent",
+                )
+            )
+    if is_unproven(sender_key) and limits[UNPROVEN_RUNS_PER_HOUR]:
+        (used,) = database.execute_sql(
+            _LANE_RUNS.format(p=p), (agent_id, hour_start, lane_of(sender_key, agent_id))
+        ).fetchone()
+        if int(used or 0) >= limits[UNPROVEN_RUNS_PER_HOUR]:
+            reached.append(
+                Hold(
+                    UNPROVEN_RUNS_PER_HOUR,
+                    limits[UNPROVEN_RUNS_PER_HOUR],
+                    int(used),
+                    hour_start,
+                    hour_end,
+                    "mail that did not prove its sender",
                 )
             )
     return _binding(reached)

@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterable
+from typing import Any
 
 import attrs
 
 from protege.db import database
-from protege.limit_settings import LimitSettings
+from protege.limit_settings import (
+    SENDER_RUNS_PER_DAY,
+    SENDER_RUNS_PER_HOUR,
+    UNPROVEN_RUNS_PER_HOUR,
+    LimitSettings,
+)
 from protege.limits.admission import Hold, admission, admitting
 from protege.limits.fairness import next_turn
 from protege.limits.senders import keys_for
@@ -39,6 +45,7 @@ _HOLD_RUNNING_SQL = (
     "WHERE id = {p} AND status = 'running' AND lease_owner = {p}"
 )
 BATCH = 500
+MAX_PER_PASS = 100_000  # held runs looked at in one pass; the next pass takes the rest
 
 
 @attrs.define
@@ -51,65 +58,83 @@ class Released:
 
 def release_due(now: datetime.datetime, settings: LimitSettings) -> Released:
     """Queue the held runs whose window reopened by ``now`` while the limits allow them,
-    oldest first; hold the others on to their new window's end."""
+    taking the lanes in turn (``protege.limits.senders.lane_of``), each lane's oldest
+    first, so one sender's backlog does not take every place the new window has; hold the
+    others on to their new window's end."""
     now = naive_utc(now)
     done = Released()
     names = {agent.id: agent.name for agent in Agent.select(Agent.id, Agent.name)}
-    after = 0
-    while True:
-        # peewee has no types: these rows are tuples.
-        due: list[tuple[int, int, str | None, int | None, datetime.datetime | None]] = list(
-            Run.select(  # type: ignore[arg-type]
-                Run.id, Run.agent, Run.sender_key, Run.message, Run.admitted_at
-            )
-            .where((Run.status == HELD) & (Run.held_until <= now) & (Run.id > after))
-            .order_by(Run.id)
-            .limit(BATCH)
-            .tuples()
+    # peewee has no types: these rows are tuples.
+    due: list[tuple[int, int, str | None, str | None, int | None, datetime.datetime | None]] = list(
+        Run.select(  # type: ignore[arg-type]
+            Run.id, Run.agent, Run.sender_key, Run.lane, Run.message, Run.admitted_at
         )
-        if not due:
-            return done
-        after = due[-1][0]
-        # Once a sender (or an agent) is found over a limit in this pass, its later runs
-        # stay held to the same time without a look of their own.
-        blocked: dict[tuple[int, str | None], Hold] = {}
-        held_on: dict[Hold, list[int]] = {}
-        for run_id, agent_id, sender_key, message_id, admitted_at in due:
-            hold = blocked.get((agent_id, sender_key)) or blocked.get((agent_id, None))
-            if hold is None:
-                with admitting(agent_id):
-                    hold = admission(
-                        agent_id,
-                        names.get(agent_id, ""),
-                        sender_key,
-                        now,
-                        settings,
-                        # A run held part way (spending) was counted when first admitted.
-                        count_runs=message_id is not None and admitted_at is None,
-                        waiting_behind=False,
-                    )
-                    if hold is None:
-                        _queue(run_id, sender_key, now)
-                        done.queued.append(run_id)
-                        continue
-                whose = sender_key if hold.subject == sender_key else None
-                blocked[(agent_id, whose)] = hold
-            held_on.setdefault(hold, []).append(run_id)
-        for hold, ids in held_on.items():
-            for start in range(0, len(ids), BATCH):
-                chunk = ids[start : start + BATCH]
-                database.execute_sql(
-                    _HOLD_ON_SQL.format(p=database.param, ids=", ".join(map(str, chunk))),
-                    (hold.until, hold.reason),
+        .where((Run.status == HELD) & (Run.held_until <= now))
+        .order_by(Run.id)
+        .limit(MAX_PER_PASS)
+        .tuples()
+    )
+    # Once a sender, a lane or an agent is found over a limit in this pass, its later runs
+    # stay held to the same time without a look of their own.
+    blocked: dict[tuple[object, ...], Hold] = {}
+    held_on: dict[Hold, list[int]] = {}
+    for run_id, agent_id, sender_key, lane, message_id, admitted_at in _in_turns(due):
+        scopes = ((agent_id,), (agent_id, "sender", sender_key), (agent_id, "lane", lane))
+        hold = next((blocked[scope] for scope in scopes if scope in blocked), None)
+        if hold is None:
+            with admitting(agent_id):
+                hold = admission(
+                    agent_id,
+                    names.get(agent_id, ""),
+                    sender_key,
+                    now,
+                    settings,
+                    # A run held part way (spending) was counted when first admitted.
+                    count_runs=message_id is not None and admitted_at is None,
+                    waiting_behind=False,
                 )
-            done.held_on += len(ids)
+                if hold is None:
+                    _queue(run_id, lane, now)
+                    done.queued.append(run_id)
+                    continue
+            blocked[_scope_of(hold, agent_id, sender_key, lane)] = hold
+        held_on.setdefault(hold, []).append(run_id)
+    for hold, ids in held_on.items():
+        for start in range(0, len(ids), BATCH):
+            chunk = ids[start : start + BATCH]
+            database.execute_sql(
+                _HOLD_ON_SQL.format(p=database.param, ids=", ".join(map(str, chunk))),
+                (hold.until, hold.reason),
+            )
+        done.held_on += len(ids)
+    return done
 
 
-def _queue(
-    run_id: int, sender_key: str | None, now: datetime.datetime, by: str | None = None
-) -> bool:
+def _in_turns(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Held runs (in arrival order) in the order they are let go: round robin over their
+    lanes, each lane's oldest first (a run of no lane, a scheduled one, is a lane alone)."""
+    lanes: dict[object, list[tuple[Any, ...]]] = {}
+    for row in rows:
+        lanes.setdefault(row[3] if row[3] is not None else ("run", row[0]), []).append(row)
+    queues = list(lanes.values())
+    ordered = []
+    for position in range(max((len(q) for q in queues), default=0)):
+        ordered += [q[position] for q in queues if position < len(q)]
+    return ordered
+
+
+def _scope_of(hold: Hold, agent_id: int, sender_key: str | None, lane: str | None) -> tuple:
+    """Whose further runs ``hold`` holds too: the sender's, the lane's or the agent's."""
+    if hold.limit in (SENDER_RUNS_PER_HOUR, SENDER_RUNS_PER_DAY):
+        return (agent_id, "sender", sender_key)
+    if hold.limit == UNPROVEN_RUNS_PER_HOUR:
+        return (agent_id, "lane", lane)
+    return (agent_id,)
+
+
+def _queue(run_id: int, lane: str | None, now: datetime.datetime, by: str | None = None) -> bool:
     cursor = database.execute_sql(
-        _RELEASE_SQL.format(p=database.param), (next_turn(sender_key), now, by, run_id)
+        _RELEASE_SQL.format(p=database.param), (next_turn(lane), now, by, run_id)
     )
     return cursor.rowcount == 1
 
@@ -122,9 +147,9 @@ def release(run_ids: Iterable[int], now: datetime.datetime, *, by: str) -> list[
     now = naive_utc(now)
     released = []
     for run_id in run_ids:
-        sender = Run.select(Run.sender_key).where(Run.id == run_id).scalar()
+        lane = Run.select(Run.lane).where(Run.id == run_id).scalar()
         with database.atomic():
-            if _queue(run_id, sender, now, by[:200]):
+            if _queue(run_id, lane, now, by[:200]):
                 released.append(run_id)
     return released
 

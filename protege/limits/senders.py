@@ -9,22 +9,46 @@ agent-wide limits bound a forger who changes address at every mail).
 from __future__ import annotations
 
 from protege.addresses import routing_key
+from protege.config import AuthenticationSettings
 from protege.models import Message
 
 UNPROVEN = "unproven:"
 MAX_KEY = 320
 
 
-def sender_key(message: Message) -> str | None:
+def sender_key(
+    message: Message, authentication: AuthenticationSettings | None = None
+) -> str | None:
     """The key a reply run to ``message`` counts under: its sender's routing key (the bare
     address, tag dropped, lowercased; else the From text as it came, lowercased),
-    prefixed ``unproven:`` unless the mail proved its sender; None with no sender at all."""
+    prefixed ``unproven:`` unless the mail proves its sender under ``authentication``
+    (without it, unless it was authenticated); None with no sender at all."""
     key = routing_key(message.sender)
     if key is None:
         key = " ".join((message.sender or "").split()).lower() or None
     if key is None:
         return None
-    return (key if message.sender_authenticated else UNPROVEN + key)[:MAX_KEY]
+    proven = (
+        message.proves_sender(authentication)
+        if authentication is not None
+        else bool(message.sender_authenticated)
+    )
+    return (key if proven else UNPROVEN + key)[:MAX_KEY]
+
+
+def lane_of(key: str | None, agent_id: int) -> str | None:
+    """The lane a run of ``key`` takes turns in: its sender's own, or, for mail that did
+    not prove its sender, one lane for all such mail of the agent. A claimed address buys
+    no turns: mail from a thousand made-up addresses waits in one lane, and every proven
+    sender's next mail waits for at most one run of it."""
+    if key is None or not key.startswith(UNPROVEN):
+        return key
+    return f"{UNPROVEN}agent {agent_id}"
+
+
+def is_unproven(key: str | None) -> bool:
+    """Whether ``key`` counts mail that did not prove its sender."""
+    return key is not None and key.startswith(UNPROVEN)
 
 
 def shown(key: str) -> str:

@@ -23,16 +23,20 @@ from protege.limit_settings import (
     AGENT_TOKENS_PER_MONTH,
     INSTALLATION_COST_PER_DAY,
     INSTALLATION_TOKENS_PER_DAY,
+    UNPROVEN_RUNS_PER_HOUR,
     LimitSettings,
 )
 from protege.limits.admission import MICROS, WINDOW_OF
-from protege.limits.senders import address_of, shown
+from protege.limits.senders import UNPROVEN, address_of, shown
 from protege.limits.windows import DAY, HOUR, MONTH, day_key, naive_utc, window
 
 __all__ = ["AgentStanding", "HeldMail", "Standing", "Standings", "Usage", "held_mail", "standings"]
 
+# The lanes of mail that proved no sender (``protege.limits.senders.lane_of``).
+_UNPROVEN_LANE = "'" + UNPROVEN + "agent ' || CAST(agent_id AS TEXT)"
 _RUNS = (
-    "SELECT agent_id, COUNT(*), SUM(CASE WHEN admitted_at >= {p} THEN 1 ELSE 0 END) "
+    "SELECT agent_id, COUNT(*), SUM(CASE WHEN admitted_at >= {p} THEN 1 ELSE 0 END), "
+    "SUM(CASE WHEN admitted_at >= {p} AND lane = " + _UNPROVEN_LANE + " THEN 1 ELSE 0 END) "
     "FROM run WHERE admitted_at >= {p} GROUP BY agent_id"
 )
 _RUNNING = (
@@ -111,6 +115,7 @@ class Usage:
     runs running now, tokens and cost today and this month."""
 
     runs_this_hour: int = 0
+    unproven_runs_this_hour: int = 0
     runs_today: int = 0
     running: int = 0
     tokens_today: int = 0
@@ -211,9 +216,9 @@ def standings(
     month_start, month_end = window(MONTH, now)
     ends = {HOUR: hour_end, DAY: day_end, MONTH: month_end}
     runs = {
-        agent_id: (int(today or 0), int(this_hour or 0))
-        for agent_id, today, this_hour in database.execute_sql(
-            _RUNS.format(p=p), (hour_start, day_start)
+        agent_id: (int(today or 0), int(this_hour or 0), int(unproven or 0))
+        for agent_id, today, this_hour, unproven in database.execute_sql(
+            _RUNS.format(p=p), (hour_start, hour_start, day_start)
         ).fetchall()
     }
     running = {
@@ -232,10 +237,11 @@ def standings(
         held.setdefault(group.agent_id, []).append(group)
     found = {}
     for agent_id, name in agents:
-        runs_today, runs_this_hour = runs.get(agent_id, (0, 0))
+        runs_today, runs_this_hour, unproven_this_hour = runs.get(agent_id, (0, 0, 0))
         tokens_today, tokens_month, cost_today, cost_month = spent.get(agent_id, [0, 0, 0, 0])
         usage = Usage(
             runs_this_hour=runs_this_hour,
+            unproven_runs_this_hour=unproven_this_hour,
             runs_today=runs_today,
             running=running.get(agent_id, 0),
             tokens_today=tokens_today,
@@ -245,6 +251,7 @@ def standings(
         )
         used: dict[str, float | None] = {
             AGENT_RUNS_PER_HOUR: usage.runs_this_hour,
+            UNPROVEN_RUNS_PER_HOUR: usage.unproven_runs_this_hour,
             AGENT_RUNS_IN_FLIGHT: usage.running,
             AGENT_TOKENS_PER_DAY: usage.tokens_today,
             AGENT_TOKENS_PER_MONTH: usage.tokens_this_month,

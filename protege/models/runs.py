@@ -193,6 +193,9 @@ class Run(Record):
     # Who released it from its last hold, when an operator did: a run a spending limit
     # stopped part way then goes on past that limit.
     released_by = peewee.CharField(max_length=200, null=True)
+    # The lane it takes turns in: its sender's, or, for mail that did not prove its
+    # sender, one lane for all such mail of its agent (``protege.limits.senders``).
+    lane = peewee.CharField(max_length=320, null=True)
 
     class Meta:
         indexes = ((("responsibility", "due_at"), True),)

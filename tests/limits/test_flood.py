@@ -13,11 +13,12 @@ import attrs
 import peewee
 import pytest
 
+from protege.authentication import Verdict
 from protege.db import database
 from protege.gateway.inbound import ingest
 from protege.limit_settings import LimitSettings
 from protege.limits import admission
-from protege.limits.senders import UNPROVEN, address_of
+from protege.limits.senders import address_of
 from protege.models import Agent, Message, Run, Toolkit
 from protege.models.runs import DONE, HELD, QUEUED
 from protege.scheduler import Scheduler
@@ -51,6 +52,13 @@ def letter(sender: str, number: int, body: str) -> bytes:
         f"Date: Mon, 02 Mar 2026 10:00:00 +0000\r\nMessage-ID: <{number}.{sender}>\r\n"
         f"\r\n{body}\r\n"
     ).encode()
+
+
+def signed(sender: str) -> Verdict:
+    """The verdict of mail whose signature proves ``sender`` (each sender here is a real
+    mailbox: a flood from one, and customers writing meanwhile)."""
+    domain = sender.rpartition("@")[2]
+    return Verdict(True, domain, "dkim", "pass", None, (), domain, "signed", sender)
 
 
 def marker(sender: str) -> str:
@@ -92,9 +100,9 @@ def flood_size() -> int:
 
 
 def sender_of(run: Run) -> str:
-    """The address a run counts against (none of this mail proves its sender)."""
+    """The address a run counts against (each mail here proves its sender)."""
     address, proven = address_of(run.sender_key)
-    assert not proven
+    assert proven
     return address
 
 
@@ -126,6 +134,7 @@ def test_a_flood_is_held_at_its_limits_and_quiet_senders_take_their_turns(
             recipients=[AGENT],
             clock=clock,
             app=app,
+            verdict=signed(FLOOD),
         )
         assert delivered.status == "accepted", delivered.reason
         quiet = quiet_after.get(number)
@@ -136,6 +145,7 @@ def test_a_flood_is_held_at_its_limits_and_quiet_senders_take_their_turns(
                 recipients=[AGENT],
                 clock=clock,
                 app=app,
+                verdict=signed(quiet),
             )
             quiet_runs[quiet] = mail.run.id
 
@@ -148,10 +158,7 @@ def test_a_flood_is_held_at_its_limits_and_quiet_senders_take_their_turns(
     assert len(runs_per_message) == size + len(QUIET)
     assert set(runs_per_message.values()) == {1}
     # The flood is admitted up to its hourly limit; the rest is held, in order, to the hour's end.
-    flood = [
-        run.id
-        for run in Run.select(Run.id).where(Run.sender_key == UNPROVEN + FLOOD).order_by(Run.id)
-    ]
+    flood = [run.id for run in Run.select(Run.id).where(Run.sender_key == FLOOD).order_by(Run.id)]
     admitted, waiting = flood[:PER_HOUR], flood[PER_HOUR:]
     assert status_of(admitted) == {QUEUED: PER_HOUR}
     assert status_of(waiting) == {HELD: size - PER_HOUR}
@@ -159,15 +166,13 @@ def test_a_flood_is_held_at_its_limits_and_quiet_senders_take_their_turns(
     next_hour = datetime.datetime(2026, 3, 2, 11, 0)
     assert first_held.held_until == next_hour
     assert first_held.held_reason == (
-        f"sender_runs_per_hour reached by {FLOOD} (unproven) (20 of 20); {held(next_hour)}"
+        f"sender_runs_per_hour reached by {FLOOD} (20 of 20); {held(next_hour)}"
     )
     behind = {
         (run.held_until, run.held_reason)
         for run in Run.select(Run.held_until, Run.held_reason).where(Run.id.in_(waiting[1:]))
     }
-    assert behind == {
-        (next_hour, f"earlier mail from {FLOOD} (unproven) is held; {held(next_hour)}")
-    }
+    assert behind == {(next_hour, f"earlier mail from {FLOOD} is held; {held(next_hour)}")}
     assert status_of(quiet_runs.values()) == {QUEUED: len(QUIET)}
 
     # The workers take the queue: every quiet sender's mail goes after at most one run of
@@ -196,9 +201,7 @@ def test_a_flood_is_held_at_its_limits_and_quiet_senders_take_their_turns(
         (run.held_until, run.held_reason)
         for run in Run.select(Run.held_until, Run.held_reason).where(Run.status == HELD)
     }
-    assert still == {
-        (later, f"sender_runs_per_hour reached by {FLOOD} (unproven) (20 of 20); {held(later)}")
-    }
+    assert still == {(later, f"sender_runs_per_hour reached by {FLOOD} (20 of 20); {held(later)}")}
     again = {}
     for number, sender in enumerate(QUIET, start=size):
         (mail,) = ingest(
@@ -207,6 +210,7 @@ def test_a_flood_is_held_at_its_limits_and_quiet_senders_take_their_turns(
             recipients=[AGENT],
             clock=clock,
             app=app,
+            verdict=signed(sender),
         )
         again[sender] = mail.run.id
     answering(scripted_model, QUIET)
@@ -233,7 +237,7 @@ def test_a_flood_is_held_at_its_limits_and_quiet_senders_take_their_turns(
     assert still == {
         (
             tomorrow,
-            f"sender_runs_per_day reached by {FLOOD} (unproven) (100 of 100); {held(tomorrow)}",
+            f"sender_runs_per_day reached by {FLOOD} (100 of 100); {held(tomorrow)}",
         )
     }
     clock.now = datetime.datetime(2026, 3, 3, 0, 1, tzinfo=UTC)
@@ -247,7 +251,12 @@ def test_a_flood_is_held_at_its_limits_and_quiet_senders_take_their_turns(
 
 def mail_from(app, clock, sender: str, number: int, body: str) -> Run:
     (delivered,) = ingest(
-        letter(sender, number, body), config=app.config, recipients=[AGENT], clock=clock, app=app
+        letter(sender, number, body),
+        config=app.config,
+        recipients=[AGENT],
+        clock=clock,
+        app=app,
+        verdict=signed(sender),
     )
     return delivered.run
 
@@ -372,5 +381,5 @@ def test_a_senders_held_mail_is_found_without_reading_all_of_it(protege_db):
     if isinstance(database.obj, peewee.PostgresqlDatabase):
         pytest.skip("SQLite's query plan: PostgreSQL's depends on its statistics")
     sql = admission._HELD_BEFORE.format(p=database.param)
-    plan = database.execute_sql("EXPLAIN QUERY PLAN " + sql, (UNPROVEN + FLOOD, 1)).fetchall()
+    plan = database.execute_sql("EXPLAIN QUERY PLAN " + sql, (FLOOD, 1)).fetchall()
     assert "run_held_sender" in str(plan), plan

@@ -7,11 +7,13 @@ from email.message import EmailMessage
 import attrs
 import pytest
 
+from protege.authentication import Verdict
 from protege.config import load_config
 from protege.errors import ProtegeError
 from protege.gateway.inbound import ingest
 from protege.limit_settings import AgentLimits
 from protege.limits.holding import held_runs, release, release_due
+from protege.limits.standing import standings
 from protege.models import Agent, Run
 from protege.queue import claim_next, requeue
 
@@ -38,12 +40,19 @@ def configured(tmp_path, **limits):
     return attrs.evolve(loaded, limits=attrs.evolve(loaded.limits, **limits))
 
 
-def send(config, sender, number, now):
+def signed(sender: str) -> Verdict:
+    """The verdict of mail whose signature proves ``sender``."""
+    domain = sender.rpartition("@")[2]
+    return Verdict(True, domain, "dkim", "pass", None, (), domain, "signed", sender)
+
+
+def send(config, sender, number, now, *, proven=False):
     (delivered,) = ingest(
         mail(sender, number),
         config=config,
         recipients=["sundae@thescoop.example"],
         clock=lambda: now,
+        verdict=signed(sender) if proven else None,
     )
     return delivered.run
 
@@ -110,9 +119,9 @@ def test_workers_never_claim_a_held_run(tmp_path, sundae):
 
 def test_a_quiet_senders_first_mail_is_taken_after_one_run_of_the_flood(tmp_path, sundae):
     config = configured(tmp_path, sender_runs_per_hour=0, sender_runs_per_day=0)
-    flood = [send(config, "flood@acme.example", n, NOON) for n in range(10)]
-    quiet = send(config, "quiet@acme.example", 100, NOON)
-    other = send(config, "other@acme.example", 101, NOON)
+    flood = [send(config, "flood@acme.example", n, NOON, proven=True) for n in range(10)]
+    quiet = send(config, "quiet@acme.example", 100, NOON, proven=True)
+    other = send(config, "other@acme.example", 101, NOON, proven=True)
     order = [r.id for r in claim_all(NOON)]
     assert order[:4] == [flood[0].id, quiet.id, other.id, flood[1].id]
     assert order[4:] == [r.id for r in flood[2:]]
@@ -182,3 +191,57 @@ def test_an_operator_cancels_a_held_run_and_no_release_brings_it_back(tmp_path, 
     )
     assert release_due(NOON + datetime.timedelta(days=1), config.limits).queued == []
     assert release([held.id], NOON, by="ops") == []
+
+
+def test_made_up_addresses_buy_no_turns_mail_that_proves_no_sender_shares_one_lane(
+    tmp_path, sundae
+):
+    config = configured(tmp_path, sender_runs_per_hour=0, unproven_runs_per_hour=0)
+    forged = [send(config, f"flood{n}@evil.example", n, NOON) for n in range(30)]
+    quiet = send(config, "quiet@acme.example", 100, NOON, proven=True)
+    order = [r.id for r in claim_all(NOON)]
+    assert order[:3] == [forged[0].id, quiet.id, forged[1].id]
+    assert {Run.get_by_id(r.id).lane for r in forged} == {f"unproven:agent {sundae.id}"}
+    assert Run.get_by_id(quiet.id).lane == "quiet@acme.example"
+
+
+def test_mail_that_proves_no_sender_has_its_own_share_of_the_agents_hour(tmp_path, sundae):
+    config = configured(tmp_path, agent_runs_per_hour=10, unproven_runs_per_hour=5)
+    forged = [send(config, f"flood{n}@evil.example", n, NOON) for n in range(8)]
+    assert [r.status for r in forged] == ["queued"] * 5 + ["held"] * 3
+    assert Run.get_by_id(forged[5].id).held_reason.startswith(
+        "unproven_runs_per_hour reached by mail that did not prove its sender (5 of 5)"
+    )
+    proven = [send(config, f"c{n}@acme.example", 100 + n, NOON, proven=True) for n in range(6)]
+    assert [r.status for r in proven] == ["queued"] * 5 + ["held"]
+    assert "agent_runs_per_hour" in Run.get_by_id(proven[5].id).held_reason
+    standing = standings([(sundae.id, "Sundae")], NOON, config.limits).agents[sundae.id]
+    assert standing.limits["unproven_runs_per_hour"].used == 5
+    assert standing.limits["agent_runs_per_hour"].used == 10
+
+
+def test_a_sender_authentication_that_does_not_enforce_takes_every_sender_at_their_word(
+    tmp_path, sundae
+):
+    config = configured(tmp_path, sender_runs_per_hour=1)
+    config = attrs.evolve(
+        config,
+        mail=attrs.evolve(
+            config.mail, authentication=attrs.evolve(config.mail.authentication, mode="report")
+        ),
+    )
+    runs = [send(config, "jane@acme.example", n, NOON) for n in range(2)]
+    assert [Run.get_by_id(r.id).sender_key for r in runs] == ["jane@acme.example"] * 2
+    assert Run.get_by_id(runs[0].id).lane == "jane@acme.example"
+    assert Run.get_by_id(runs[1].id).status == "held"
+
+
+def test_held_runs_are_released_in_turns_by_lane_not_by_arrival(tmp_path, sundae):
+    config = configured(tmp_path, sender_runs_per_hour=0, agent_runs_per_hour=2)
+    first = [send(config, "a@acme.example", n, NOON, proven=True) for n in range(2)]
+    backlog = [send(config, "a@acme.example", 10 + n, NOON, proven=True) for n in range(4)]
+    others = [send(config, s, 20 + n, NOON, proven=True) for n, s in enumerate(["b@x.example"])]
+    assert [r.status for r in first] == ["queued", "queued"]
+    assert {r.status for r in backlog + others} == {"held"}
+    released = release_due(NOON + datetime.timedelta(hours=1), config.limits)
+    assert released.queued == [backlog[0].id, others[0].id]
