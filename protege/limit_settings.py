@@ -37,6 +37,7 @@ SPENDING_LIMITS = (
     AGENT_COST_PER_MONTH,
     INSTALLATION_COST_PER_DAY,
 )
+MONEY_LIMITS = (AGENT_COST_PER_DAY, AGENT_COST_PER_MONTH, INSTALLATION_COST_PER_DAY)
 # The limits one agent's table may change (the installation's own are the installation's).
 AGENT_LIMITS = (*RUN_LIMITS, AGENT_RUNS_IN_FLIGHT, *SPENDING_LIMITS[:2], *SPENDING_LIMITS[3:5])
 
@@ -114,6 +115,13 @@ class LimitSettings:
         default=600.0, validator=attrs.validators.gt(0)
     )
     agents: Mapping[str, AgentLimits] = attrs.field(factory=dict, hash=False)
+
+    def money_limited(self) -> bool:
+        """Whether any money limit is set, the installation's or an agent's own."""
+        own = (
+            getattr(agent, name, None) for agent in self.agents.values() for name in MONEY_LIMITS
+        )
+        return any(getattr(self, name) for name in MONEY_LIMITS) or any(own)
 
     def strays(self, agent_names: list[str]) -> list[str]:
         """A line for each ``[limits.agents.NAME]`` naming none of ``agent_names``: its

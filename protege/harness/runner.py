@@ -609,7 +609,8 @@ class _Attempt:
     def _spending(self, reply: ModelReply) -> Callable[[], None]:
         """The ledger's entry for ``reply``, to be added in the transaction that writes its
         event: an attempt that loses its lease records neither."""
-        spend = spending.spend_of(reply.model, reply.usage, self.config.model.price_of(reply.model))
+        price = spending.price_for(self.config.model, reply.model, self._spending_limits())
+        spend = spending.spend_of(reply.model, reply.usage, price)
         agent_id, answered_at = self.run.agent_id, self.clock()
         return functools.partial(spending.record_spend, agent_id, answered_at, spend)
 

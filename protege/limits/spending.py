@@ -13,14 +13,17 @@ import datetime
 import logging
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import peewee
 
 from protege.db import database
-from protege.limit_settings import ModelPrice
+from protege.limit_settings import MONEY_LIMITS, ModelPrice
 from protege.limits.windows import day_key
+
+if TYPE_CHECKING:
+    from protege.config import ModelSettings
 
 # One statement, whoever else adds to the same row at the same moment: SQLite and
 # PostgreSQL both take the conflict on the unique (agent, day, model) index.
@@ -104,6 +107,26 @@ def cost_micros(price: ModelPrice | None, prompt_tokens: int, completion_tokens:
     if not cost < MAX_COST_MICROS_PER_ANSWER:  # also infinity and NaN: fail closed
         return MAX_COST_MICROS_PER_ANSWER
     return round(cost)
+
+
+def price_for(
+    settings: ModelSettings, model: str | None, limits: Mapping[str, float]
+) -> ModelPrice | None:
+    """The price to charge an answer of ``model`` at: its own (``settings.price_of``), or,
+    when a money limit of ``limits`` applies and the model has none, the highest prices
+    known (``settings.highest_price``), with a warning: a limit must not pass unseen
+    because the endpoint named its model in a way the price table does not know."""
+    price = settings.price_of(model)
+    if price is not None or not any(limits.get(name) for name in MONEY_LIMITS):
+        return price
+    highest = settings.highest_price()
+    logger.warning(
+        "model %r has no price in [model.prices]; a money limit applies, so its answer is "
+        "charged at the highest prices known (%s)",
+        model,
+        "none: no price is set at all" if highest is None else highest,
+    )
+    return highest
 
 
 def spend_of(model: str | None, usage: Any, price: ModelPrice | None) -> Spend:

@@ -412,3 +412,25 @@ def test_a_ledger_that_refuses_an_answer_does_not_leave_its_run_running(
     assert CALLED == ["one"]
     assert _ledger() == {}
     assert len([r for r in caplog.records if "ledger" in r.getMessage()]) == 2
+
+
+def test_under_a_money_limit_an_answer_of_a_model_without_a_price_is_charged_the_highest(
+    agent, tmp_path, scripted_model, caplog
+):
+    config = _config(tmp_path, {"agent_cost_per_month": 1000}, PRICES)
+    installation = open_installation(config, manifest=manifest_of(TOOLS), connect=False)
+    run = queue_reply(record_inbound(agent, sender="jane@acme.com", body="Count"), now=DAY_ONE)
+    scripted_model.script(
+        answer("openai/GPT-A:latest", 100, 10, call="one"), answer("mystery", 100, 10, text="ok")
+    )
+
+    with caplog.at_level("WARNING", logger="protege.limits.spending"):
+        assert _carried(run.id, installation, DAY_ONE).status == "done"
+
+    ledger = _ledger()
+    assert ledger[(agent.id, "2026-03-05", "openai/GPT-A:latest")] == (1, 100, 10, 1000 + 200)
+    # No price for "mystery": the highest input (gpt-a's 10) and output (gpt-a's 20).
+    assert ledger[(agent.id, "2026-03-05", "mystery")] == (1, 100, 10, 1000 + 200)
+    warned = [r.getMessage() for r in caplog.records if "no price" in r.getMessage()]
+    assert len(warned) == 1
+    assert "'mystery'" in warned[0]
