@@ -45,6 +45,28 @@ _count = attrs.validators.ge(0)
 _money = attrs.validators.ge(0.0)
 
 
+# The circuit's waits: finite, and at most a day, so that no setting stops the workers for
+# good (or makes its doubling overflow).
+MAX_CIRCUIT_SECONDS = 86_400.0
+
+
+def _circuit_seconds(instance: object, attribute: attrs.Attribute, value: float) -> None:
+    if not (0 < value <= MAX_CIRCUIT_SECONDS):  # also NaN and infinity
+        raise ValueError(
+            f"{attribute.name}: must be more than 0 and at most {MAX_CIRCUIT_SECONDS:g} "
+            f"seconds (a day), not {value!r}"
+        )
+
+
+def _max_backoff(instance: Any, attribute: attrs.Attribute, value: float) -> None:
+    _circuit_seconds(instance, attribute, value)
+    if value < instance.circuit_backoff_seconds:
+        raise ValueError(
+            f"{attribute.name}: must be at least circuit_backoff_seconds "
+            f"({instance.circuit_backoff_seconds!r}), not {value!r}"
+        )
+
+
 def _optional_count(instance: object, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None and value < 0:
         raise ValueError(f"{attribute.name}: must be 0 (no limit) or more, not {value!r}")
@@ -110,10 +132,8 @@ class LimitSettings:
     notify_held: bool = False
     alert_to: str | None = attrs.field(default=None, validator=_address)
     circuit_failures: int = attrs.field(default=5, validator=attrs.validators.ge(1))
-    circuit_backoff_seconds: float = attrs.field(default=30.0, validator=attrs.validators.gt(0))
-    circuit_max_backoff_seconds: float = attrs.field(
-        default=600.0, validator=attrs.validators.gt(0)
-    )
+    circuit_backoff_seconds: float = attrs.field(default=30.0, validator=_circuit_seconds)
+    circuit_max_backoff_seconds: float = attrs.field(default=600.0, validator=_max_backoff)
     agents: Mapping[str, AgentLimits] = attrs.field(factory=dict, hash=False)
 
     def money_limited(self) -> bool:

@@ -32,6 +32,9 @@ Clock = Callable[[], datetime.datetime]
 MAX_RETRY_AFTER = 86_400.0
 OPENAI = "https://api.openai.com/v1"
 _MAX_ERROR = 2000  # characters of the last error kept
+# Doublings of the backoff counted at most: past them any backoff is at its maximum (a day
+# at most), while 2**opened times a float overflows after about a thousand openings.
+_MAX_DOUBLINGS = 32
 
 
 def endpoint_of(settings: ModelSettings) -> str:
@@ -201,7 +204,7 @@ class Breaker:
         )
         if opening:
             backoff = min(
-                self.settings.circuit_backoff_seconds * 2**state.opened,
+                self.settings.circuit_backoff_seconds * 2 ** min(state.opened, _MAX_DOUBLINGS),
                 self.settings.circuit_max_backoff_seconds,
             )
             until = now + datetime.timedelta(seconds=max(backoff, wait))

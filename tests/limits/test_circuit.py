@@ -315,3 +315,17 @@ def test_describe_says_since_when_the_endpoint_fails_and_until_when_runs_wait(ap
         "model endpoint failing since 2026-03-02 09:00:00Z, circuit open until "
         "2026-03-02 09:00:35Z (last error: the model endpoint answered 500: boom)"
     )
+
+
+def test_a_circuit_opened_thousands_of_times_still_waits_its_maximum(app, clock):
+    breaker = Breaker.of(app.config, clock=clock)
+    for _ in range(3):
+        breaker.failed("down")
+    Circuit.update(opened=5000).where(Circuit.endpoint == breaker.endpoint).execute()
+    clock.advance(30)
+    breaker.refresh()
+    assert breaker.gate().probe
+
+    assert breaker.failed("still down") is not None  # no OverflowError: it opens again
+
+    assert breaker.known().open_until == clock.now + datetime.timedelta(seconds=120)
