@@ -32,7 +32,7 @@ from protege.harness.events import read as read_event
 from protege.harness.events import render as render_event
 from protege.installation import Installation, open_installation
 from protege.limits.circuit import describe as model_endpoint
-from protege.limits.circuit import summary as model_endpoint_line
+from protege.limits.circuit import summary as _endpoint_summary
 from protege.models import Agent
 from protege.models.messages import REFUSED
 from protege.models.resolution import ApprovalBypass, Resolution, bypassed_approvals, unapprovable
@@ -295,3 +295,9 @@ def all_refused(delivered: Sequence[Delivered]) -> bool:
     """Whether every agent the message was for refused its sender (the SMTP gateway then
     answers 550 and keeps the reason to itself)."""
     return bool(delivered) and all(d.status == REFUSED for d in delivered)
+
+
+def model_endpoint_line(described: dict[str, Any]) -> str:
+    """One printable line for operators saying what ``model_endpoint`` found: the
+    endpoint's last error is its own text, and may hold control characters."""
+    return printable(_endpoint_summary(described))

@@ -25,6 +25,7 @@ def status(as_json: bool) -> None:
     runs: they wait in the queue until it may be tried.
     """
     from protege.config import load_config
+    from protege.harness.events import printable
     from protege.limits.circuit import describe, summary
     from protege.limits.standing import standings
     from protege.models import Agent
@@ -62,7 +63,7 @@ def status(as_json: bool) -> None:
         )
         return
     if endpoint is not None:
-        click.echo(summary(endpoint))
+        click.echo(printable(summary(endpoint)))
     busy = [row for row in rows if any(row[c] for c in COUNTS)]
     if not busy:
         click.echo("nothing queued, running, stuck, failed, waiting, held or pending")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
@@ -39,9 +40,18 @@ _MAX_DOUBLINGS = 32
 
 def endpoint_of(settings: ModelSettings) -> str:
     """The key the circuit of the endpoint ``settings`` call is kept under: its base URL
-    (``OPENAI_BASE_URL``, then OpenAI's own, when none is set), as the client resolves it."""
+    (``OPENAI_BASE_URL``, then OpenAI's own, when none is set), as the client resolves it,
+    with only its scheme, host, port and path. A user and password or a query (``?key=``)
+    may be a secret, and the key is stored, shown by ``protege status`` and the dashboard,
+    and mailed to the operators."""
     url = settings.base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI
-    return url.rstrip("/")[:400]
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+    except ValueError:  # not a URL the client could call either: keep nothing of it
+        return "(an unreadable base URL)"
+    host = parts.netloc.rpartition("@")[2]
+    kept = urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
+    return kept.rstrip("/")[:400]
 
 
 @attrs.frozen

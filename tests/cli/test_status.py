@@ -100,3 +100,23 @@ def test_status_says_the_model_endpoint_is_failing_and_until_when_runs_wait(
         "open_until": f"{until.isoformat(sep=' ')}Z",
     }
     assert endpoint["last_error"] == "the model endpoint answered 503: overloaded"
+
+
+def test_status_shows_the_endpoint_s_error_as_text_a_terminal_prints_as_it_is(
+    run_protege, protege_db, tmp_path
+):
+    import attrs
+
+    from protege.config import load_config
+    from protege.limits.circuit import Breaker
+
+    config = load_config(tmp_path)
+    config = attrs.evolve(config, limits=attrs.evolve(config.limits, circuit_failures=1))
+    Breaker.of(config).failed("answered 500: \x1b]0;pwned\x07\x1b[2Jgone\nfake: line")
+
+    shown = run_protege("status", env={"PROTEGE_DATABASE_URL": protege_db.url}).stdout
+
+    assert "\x1b" not in shown
+    assert "\x07" not in shown
+    line = shown.splitlines()[0]
+    assert line.endswith("(last error: answered 500: \\x1b]0;pwned\\x07\\x1b[2Jgone\\nfake: line)")

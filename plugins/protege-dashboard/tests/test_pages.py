@@ -359,3 +359,17 @@ def test_the_home_page_says_the_model_endpoint_is_failing_and_since_when(signed_
         f"model endpoint failing since {since.isoformat(sep=' ')}Z, circuit open until "
     )
     assert "&lt;b&gt;down&lt;/b&gt;" in shown.group(1)  # the endpoint's words, as text
+
+
+def test_the_home_page_shows_the_endpoint_s_control_characters_as_escapes(signed_in, installation):
+    from protege.limits.circuit import Breaker
+
+    breaker = Breaker.of(installation.config)
+    for _ in range(installation.config.limits.circuit_failures):
+        breaker.failed("answered 500: \x1b[2Jgone\u202eevil")
+    page = signed_in.get("/")
+    shown = re.search(r'<p class="error" id="model-endpoint">(.*?)</p>', page.text)
+    assert shown is not None
+    assert "\x1b" not in shown.group(1)
+    assert "\u202e" not in shown.group(1)
+    assert "answered 500: \\x1b[2Jgone\\u202eevil" in shown.group(1)
