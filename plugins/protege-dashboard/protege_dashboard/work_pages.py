@@ -23,21 +23,27 @@ KINDS = ("reply", "scheduled")
 PAGE = 50
 
 
+def _whole(text: str) -> int | None:
+    """``text`` as an id, when it is one: ASCII digits only ("²" is a digit to
+    ``str.isdigit``, not to ``int``), few enough for a database column."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
+
+
 async def runs_page(request: Request) -> Response:
     """Recent runs, newest first, filtered by agent, status and kind."""
     query = Run.select(Run, Agent).join(Agent).order_by(Run.id.desc())
     agent = request.query_params.get("agent", "")
     status = request.query_params.get("status", "")
     kind = request.query_params.get("kind", "")
-    if agent.isdigit():
-        query = query.where(Run.agent == int(agent))
+    if _whole(agent) is not None:
+        query = query.where(Run.agent == _whole(agent))
     if status in STATUSES:
         query = query.where(Run.status == status)
     if kind in KINDS:
         query = query.where(Run.kind == kind)
     before = request.query_params.get("before", "")
-    if before.isdigit():
-        query = query.where(Run.id < int(before))
+    if _whole(before) is not None:
+        query = query.where(Run.id < _whole(before))
     runs = list(query.limit(PAGE + 1))
     return render(
         request,
@@ -154,7 +160,8 @@ async def runs_release(request: Request) -> Response:
     --all`` (``--agent``) does; recorded in the audit log."""
     form = await checked_form(request)
     chosen = str(form.get("agent", ""))
-    agent = Agent.get_or_none(Agent.id == int(chosen)) if chosen.isdigit() else None
+    number = _whole(chosen)
+    agent = Agent.get_or_none(Agent.id == number) if number is not None else None
     if chosen and agent is None:
         raise HTTPException(404, "no such agent")
     try:
@@ -225,7 +232,8 @@ async def _responsibility_add(request: Request) -> Response:
         field: str(form.get(field, ""))
         for field in ("agent", "name", "prompt", "schedule", "timezone")
     }
-    agent = Agent.get_or_none(Agent.id == int(typed["agent"])) if typed["agent"].isdigit() else None
+    number = _whole(typed["agent"])
+    agent = Agent.get_or_none(Agent.id == number) if number is not None else None
     try:
         if agent is None:
             raise ProtegeError("choose the agent whose responsibility it is")

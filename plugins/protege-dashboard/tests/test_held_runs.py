@@ -117,3 +117,13 @@ def test_a_stranger_releases_nothing(client, held, form):
     assert answer.status_code == 303
     assert answer.headers["location"] == "/login?next=/"
     assert statuses(held) == ["held"] * 3
+
+
+def test_an_agent_id_that_is_not_ascii_digits_is_no_agent_not_an_error(signed_in, held, token_of):
+    page = signed_in.get("/runs?status=held").text
+    answer = signed_in.post(
+        "/runs/release", data={"csrf_token": token_of(page), "agent": "²"}, follow_redirects=False
+    )
+    assert answer.status_code == 404
+    assert statuses(held) == ["held"] * 3
+    assert signed_in.get("/runs?agent=²&before=١٢").status_code == 200
