@@ -26,6 +26,7 @@ from protege.audit import change, record
 from protege.db import database
 from protege.errors import ProtegeError, did_you_mean
 from protege.limits import holding
+from protege.limits.senders import keys_for
 from protege.models import (
     Agent,
     AgentAccessRule,
@@ -38,7 +39,7 @@ from protege.models import (
 )
 from protege.models.approvals import APPROVED, DENIED, PENDING
 from protege.models.base import utcnow
-from protege.models.runs import HELD, QUEUED, RUNNING, WAITING
+from protege.models.runs import CANCELLED, HELD, QUEUED, RUNNING, WAITING
 from protege.queue import queue_scheduled
 from protege.registry import Manifest
 
@@ -221,6 +222,81 @@ def release_held(
                 after={"status": QUEUED, "runs": released},
             )
     return Released(tuple(released), which)
+
+
+@attrs.frozen
+class CancelledHeld:
+    """Held runs an operator cancelled (oldest first), and which were asked for."""
+
+    run_ids: tuple[int, ...]
+    which: str
+
+    def describe(self) -> str:
+        """What was cancelled, in one line."""
+        which = f" {self.which}" if self.which else ""
+        if not self.run_ids:
+            return f"nothing cancelled: no runs{which} are held"
+        if len(self.run_ids) == 1:
+            return f"run {self.run_ids[0]} cancelled: it was held"
+        named = ", ".join(map(str, self.run_ids[: Released.SHOWN]))
+        more = len(self.run_ids) - Released.SHOWN
+        if more > 0:
+            named += f" and {more:,} more"
+        return f"{len(self.run_ids):,} held runs{which} cancelled: runs {named}"
+
+
+def cancel_held(
+    *,
+    actor: str,
+    agent: Agent | None = None,
+    sender: str | None = None,
+    now: datetime.datetime | None = None,
+) -> CancelledHeld:
+    """Cancel every held run (of ``agent``; from ``sender``, an address, its proven and
+    unproven mail alike): a flood's held mail, discarded before any of it is released and
+    paid for. One statement, which takes only runs still held when it runs (one released
+    meanwhile is left to go on). Recorded as ``held runs cancelled``."""
+    p = database.param
+    where, values = ["status = " + p], [HELD]
+    if agent is not None:
+        where.append(f"agent_id = {p}")
+        values.append(agent.id)
+    key = None
+    if sender is not None:
+        keys = keys_for(sender)
+        key = keys[0]
+        if not key:
+            raise ProtegeError("the sender is empty: give the address the mail came from")
+        where.append(f"sender_key IN ({p}, {p})")
+        values += keys
+    which = " ".join(
+        part
+        for part in (
+            f"of {agent.name}" if agent is not None else "",
+            f"from {key}" if key is not None else "",
+        )
+        if part
+    )
+    when = utcnow() if now is None else now
+    with database.atomic():
+        cursor = database.execute_sql(
+            f"UPDATE run SET status = {p}, error = {p}, finished_at = {p} "
+            f"WHERE {' AND '.join(where)} RETURNING id",
+            (CANCELLED, "cancelled by an operator while it was held", when, *values),
+        )
+        cancelled = sorted(int(row[0]) for row in cursor.fetchall())
+        if cancelled:
+            many = f"{len(cancelled)} held runs"
+            subject = f"run {cancelled[0]}" if len(cancelled) == 1 else many
+            record(
+                actor,
+                "held runs cancelled",
+                "run",
+                f"{subject} {which}".strip(),
+                before={"status": HELD, "runs": cancelled},
+                after={"status": CANCELLED, "runs": cancelled},
+            )
+    return CancelledHeld(tuple(cancelled), which)
 
 
 def queue_responsibility(responsibility: Responsibility) -> Run:

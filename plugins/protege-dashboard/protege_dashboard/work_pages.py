@@ -171,6 +171,22 @@ async def runs_release(request: Request) -> Response:
     return redirect(f"/runs?status=held&agent={chosen}", released.describe(), request)
 
 
+async def runs_cancel_held(request: Request) -> Response:
+    """Cancel every held run (of the agent the form names), as ``protege runs cancel
+    --held`` (``--agent``) does: a flood's held mail, discarded unpaid; audited."""
+    form = await checked_form(request)
+    chosen = str(form.get("agent", ""))
+    number = _whole(chosen)
+    agent = Agent.get_or_none(Agent.id == number) if number is not None else None
+    if chosen and agent is None:
+        raise HTTPException(404, "no such agent")
+    try:
+        cancelled = admin.cancel_held(actor=actor(request), agent=agent)
+    except ProtegeError as error:
+        return redirect("/runs?status=held", str(error), request, error=True)
+    return redirect(f"/runs?status=held&agent={chosen}", cancelled.describe(), request)
+
+
 async def blob_download(request: Request) -> Response:
     """A stored file, always as a download: never shown by the browser as a page."""
     blob = found(Blob, request.path_params["id"])
@@ -349,6 +365,7 @@ ROUTES = [
     Route("/runs/{id:int}/cancel", run_cancel, methods=["POST"]),
     Route("/runs/{id:int}/release", run_release, methods=["POST"]),
     Route("/runs/release", runs_release, methods=["POST"]),
+    Route("/runs/cancel-held", runs_cancel_held, methods=["POST"]),
     Route("/messages/{id:int}", message_page),
     Route("/files/{id:int}", blob_download),
     Route("/responsibilities", responsibilities_page, methods=["GET", "POST"]),
