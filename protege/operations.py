@@ -25,7 +25,7 @@ from protege.addresses import routing_key
 from protege.audit import change, record
 from protege.db import database
 from protege.errors import ProtegeError, did_you_mean
-from protege.limits import holding
+from protege.limits import circuit, holding
 from protege.limits.senders import keys_for
 from protege.models import (
     Agent,
@@ -39,6 +39,7 @@ from protege.models import (
 )
 from protege.models.approvals import APPROVED, DENIED, PENDING
 from protege.models.base import utcnow
+from protege.models.limits import CLOSED, Circuit
 from protege.models.runs import CANCELLED, HELD, QUEUED, RUNNING, WAITING
 from protege.queue import queue_scheduled
 from protege.registry import Manifest
@@ -297,6 +298,50 @@ def cancel_held(
                 after={"status": CANCELLED, "runs": cancelled},
             )
     return CancelledHeld(tuple(cancelled), which)
+
+
+@attrs.frozen
+class CircuitsClosed:
+    """The model endpoints whose circuit an operator closed."""
+
+    endpoints: tuple[str, ...]
+
+    def describe(self) -> str:
+        """What was closed, in one line."""
+        if not self.endpoints:
+            return "nothing to reset: no model endpoint's circuit is open or failing"
+        return "circuit closed, runs are taken again: " + ", ".join(self.endpoints)
+
+
+def reset_circuit(*, actor: str, now: datetime.datetime | None = None) -> CircuitsClosed:
+    """Close every model endpoint's circuit that is open, half-open or counting failures,
+    as a success would: for an endpoint that answers again while its circuit (or its
+    ``Retry-After``) would keep the workers idle. Should it still fail, the circuit opens
+    again after ``circuit_failures`` calls. Recorded as ``model circuit reset``, one entry
+    per endpoint, with how it stood."""
+    when = utcnow() if now is None else now
+    closed = []
+    with database.atomic():
+        failing = Circuit.select().where((Circuit.state != CLOSED) | (Circuit.failures > 0))
+        for found in failing.order_by(Circuit.endpoint):
+            if circuit.close(found.endpoint, when):
+                closed.append(found.endpoint)
+                record(
+                    actor,
+                    "model circuit reset",
+                    "circuit",
+                    found.endpoint,
+                    before={
+                        "state": found.state,
+                        "failures": found.failures,
+                        "opened": found.opened,
+                        "open_until": None
+                        if found.open_until is None
+                        else found.open_until.isoformat(),
+                    },
+                    after={"state": CLOSED, "failures": 0, "opened": 0, "open_until": None},
+                )
+    return CircuitsClosed(tuple(closed))
 
 
 def queue_responsibility(responsibility: Responsibility) -> Run:

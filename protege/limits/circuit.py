@@ -239,6 +239,22 @@ class Breaker:
         return None
 
 
+def close(endpoint: str, now: datetime.datetime) -> bool:
+    """Close the circuit of ``endpoint`` as a success would (an operator knows the endpoint
+    answers again): workers take runs from their next look. Returns whether it was open,
+    half-open or counting failures."""
+    p = database.param
+    return (
+        database.execute_sql(
+            f"UPDATE circuit SET state = '{CLOSED}', failures = 0, opened = 0, "
+            f"failing_since = NULL, open_until = NULL, updated_at = {p} "
+            f"WHERE endpoint = {p} AND NOT (state = '{CLOSED}' AND failures = 0)",
+            (naive_utc(now), endpoint),
+        ).rowcount
+        == 1
+    )
+
+
 def _state(row: tuple[Any, ...]) -> State:
     state, failures, opened, failing_since, open_until, last_error = row
     return State(
