@@ -27,8 +27,6 @@ import datetime
 import logging
 import re
 from collections.abc import Callable
-from email import policy
-from email.parser import BytesParser
 from typing import Any
 
 import peewee
@@ -199,6 +197,10 @@ def automatic(message: Message, config: Config) -> bool:
         return True
     if message.raw_blob_id is None:
         return False  # stored by protege itself (record_inbound), not received
+    # Here, not at the top: protege's commands that never tell anyone load no email parser.
+    from email import policy
+    from email.parser import BytesParser
+
     try:
         raw = blobs.read(message.raw_blob, config)
     except OSError:
