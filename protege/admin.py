@@ -32,7 +32,7 @@ from protege.harness.events import read as read_event
 from protege.harness.events import render as render_event
 from protege.installation import Installation, open_installation
 from protege.limits.circuit import describe as model_endpoint
-from protege.limits.circuit import summary as model_endpoint_line
+from protege.limits.circuit import summary as _endpoint_summary
 from protege.models import Agent
 from protege.models.messages import REFUSED
 from protege.models.resolution import ApprovalBypass, Resolution, bypassed_approvals, unapprovable
@@ -40,6 +40,8 @@ from protege.models.resolution import explain as explain_resolution
 from protege.operations import (
     Answered,
     Cancelled,
+    CancelledHeld,
+    CircuitsClosed,
     NotFound,
     OperationRefused,
     Released,
@@ -47,6 +49,7 @@ from protege.operations import (
     add_gate_rule,
     answer_approval,
     attach_toolkit,
+    cancel_held,
     cancel_run,
     clear_grant_approval,
     detach_toolkit,
@@ -56,6 +59,7 @@ from protege.operations import (
     remove_gate_rule,
     require_grant_approval,
     require_tool_approval,
+    reset_circuit,
     set_scheduled_runs,
     set_whole_archive,
     unrequire_tool_approval,
@@ -72,7 +76,9 @@ __all__ = [
     "ApprovalBypass",
     "AuthenticationSettings",
     "Cancelled",
+    "CancelledHeld",
     "Change",
+    "CircuitsClosed",
     "Config",
     "Delivered",
     "DnsLookup",
@@ -94,6 +100,7 @@ __all__ = [
     "audit_entries",
     "authenticate",
     "bypassed_approvals",
+    "cancel_held",
     "cancel_run",
     "change",
     "clear_grant_approval",
@@ -121,6 +128,7 @@ __all__ = [
     "require_current",
     "require_grant_approval",
     "require_tool_approval",
+    "reset_circuit",
     "sender_of",
     "set_scheduled_runs",
     "set_whole_archive",
@@ -295,3 +303,9 @@ def all_refused(delivered: Sequence[Delivered]) -> bool:
     """Whether every agent the message was for refused its sender (the SMTP gateway then
     answers 550 and keeps the reason to itself)."""
     return bool(delivered) and all(d.status == REFUSED for d in delivered)
+
+
+def model_endpoint_line(described: dict[str, Any]) -> str:
+    """One printable line for operators saying what ``model_endpoint`` found: the
+    endpoint's last error is its own text, and may hold control characters."""
+    return printable(_endpoint_summary(described))

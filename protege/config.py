@@ -94,24 +94,51 @@ class ModelSettings:
     prices: Mapping[str, ModelPrice] = attrs.field(factory=dict, hash=False)
 
     def price_of(self, model: str | None) -> ModelPrice | None:
-        """What ``model`` costs: its row of ``prices`` (also when the endpoint answered with
-        a dated name that starts with a row's name and a dash), else, for the configured
-        model, ``input_cost_per_million`` and ``output_cost_per_million``; None when unknown."""
+        """What ``model`` costs: its row of ``prices``, else, for the configured model,
+        ``input_cost_per_million`` and ``output_cost_per_million``; None when unknown.
+
+        Names are compared as endpoints spell them differently: in any case, without a
+        ``vendor/`` prefix or a ``:tag`` suffix, and a dated name (a row's name, a dash and
+        more) has its row's price."""
         if model:
-            if model in self.prices:
-                return self.prices[model]
-            for name in sorted(self.prices, key=len, reverse=True):
-                if model.startswith(name + "-"):
-                    return self.prices[name]
+            wanted = _model_key(model)
+            rows = {_model_key(name): price for name, price in self.prices.items()}
+            if wanted in rows:
+                return rows[wanted]
+            for name in sorted(rows, key=len, reverse=True):
+                if wanted.startswith(name + "-"):
+                    return rows[name]
         if self.input_cost_per_million is None or self.output_cost_per_million is None:
             return None
-        if model and self.model and model != self.model and not model.startswith(self.model):
+        if model and self.model:
+            wanted, configured = _model_key(model), _model_key(self.model)
+            if wanted != configured and not wanted.startswith(configured):
+                return None
+        return ModelPrice(input=self.input_cost_per_million, output=self.output_cost_per_million)
+
+    def highest_price(self) -> ModelPrice | None:
+        """The highest input and the highest output price of ``prices`` (or, without a
+        table, ``input_cost_per_million`` and ``output_cost_per_million``): what an answer of
+        a model without a price is charged while a money limit applies, so that the limit
+        still holds. None when no price is known at all."""
+        if self.prices:
+            return ModelPrice(
+                input=max(price.input for price in self.prices.values()),
+                output=max(price.output for price in self.prices.values()),
+            )
+        if self.input_cost_per_million is None or self.output_cost_per_million is None:
             return None
         return ModelPrice(input=self.input_cost_per_million, output=self.output_cost_per_million)
 
     def accepts(self, kind: str) -> bool:
         """Whether the model may be sent content of ``kind`` (``"image"``, ``"pdf"``)."""
         return kind in self.input
+
+
+def _model_key(name: str) -> str:
+    """``name`` as model names are compared: lower case, without a ``vendor/`` prefix or a
+    ``:tag`` suffix (``openai/GPT-4o:latest`` is ``gpt-4o``)."""
+    return name.strip().lower().rsplit("/", 1)[-1].split(":", 1)[0]
 
 
 def _check_zone(instance: object, attribute: attrs.Attribute, value: str) -> None:

@@ -43,11 +43,34 @@ SPENDING_LIMITS = (
     AGENT_COST_PER_MONTH,
     INSTALLATION_COST_PER_DAY,
 )
+MONEY_LIMITS = (AGENT_COST_PER_DAY, AGENT_COST_PER_MONTH, INSTALLATION_COST_PER_DAY)
 # The limits one agent's table may change (the installation's own are the installation's).
 AGENT_LIMITS = (*RUN_LIMITS, AGENT_RUNS_IN_FLIGHT, *SPENDING_LIMITS[:2], *SPENDING_LIMITS[3:5])
 
 _count = attrs.validators.ge(0)
 _money = attrs.validators.ge(0.0)
+
+
+# The circuit's waits: finite, and at most a day, so that no setting stops the workers for
+# good (or makes its doubling overflow).
+MAX_CIRCUIT_SECONDS = 86_400.0
+
+
+def _circuit_seconds(instance: object, attribute: attrs.Attribute, value: float) -> None:
+    if not (0 < value <= MAX_CIRCUIT_SECONDS):  # also NaN and infinity
+        raise ValueError(
+            f"{attribute.name}: must be more than 0 and at most {MAX_CIRCUIT_SECONDS:g} "
+            f"seconds (a day), not {value!r}"
+        )
+
+
+def _max_backoff(instance: Any, attribute: attrs.Attribute, value: float) -> None:
+    _circuit_seconds(instance, attribute, value)
+    if value < instance.circuit_backoff_seconds:
+        raise ValueError(
+            f"{attribute.name}: must be at least circuit_backoff_seconds "
+            f"({instance.circuit_backoff_seconds!r}), not {value!r}"
+        )
 
 
 def _optional_count(instance: object, attribute: attrs.Attribute, value: Any) -> None:
@@ -120,11 +143,16 @@ class LimitSettings:
     notify_held: bool = False
     alert_to: str | None = attrs.field(default=None, validator=_address)
     circuit_failures: int = attrs.field(default=5, validator=attrs.validators.ge(1))
-    circuit_backoff_seconds: float = attrs.field(default=30.0, validator=attrs.validators.gt(0))
-    circuit_max_backoff_seconds: float = attrs.field(
-        default=600.0, validator=attrs.validators.gt(0)
-    )
+    circuit_backoff_seconds: float = attrs.field(default=30.0, validator=_circuit_seconds)
+    circuit_max_backoff_seconds: float = attrs.field(default=600.0, validator=_max_backoff)
     agents: Mapping[str, AgentLimits] = attrs.field(factory=dict, hash=False)
+
+    def money_limited(self) -> bool:
+        """Whether any money limit is set, the installation's or an agent's own."""
+        own = (
+            getattr(agent, name, None) for agent in self.agents.values() for name in MONEY_LIMITS
+        )
+        return any(getattr(self, name) for name in MONEY_LIMITS) or any(own)
 
     def strays(self, agent_names: list[str]) -> list[str]:
         """A line for each ``[limits.agents.NAME]`` naming none of ``agent_names``: its

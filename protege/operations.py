@@ -25,7 +25,8 @@ from protege.addresses import routing_key
 from protege.audit import change, record
 from protege.db import database
 from protege.errors import ProtegeError, did_you_mean
-from protege.limits import holding
+from protege.limits import circuit, holding
+from protege.limits.senders import keys_for
 from protege.models import (
     Agent,
     AgentAccessRule,
@@ -38,7 +39,8 @@ from protege.models import (
 )
 from protege.models.approvals import APPROVED, DENIED, PENDING
 from protege.models.base import utcnow
-from protege.models.runs import HELD, QUEUED, RUNNING, WAITING
+from protege.models.limits import CLOSED, Circuit
+from protege.models.runs import CANCELLED, HELD, QUEUED, RUNNING, WAITING
 from protege.queue import queue_scheduled
 from protege.registry import Manifest
 
@@ -221,6 +223,125 @@ def release_held(
                 after={"status": QUEUED, "runs": released},
             )
     return Released(tuple(released), which)
+
+
+@attrs.frozen
+class CancelledHeld:
+    """Held runs an operator cancelled (oldest first), and which were asked for."""
+
+    run_ids: tuple[int, ...]
+    which: str
+
+    def describe(self) -> str:
+        """What was cancelled, in one line."""
+        which = f" {self.which}" if self.which else ""
+        if not self.run_ids:
+            return f"nothing cancelled: no runs{which} are held"
+        if len(self.run_ids) == 1:
+            return f"run {self.run_ids[0]} cancelled: it was held"
+        named = ", ".join(map(str, self.run_ids[: Released.SHOWN]))
+        more = len(self.run_ids) - Released.SHOWN
+        if more > 0:
+            named += f" and {more:,} more"
+        return f"{len(self.run_ids):,} held runs{which} cancelled: runs {named}"
+
+
+def cancel_held(
+    *,
+    actor: str,
+    agent: Agent | None = None,
+    sender: str | None = None,
+    now: datetime.datetime | None = None,
+) -> CancelledHeld:
+    """Cancel every held run (of ``agent``; from ``sender``, an address, its proven and
+    unproven mail alike): a flood's held mail, discarded before any of it is released and
+    paid for. One statement, which takes only runs still held when it runs (one released
+    meanwhile is left to go on). Recorded as ``held runs cancelled``."""
+    p = database.param
+    where, values = ["status = " + p], [HELD]
+    if agent is not None:
+        where.append(f"agent_id = {p}")
+        values.append(agent.id)
+    key = None
+    if sender is not None:
+        keys = keys_for(sender)
+        key = keys[0]
+        if not key:
+            raise ProtegeError("the sender is empty: give the address the mail came from")
+        where.append(f"sender_key IN ({p}, {p})")
+        values += keys
+    which = " ".join(
+        part
+        for part in (
+            f"of {agent.name}" if agent is not None else "",
+            f"from {key}" if key is not None else "",
+        )
+        if part
+    )
+    when = utcnow() if now is None else now
+    with database.atomic():
+        cursor = database.execute_sql(
+            f"UPDATE run SET status = {p}, error = {p}, finished_at = {p} "
+            f"WHERE {' AND '.join(where)} RETURNING id",
+            (CANCELLED, "cancelled by an operator while it was held", when, *values),
+        )
+        cancelled = sorted(int(row[0]) for row in cursor.fetchall())
+        if cancelled:
+            many = f"{len(cancelled)} held runs"
+            subject = f"run {cancelled[0]}" if len(cancelled) == 1 else many
+            record(
+                actor,
+                "held runs cancelled",
+                "run",
+                f"{subject} {which}".strip(),
+                before={"status": HELD, "runs": cancelled},
+                after={"status": CANCELLED, "runs": cancelled},
+            )
+    return CancelledHeld(tuple(cancelled), which)
+
+
+@attrs.frozen
+class CircuitsClosed:
+    """The model endpoints whose circuit an operator closed."""
+
+    endpoints: tuple[str, ...]
+
+    def describe(self) -> str:
+        """What was closed, in one line."""
+        if not self.endpoints:
+            return "nothing to reset: no model endpoint's circuit is open or failing"
+        return "circuit closed, runs are taken again: " + ", ".join(self.endpoints)
+
+
+def reset_circuit(*, actor: str, now: datetime.datetime | None = None) -> CircuitsClosed:
+    """Close every model endpoint's circuit that is open, half-open or counting failures,
+    as a success would: for an endpoint that answers again while its circuit (or its
+    ``Retry-After``) would keep the workers idle. Should it still fail, the circuit opens
+    again after ``circuit_failures`` calls. Recorded as ``model circuit reset``, one entry
+    per endpoint, with how it stood."""
+    when = utcnow() if now is None else now
+    closed = []
+    with database.atomic():
+        failing = Circuit.select().where((Circuit.state != CLOSED) | (Circuit.failures > 0))
+        for found in failing.order_by(Circuit.endpoint):
+            if circuit.close(found.endpoint, when):
+                closed.append(found.endpoint)
+                record(
+                    actor,
+                    "model circuit reset",
+                    "circuit",
+                    found.endpoint,
+                    before={
+                        "state": found.state,
+                        "failures": found.failures,
+                        "opened": found.opened,
+                        "open_until": None
+                        if found.open_until is None
+                        else found.open_until.isoformat(),
+                    },
+                    after={"state": CLOSED, "failures": 0, "opened": 0, "open_until": None},
+                )
+    return CircuitsClosed(tuple(closed))
 
 
 def queue_responsibility(responsibility: Responsibility) -> Run:

@@ -452,3 +452,29 @@ def test_the_ehlo_name_is_a_host_name_or_an_address_literal(tmp_path, name):
     content = "" if name is None else f'[mail]\nehlo_name = "{name}"\n'
     (tmp_path / "protege.toml").write_text(content)
     assert load_config(tmp_path, environ={}).mail.ehlo_name == name
+
+
+@pytest.mark.parametrize(
+    "answered",
+    ["gpt-4o", "GPT-4o", "openai/gpt-4o", "gpt-4o:latest", "OpenAI/GPT-4o:latest", "gpt-4o-2024"],
+)
+def test_a_model_is_priced_whatever_prefix_tag_or_case_the_endpoint_names_it_with(answered):
+    from protege.config import ModelSettings
+    from protege.limit_settings import ModelPrice
+
+    gpt_4o, mini = ModelPrice(input=2.5, output=10), ModelPrice(input=0.15, output=0.6)
+    settings = ModelSettings(model="gpt-4o", prices={"gpt-4o": gpt_4o, "gpt-4o-mini": mini})
+    assert settings.price_of(answered) == gpt_4o
+    assert settings.price_of(answered.replace("4o", "4o-mini")) == mini
+    assert settings.price_of("gpt-5") is None
+
+
+def test_the_highest_price_is_each_highest_of_the_table_or_the_models_own():
+    from protege.config import ModelSettings
+    from protege.limit_settings import ModelPrice
+
+    table = {"a": ModelPrice(input=3, output=1), "b": ModelPrice(input=1, output=8)}
+    assert ModelSettings(prices=table).highest_price() == ModelPrice(input=3, output=8)
+    own = ModelSettings(input_cost_per_million=2, output_cost_per_million=4)
+    assert own.highest_price() == ModelPrice(input=2, output=4)
+    assert ModelSettings().highest_price() is None

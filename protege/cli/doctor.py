@@ -59,6 +59,7 @@ def doctor(as_json: bool) -> None:
     ]
     if not config.model.model:
         problems.append({"kind": "model", "message": NO_MODEL})
+    problems += [_problem("limits", line) for line in _unpriced(config)]
     problems += [{"kind": "tools", "message": line} for line in found.problems()]
     if not found.can_reply:
         problems.append({"kind": "mail", "message": NO_REPLY})
@@ -145,6 +146,23 @@ def _database(url: str, found: Any) -> dict[str, Any]:
     ]
     withheld, bypassed = _approval_findings(found)
     return {"url": shown, "state": "current", "problems": stale + withheld, "warnings": bypassed}
+
+
+def _unpriced(config: Config) -> list[str]:
+    """Money limits that cannot count what the configured model costs."""
+    if not config.limits.money_limited():
+        return []
+    if config.model.highest_price() is None:
+        return [
+            "a money limit is set but no model has a price: set [model.prices] "
+            "(per million tokens), or the limit counts nothing"
+        ]
+    if config.model.model and config.model.price_of(config.model.model) is None:
+        return [
+            f"a money limit is set but the model {config.model.model!r} has no price in "
+            "[model.prices]: its answers are charged at the highest prices there"
+        ]
+    return []
 
 
 def _limit_strays(config: Config) -> list[str]:

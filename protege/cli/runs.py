@@ -62,14 +62,28 @@ def retry(run_id: int, as_json: bool) -> None:
 
 
 @runs.command("cancel")
-@click.argument("run_id", type=int)
-def cancel(run_id: int) -> None:
-    """Stop a run: a queued or waiting one at once, a running one at its next step."""
+@click.argument("run_id", type=int, required=False)
+@click.option("--held", is_flag=True, help="Every held run (of --agent, from --sender).")
+@click.option("--agent", help="With --held: the held runs of this agent.")
+@click.option("--sender", help="With --held: the held runs of mail from this address.")
+def cancel(run_id: int | None, held: bool, agent: str | None, sender: str | None) -> None:
+    """Stop a run: a queued or waiting one at once, a running one at its next step. With
+    --held, cancel every held run (of an --agent, from a --sender) instead: a flood's held
+    mail, discarded before it is released and paid for."""
     from protege.audit import command_line_actor
-    from protege.operations import cancel_run
+    from protege.models import Agent
+    from protege.operations import cancel_held, cancel_run
 
+    if held == (run_id is not None):
+        raise click.UsageError("give a run id, or --held (with --agent, --sender), not both")
+    if not held and (agent or sender):
+        raise click.UsageError("--agent and --sender choose held runs: add --held")
     open_database()
-    click.echo(cancel_run(run_id, actor=command_line_actor()).describe())
+    if run_id is not None:
+        click.echo(cancel_run(run_id, actor=command_line_actor()).describe())
+        return
+    chosen = Agent.named(agent) if agent else None
+    click.echo(cancel_held(actor=command_line_actor(), agent=chosen, sender=sender).describe())
 
 
 @runs.command("release")

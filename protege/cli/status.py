@@ -13,7 +13,12 @@ COUNTS = ("queued", "running", "stuck", "failed", "waiting", "held", "pending_ma
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
-def status(as_json: bool) -> None:
+@click.option(
+    "--reset-circuit",
+    is_flag=True,
+    help="Close the model endpoint's circuit now (it answers again): runs are taken at once.",
+)
+def status(as_json: bool, reset_circuit: bool) -> None:
     """Show queued, running, stuck, failed, waiting and held runs and pending mail, per
     agent; the held mail, and the limits in force with what was used of each in the
     window under way; and whether the model endpoint is failing.
@@ -22,9 +27,18 @@ def status(as_json: bool) -> None:
     takes it over by itself; `protege runs retry` does at once. A run is held when its
     mail came over a limit: it starts when the window reopens, or at once with
     `protege runs release`. While the model endpoint's circuit is open, workers take no
-    runs: they wait in the queue until it may be tried.
+    runs: they wait in the queue until it may be tried; `--reset-circuit` closes it at
+    once (recorded in the audit log), for an endpoint that answers again.
     """
+    if reset_circuit:
+        from protege.audit import command_line_actor
+        from protege.operations import reset_circuit as close_circuits
+
+        open_database()
+        click.echo(close_circuits(actor=command_line_actor()).describe())
+        return
     from protege.config import load_config
+    from protege.harness.events import printable
     from protege.limits.circuit import describe, summary
     from protege.limits.standing import standings
     from protege.models import Agent
@@ -62,7 +76,7 @@ def status(as_json: bool) -> None:
         )
         return
     if endpoint is not None:
-        click.echo(summary(endpoint))
+        click.echo(printable(summary(endpoint)))
     busy = [row for row in rows if any(row[c] for c in COUNTS)]
     if not busy:
         click.echo("nothing queued, running, stuck, failed, waiting, held or pending")

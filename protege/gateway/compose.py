@@ -84,6 +84,9 @@ class Outgoing:
     body: str
     attachments: tuple[tuple[str, str, bytes], ...] = ()  # filename, content type, data
     reply_to: tuple[str, ...] = ()  # where answers go, when not to the sender
+    # RFC 3834's Auto-Submitted, on protege's own automatic mail (a held sender's notice):
+    # auto-responders and other agents answer none of it.
+    auto_submitted: str | None = None
 
     @property
     def international(self) -> bool:
@@ -193,6 +196,8 @@ def package_bytes(outgoing: Outgoing) -> bytes:
         if outgoing.references:
             message["References"] = " ".join(outgoing.references)
         message[LOOP_HEADER] = str(outgoing.loop)
+        if outgoing.auto_submitted:
+            message["Auto-Submitted"] = outgoing.auto_submitted
         message.set_content(outgoing.body)
         for filename, content_type, data in outgoing.attachments:
             maintype, _, subtype = content_type.partition("/")
@@ -249,6 +254,7 @@ def difference(raw: bytes, outgoing: Outgoing) -> str | None:
     wanted += ["in-reply-to"] if outgoing.in_reply_to else []
     wanted += ["reply-to"] if outgoing.reply_to else []
     wanted += ["references"] if outgoing.references else []
+    wanted += ["auto-submitted"] if outgoing.auto_submitted else []
     names = [name.lower() for name in parsed]
     if len(names) != len(set(names)):
         return f"a header appears twice ({', '.join(parsed.keys())})"
@@ -273,6 +279,11 @@ def difference(raw: bytes, outgoing: Outgoing) -> str | None:
         ("In-Reply-To", str(parsed.get("In-Reply-To", "")).strip(), outgoing.in_reply_to or ""),
         ("References", str(parsed.get("References", "")).split(), list(outgoing.references)),
         (LOOP_HEADER, str(parsed[LOOP_HEADER]), str(outgoing.loop)),
+        (
+            "Auto-Submitted",
+            str(parsed.get("Auto-Submitted", "")).strip(),
+            outgoing.auto_submitted or "",
+        ),
         ("body", _lines(_body_of(parsed)), _lines(outgoing.body)),
         (
             "attachments",
@@ -352,6 +363,8 @@ def _plain_headers(outgoing: Outgoing) -> list[str] | None:
     if outgoing.references:
         fields.append(("References", _plain_unstructured(" ".join(outgoing.references))))
     fields.append((LOOP_HEADER, _plain_unstructured(str(outgoing.loop))))
+    if outgoing.auto_submitted:
+        fields.append(("Auto-Submitted", _plain_unstructured(outgoing.auto_submitted)))
     lines = []
     for name, value in fields:
         if value is None:

@@ -28,6 +28,9 @@ from protege.models import Agent, Blob, Message, MessageAttachment, Run
 from protege.models.base import utcnow
 from protege.models.messages import OUTBOUND, PENDING
 
+# The Auto-Submitted values protege's own mail may carry (RFC 3834), or none.
+AUTO_SUBMITTED = (None, "auto-replied", "auto-generated")
+
 __all__ = ["DeliveryRefused", "describe", "queue_mail"]
 
 
@@ -41,6 +44,7 @@ def queue_mail(
     message_id: str | None = None,
     reply_to: Sequence[str] = (),
     tool_call_id: str | None = None,
+    auto_submitted: str | None = None,
 ) -> dict[str, Any]:
     """Queue ``mail`` to be sent as ``agent`` and return what became of it (``queued``).
 
@@ -54,8 +58,12 @@ def queue_mail(
     crash is the same mail, Message-ID and all.
 
     ``message_id`` and ``reply_to`` are protege's own (an approval request's token travels
-    in them); tools cannot set them through ``mail``.
+    in them); tools cannot set them through ``mail``. So is ``auto_submitted``, the
+    ``Auto-Submitted`` header of protege's automatic mail (``auto-replied`` or
+    ``auto-generated``, RFC 3834).
     """
+    if auto_submitted not in AUTO_SUBMITTED:
+        raise DeliveryRefused(f"Auto-Submitted {auto_submitted!r} is not one protege writes")
     if run is not None and tool_call_id is not None:
         found = Message.fetch("run_id = {p} AND tool_call_id = {p}", run.id, tool_call_id)
         for earlier in found:
@@ -79,6 +87,7 @@ def queue_mail(
             (header_text(b.filename), b.content_type, blobs.read(b, config)) for b in files
         ),
         reply_to=tuple(_clean(list(reply_to))),
+        auto_submitted=auto_submitted,
     )
     outgoing, raw = rendered(outgoing)
     recipients = [*to, *cc, *bcc]

@@ -64,7 +64,8 @@ T = TypeVar("T")
 
 class QueueMail(Protocol):
     """Queues mail as an agent, for a run (or none) and the tool call in it that asked
-    (``tool_call_id``: one call queues one mail), and says what became of it. The delivery
+    (``tool_call_id``: one call queues one mail), and says what became of it; protege's own
+    automatic mail says so (``auto_submitted``). The delivery
     loop sends it, through the installation's transport."""
 
     def __call__(
@@ -77,6 +78,7 @@ class QueueMail(Protocol):
         message_id: str | None = None,
         reply_to: Sequence[str] = (),
         tool_call_id: str | None = None,
+        auto_submitted: str | None = None,
     ) -> dict[str, Any]: ...
 
 
@@ -627,7 +629,8 @@ class _Attempt:
     def _spending(self, reply: ModelReply) -> Callable[[], None]:
         """The ledger's entry for ``reply``, to be added in the transaction that writes its
         event: an attempt that loses its lease records neither."""
-        spend = spending.spend_of(reply.model, reply.usage, self.config.model.price_of(reply.model))
+        price = spending.price_for(self.config.model, reply.model, self._spending_limits())
+        spend = spending.spend_of(reply.model, reply.usage, price)
         agent_id, answered_at = self.run.agent_id, self.clock()
         return functools.partial(spending.record_spend, agent_id, answered_at, spend)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
@@ -32,13 +33,25 @@ Clock = Callable[[], datetime.datetime]
 MAX_RETRY_AFTER = 86_400.0
 OPENAI = "https://api.openai.com/v1"
 _MAX_ERROR = 2000  # characters of the last error kept
+# Doublings of the backoff counted at most: past them any backoff is at its maximum (a day
+# at most), while 2**opened times a float overflows after about a thousand openings.
+_MAX_DOUBLINGS = 32
 
 
 def endpoint_of(settings: ModelSettings) -> str:
     """The key the circuit of the endpoint ``settings`` call is kept under: its base URL
-    (``OPENAI_BASE_URL``, then OpenAI's own, when none is set), as the client resolves it."""
+    (``OPENAI_BASE_URL``, then OpenAI's own, when none is set), as the client resolves it,
+    with only its scheme, host, port and path. A user and password or a query (``?key=``)
+    may be a secret, and the key is stored, shown by ``protege status`` and the dashboard,
+    and mailed to the operators."""
     url = settings.base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI
-    return url.rstrip("/")[:400]
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+    except ValueError:  # not a URL the client could call either: keep nothing of it
+        return "(an unreadable base URL)"
+    host = parts.netloc.rpartition("@")[2]
+    kept = urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
+    return kept.rstrip("/")[:400]
 
 
 @attrs.frozen
@@ -201,7 +214,7 @@ class Breaker:
         )
         if opening:
             backoff = min(
-                self.settings.circuit_backoff_seconds * 2**state.opened,
+                self.settings.circuit_backoff_seconds * 2 ** min(state.opened, _MAX_DOUBLINGS),
                 self.settings.circuit_max_backoff_seconds,
             )
             until = now + datetime.timedelta(seconds=max(backoff, wait))
@@ -224,6 +237,22 @@ class Breaker:
             )
         self.refresh()
         return None
+
+
+def close(endpoint: str, now: datetime.datetime) -> bool:
+    """Close the circuit of ``endpoint`` as a success would (an operator knows the endpoint
+    answers again): workers take runs from their next look. Returns whether it was open,
+    half-open or counting failures."""
+    p = database.param
+    return (
+        database.execute_sql(
+            f"UPDATE circuit SET state = '{CLOSED}', failures = 0, opened = 0, "
+            f"failing_since = NULL, open_until = NULL, updated_at = {p} "
+            f"WHERE endpoint = {p} AND NOT (state = '{CLOSED}' AND failures = 0)",
+            (naive_utc(now), endpoint),
+        ).rowcount
+        == 1
+    )
 
 
 def _state(row: tuple[Any, ...]) -> State:

@@ -6,6 +6,11 @@ in a savepoint with the notice's mail: when another mail (perhaps in another pro
 there first, the insert fails and nobody is told again; when the mail cannot be queued,
 neither is kept, and the next held mail tries again.
 
+A notice is automatic mail (RFC 3834): it says ``Auto-Submitted``, carries the loop count
+of the mail it answers plus one (``X-Protege-Loop``, as agents' replies do), and is never
+sent for mail that is automatic itself or came through a mailing list: another agent or an
+auto-responder would answer it, and be told again, once per window for ever.
+
 A sender is told only when the mail proved who sent it (its domain authenticated): a
 notice to a forged From would be backscatter, mail to someone who never wrote. Never to
 one of the installation's own agents, whatever the mail says. The sender's notice is
@@ -26,6 +31,7 @@ from typing import Any
 
 import peewee
 
+from protege import blobs
 from protege.addresses import canonical_address, routing_key
 from protege.config import Config
 from protege.db import database
@@ -39,6 +45,10 @@ from protege.models.messages import FROM_AN_AGENT
 logger = logging.getLogger(__name__)
 
 _REPLY_PREFIX = re.compile(r"^\s*(re\s*(\[\d+\])?\s*:\s*)+", re.IGNORECASE)
+_LIST_HEADERS = ("List-Id", "List-Post")
+_BULK = {"list", "bulk", "junk"}
+# The flags the gateway gives automatic mail (protege.gateway.parse): no answer to them.
+_AUTOMATIC_FLAGS = ("auto-submitted: ", "precedence: ", "null return path", "report: ")
 
 
 def tell_of_hold(
@@ -61,7 +71,10 @@ def tell_of_hold(
             lambda: alert_operators(queue_mail, agent, hold, now, settings.alert_to or ""),
         )
     if settings.notify_held:
-        _best_effort("tell the sender", lambda: tell_sender(queue_mail, agent, message, hold, now))
+        _best_effort(
+            "tell the sender",
+            lambda: tell_sender(queue_mail, agent, message, hold, now, config),
+        )
 
 
 def alert_of_hold(
@@ -91,10 +104,12 @@ def tell_sender(
     message: Message,
     hold: Hold,
     now: datetime.datetime,
+    config: Config,
 ) -> bool:
     """Reply to ``message``, in its thread, that it is kept and will be answered after
-    the hold ends, unless its sender is unproven, is one of the agents, or was told in
-    this window already. Returns whether the notice was queued."""
+    the hold ends, unless its sender is unproven, is one of the agents, the mail is
+    automatic or a list's (``automatic``), or the sender was told in this window already.
+    Returns whether the notice was queued."""
     address = canonical_address(message.sender)
     key = routing_key(message.sender)
     if (
@@ -103,6 +118,7 @@ def tell_sender(
         or not message.sender_authenticated
         or FROM_AN_AGENT in (message.flags or ())
         or key in _agent_keys()
+        or automatic(message, config)
     ):
         return False
     # A sender behind held mail whose time has come (the scheduler's pass is late) is
@@ -120,9 +136,15 @@ def tell_sender(
             "and answered in its turn.\n"
         ),
         **reply_headers(message),
+        "loop": loop_count(message),
     }
     return _once(
-        SENDER, agent, key, until, now, lambda: queue_mail(agent=agent, run=None, mail=mail)
+        SENDER,
+        agent,
+        key,
+        until,
+        now,
+        lambda: queue_mail(agent=agent, run=None, mail=mail, auto_submitted="auto-replied"),
     )
 
 
@@ -162,8 +184,44 @@ def alert_operators(
         hold.limit,
         hold.window_start,
         now,
-        lambda: queue_mail(agent=agent, run=None, mail=mail),
+        lambda: queue_mail(agent=agent, run=None, mail=mail, auto_submitted="auto-generated"),
     )
+
+
+def automatic(message: Message, config: Config) -> bool:
+    """Whether ``message`` is mail no automatic notice may answer (RFC 3834): a bounce or
+    report, ``Auto-Submitted`` (other than ``no``), ``Precedence`` list, bulk or junk, or
+    sent through a mailing list (``List-Id``, ``List-Post``). Read from the gateway's flags
+    and the mail's own headers; mail whose headers cannot be read counts as automatic."""
+    if any(flag.startswith(_AUTOMATIC_FLAGS) for flag in message.flags or ()):
+        return True
+    if message.raw_blob_id is None:
+        return False  # stored by protege itself (record_inbound), not received
+    # Here, not at the top: protege's commands that never tell anyone load no email parser.
+    from email import policy
+    from email.parser import BytesParser
+
+    try:
+        raw = blobs.read(message.raw_blob, config)
+    except OSError:
+        logger.warning("message %s: its headers cannot be read; no notice sent", message.id)
+        return True
+    head = BytesParser(policy=policy.compat32).parsebytes(raw, headersonly=True)
+    if any(name in head for name in _LIST_HEADERS):
+        return True
+    auto = str(head.get("Auto-Submitted", "")).split(";")[0].strip().lower()
+    precedence = str(head.get("Precedence", "")).strip().lower()
+    return (bool(auto) and auto != "no") or precedence in _BULK
+
+
+def loop_count(message: Message) -> int:
+    """How many times ``message`` went between agents, as the gateway read its
+    ``X-Protege-Loop`` (its ``loop: N`` flag); 0 for mail without one."""
+    for flag in message.flags or ():
+        count = flag.removeprefix("loop: ")
+        if count != flag and count.isascii() and count.isdigit():
+            return int(count)
+    return 0
 
 
 def _once(

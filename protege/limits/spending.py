@@ -10,14 +10,20 @@ its lease writes neither, and a resumed run does not count what was written befo
 from __future__ import annotations
 
 import datetime
+import logging
+import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
+import peewee
 
 from protege.db import database
-from protege.limit_settings import ModelPrice
+from protege.limit_settings import MONEY_LIMITS, ModelPrice
 from protege.limits.windows import day_key
+
+if TYPE_CHECKING:
+    from protege.config import ModelSettings
 
 # One statement, whoever else adds to the same row at the same moment: SQLite and
 # PostgreSQL both take the conflict on the unique (agent, day, model) index.
@@ -32,6 +38,13 @@ _RECORD_SQL = (
     "cost_micros = usage_day.cost_micros + excluded.cost_micros"
 )
 MODEL_NAME_LENGTH = 200  # usage_day.model
+# No endpoint answers one request with more than this: a count above it is a fault or a
+# lie, and is counted as this many, so that the ledger's 64-bit columns (SQLite's INTEGER,
+# PostgreSQL's BIGINT) hold the sum of millions of such answers in a day.
+MAX_TOKENS_PER_ANSWER = 10**9
+MAX_COST_MICROS_PER_ANSWER = 10**12  # a million in the price table's currency
+
+logger = logging.getLogger(__name__)
 
 
 @attrs.frozen
@@ -53,28 +66,67 @@ class Spend:
 def tokens_of(usage: Any) -> tuple[int, int]:
     """The tokens sent (prompt) and written (completion) that an answer's reported
     ``usage`` gives. An endpoint that reports only a total has it counted as sent: tokens
-    a limit cannot see would let the limit be passed."""
+    a limit cannot see would let the limit be passed.
+    Each count is a whole number from 0 to ``MAX_TOKENS_PER_ANSWER``; one past that is
+    counted as that and logged as suspect."""
     if not isinstance(usage, Mapping):
         return 0, 0
     prompt, completion = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
     if not prompt and not completion:
         prompt = _count(usage.get("total_tokens"))
-    return prompt, completion
+    if max(prompt, completion) > MAX_TOKENS_PER_ANSWER:
+        logger.warning(
+            "suspect usage in a model answer (%s tokens sent, %s written): each counted as "
+            "at most %s",
+            prompt,
+            completion,
+            MAX_TOKENS_PER_ANSWER,
+        )
+    return min(prompt, MAX_TOKENS_PER_ANSWER), min(completion, MAX_TOKENS_PER_ANSWER)
 
 
 def _count(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+    """``value`` as a whole count (floats truncated); 0 for anything not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return 0
+    if isinstance(value, float) and not math.isfinite(value):
+        return MAX_TOKENS_PER_ANSWER + 1 if value > 0 else 0  # infinity: absurd, not nothing
     return max(0, int(value))
 
 
 def cost_micros(price: ModelPrice | None, prompt_tokens: int, completion_tokens: int) -> int:
     """What ``prompt_tokens`` sent and ``completion_tokens`` written cost at ``price`` (per
-    million tokens), in millionths of its currency; 0 without a price. Each answer is
-    rounded on its own, the way the ledger adds them up."""
+    million tokens), in millionths of its currency, at most ``MAX_COST_MICROS_PER_ANSWER``;
+    0 without a price. Each answer is rounded on its own, the way the ledger adds them up."""
     if price is None:
         return 0
-    return round(prompt_tokens * price.input + completion_tokens * price.output)
+    cost = 0.0
+    for tokens, per_million in ((prompt_tokens, price.input), (completion_tokens, price.output)):
+        if tokens:  # infinity times no tokens is no cost, not NaN
+            cost += tokens * per_million
+    if not cost < MAX_COST_MICROS_PER_ANSWER:  # also infinity and NaN: fail closed
+        return MAX_COST_MICROS_PER_ANSWER
+    return round(cost)
+
+
+def price_for(
+    settings: ModelSettings, model: str | None, limits: Mapping[str, float]
+) -> ModelPrice | None:
+    """The price to charge an answer of ``model`` at: its own (``settings.price_of``), or,
+    when a money limit of ``limits`` applies and the model has none, the highest prices
+    known (``settings.highest_price``), with a warning: a limit must not pass unseen
+    because the endpoint named its model in a way the price table does not know."""
+    price = settings.price_of(model)
+    if price is not None or not any(limits.get(name) for name in MONEY_LIMITS):
+        return price
+    highest = settings.highest_price()
+    logger.warning(
+        "model %r has no price in [model.prices]; a money limit applies, so its answer is "
+        "charged at the highest prices known (%s)",
+        model,
+        "none: no price is set at all" if highest is None else highest,
+    )
+    return highest
 
 
 def spend_of(model: str | None, usage: Any, price: ModelPrice | None) -> Spend:
@@ -113,12 +165,20 @@ def record(
 
 
 def record_spend(agent_id: int, when: datetime.datetime, spend: Spend) -> None:
-    """Add ``spend``, an answer given at ``when``, to the agent's day in the ledger."""
-    record(
-        agent_id,
-        day_key(when),
-        spend.model,
-        spend.prompt_tokens,
-        spend.completion_tokens,
-        spend.cost_micros,
-    )
+    """Add ``spend``, an answer given at ``when``, to the agent's day in the ledger.
+
+    In a savepoint of the caller's transaction: should the ledger refuse it, the error is
+    logged and the answer's event, and the run's end, are still written, for a run whose
+    trail cannot be written stays ``running`` until its lease runs out, again and again."""
+    try:
+        with database.atomic():
+            record(
+                agent_id,
+                day_key(when),
+                spend.model,
+                spend.prompt_tokens,
+                spend.completion_tokens,
+                spend.cost_micros,
+            )
+    except (peewee.DatabaseError, OverflowError, ValueError):
+        logger.exception("could not add an answer's spending to the ledger: %s", spend)

@@ -1,3 +1,6 @@
+import pytest
+
+
 def test_doctor_exits_0_when_all_is_well(run_protege):
     result = run_protege("doctor", env={"PROTEGE_MODEL": "gpt-4.1-mini"})
     assert result.returncode == 0, result.stdout + result.stderr
@@ -105,3 +108,45 @@ def test_doctor_reports_limits_of_an_agent_that_does_not_exist(protege_in_proces
         "problem: [limits.agents.Sundea] names no agent, so its limits apply to nobody "
         "(did you mean Sundae?)"
     ]
+
+
+@pytest.mark.parametrize(
+    ("toml", "problem"),
+    [
+        (
+            "[limits]\nagent_cost_per_day = 5\n",
+            "problem: a money limit is set but no model has a price: set [model.prices] "
+            "(per million tokens), or the limit counts nothing",
+        ),
+        (
+            '[limits.agents.Sundae]\nagent_cost_per_month = 5\n[model.prices]\n"gpt-4o" = '
+            "{ input = 2.5, output = 10 }\n",
+            "problem: a money limit is set but the model 'm' has no price in [model.prices]: "
+            "its answers are charged at the highest prices there",
+        ),
+    ],
+    ids=["no price at all", "none for the configured model"],
+)
+def test_doctor_reports_a_money_limit_that_cannot_price_the_model(
+    protege_in_process, protege_db, toml, problem
+):
+    (protege_in_process.project / "protege.toml").write_text(toml)
+    result = protege_in_process(
+        "doctor", env={"PROTEGE_DATABASE_URL": protege_db.url, "PROTEGE_MODEL": "m"}
+    )
+    assert result.returncode == 1
+    problems = [line for line in result.stdout.splitlines() if line.startswith("problem: ")]
+    assert problems[0] == problem
+    assert len(problems) == 1 + ("Sundae" in toml)  # the stray agent's own limits
+
+
+def test_doctor_finds_no_price_problem_when_the_model_is_priced(protege_in_process, protege_db):
+    (protege_in_process.project / "protege.toml").write_text(
+        '[limits]\ninstallation_cost_per_day = 5\n[model.prices]\n"gpt-4o" = '
+        "{ input = 2.5, output = 10 }\n"
+    )
+    result = protege_in_process(
+        "doctor",
+        env={"PROTEGE_DATABASE_URL": protege_db.url, "PROTEGE_MODEL": "openai/GPT-4o"},
+    )
+    assert result.stdout.splitlines()[-1] == "No problems found.", result.stdout

@@ -144,6 +144,53 @@ def test_release_of_an_unknown_agent_says_so(run_protege, env, held):
     assert "Traceback" not in shown.stderr
 
 
+def test_cancel_held_of_an_agent_from_a_sender_discards_them_and_is_recorded(
+    run_protege, env, held
+):
+    shown = run_protege(
+        "runs", "cancel", "--held", "--agent", "Sundae", "--sender", "JANE+x@Acme.com", env=env
+    )
+    assert shown.returncode == 0, shown.output
+    ids = [held["jane held"], held["jane held again"]]
+    assert shown.stdout == (
+        f"2 held runs of Sundae from jane@acme.com cancelled: runs {ids[0]}, {ids[1]}\n"
+    )
+    others = [held["bob held"], held["jane held at scout"], held["jane"]]
+    assert status_of(*ids, *others) == ["cancelled"] * 2 + ["held", "held", "queued"]
+    cancelled = Run.get_by_id(ids[0])
+    assert cancelled.error == "cancelled by an operator while it was held"
+    assert cancelled.finished_at is not None
+    (entry,) = AuditEntry.select().where(AuditEntry.action == "held runs cancelled")
+    assert entry.actor.startswith("cli:")
+    assert entry.subject == "2 held runs of Sundae from jane@acme.com"
+    # A release later finds nothing of them to let into the queue.
+    assert run_protege("runs", "release", "--all", env=env).returncode == 0
+    assert status_of(*ids) == ["cancelled"] * 2
+
+
+def test_cancel_held_alone_takes_every_held_run_then_finds_none(run_protege, env, held):
+    assert run_protege("runs", "cancel", "--held", env=env).stdout.startswith("4 held runs")
+    assert Run.select().where(Run.status == "held").count() == 0
+    again = run_protege("runs", "cancel", "--held", env=env)
+    assert (again.returncode, again.stdout) == (0, "nothing cancelled: no runs are held\n")
+    assert AuditEntry.select().where(AuditEntry.action == "held runs cancelled").count() == 1
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        (("1", "--held"), "give a run id, or --held"),
+        ((), "give a run id, or --held"),
+        (("1", "--agent", "Sundae"), "--agent and --sender choose held runs: add --held"),
+    ],
+)
+def test_cancel_takes_a_run_id_or_held_runs_not_both(run_protege, env, held, arguments, said):
+    shown = run_protege("runs", "cancel", *arguments, env=env)
+    assert shown.returncode == 2
+    assert said in shown.stderr
+    assert Run.select().where(Run.status == "held").count() == 4
+
+
 def test_runs_list_held_shows_sender_reason_and_until(run_protege, env, held):
     shown = run_protege("runs", "list", "--held", "--json", env=env)
     assert shown.returncode == 0, shown.output

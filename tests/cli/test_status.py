@@ -100,3 +100,55 @@ def test_status_says_the_model_endpoint_is_failing_and_until_when_runs_wait(
         "open_until": f"{until.isoformat(sep=' ')}Z",
     }
     assert endpoint["last_error"] == "the model endpoint answered 503: overloaded"
+
+
+def test_status_shows_the_endpoint_s_error_as_text_a_terminal_prints_as_it_is(
+    run_protege, protege_db, tmp_path
+):
+    import attrs
+
+    from protege.config import load_config
+    from protege.limits.circuit import Breaker
+
+    config = load_config(tmp_path)
+    config = attrs.evolve(config, limits=attrs.evolve(config.limits, circuit_failures=1))
+    Breaker.of(config).failed("answered 500: \x1b]0;pwned\x07\x1b[2Jgone\nfake: line")
+
+    shown = run_protege("status", env={"PROTEGE_DATABASE_URL": protege_db.url}).stdout
+
+    assert "\x1b" not in shown
+    assert "\x07" not in shown
+    line = shown.splitlines()[0]
+    assert line.endswith("(last error: answered 500: \\x1b]0;pwned\\x07\\x1b[2Jgone\\nfake: line)")
+
+
+def test_status_reset_circuit_closes_an_open_circuit_and_records_it(
+    run_protege, protege_db, tmp_path
+):
+    import attrs
+
+    from protege.config import load_config
+    from protege.limits.circuit import Breaker
+    from protege.models import AuditEntry
+
+    config = load_config(tmp_path)
+    config = attrs.evolve(config, limits=attrs.evolve(config.limits, circuit_failures=1))
+    breaker = Breaker.of(config)
+    breaker.failed("the model endpoint answered 429", retry_after=86_400)
+    assert breaker.refresh().state == "open"
+    env = {"PROTEGE_DATABASE_URL": protege_db.url}
+
+    shown = run_protege("status", "--reset-circuit", env=env)
+
+    assert shown.returncode == 0, shown.output
+    assert shown.stdout == f"circuit closed, runs are taken again: {breaker.endpoint}\n"
+    assert breaker.refresh().healthy
+    assert breaker.gate().take
+    (entry,) = AuditEntry.select()
+    assert (entry.action, entry.subject) == ("model circuit reset", breaker.endpoint)
+    assert entry.actor.startswith("cli:")
+    assert (entry.before["state"], entry.after["state"]) == ("open", "closed")
+    again = run_protege("status", "--reset-circuit", env=env)
+    assert again.stdout == "nothing to reset: no model endpoint's circuit is open or failing\n"
+    assert AuditEntry.select().count() == 1
+    assert "model endpoint failing" not in run_protege("status", env=env).stdout

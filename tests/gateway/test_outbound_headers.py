@@ -324,3 +324,30 @@ def test_an_attachment_name_with_quotes_still_goes_out(sundae, config):
     _, sent = sent_mail(config)
     (attached,) = sent.iter_attachments()
     assert "X-Evil" not in attached
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{}, {"subject": "Ünïcode " + "long " * 40}],
+    ids=["plain, written directly", "written by the email package"],
+)
+def test_protege_s_automatic_mail_says_auto_submitted_and_the_check_sees_it(changes):
+    meant = outgoing(auto_submitted="auto-replied", **changes)
+    raw = render(meant)
+    parsed = email.message_from_bytes(raw, policy=policy.default)
+    assert parsed["Auto-Submitted"] == "auto-replied"
+    assert difference(raw, meant) is None
+    assert "auto-submitted" in difference(raw, outgoing(**changes))  # not meant: refused
+    assert "Auto-Submitted" not in email.message_from_bytes(render(outgoing(**changes)))
+
+
+def test_only_protege_s_own_auto_submitted_values_are_queued(sundae, config):
+    with pytest.raises(DeliveryRefused):
+        queue_mail(
+            agent=sundae,
+            run=None,
+            config=config,
+            mail={"to": ["jane@acme.com"], "subject": "Hi", "body": "Hi."},
+            auto_submitted="no\r\nBcc: thief@evil.example",
+        )
+    assert Message.select().count() == 0

@@ -369,3 +369,35 @@ def test_an_outage_fails_no_run_however_long_it_lasts(app, agent, scripted_model
     unavailable = [e.payload for e in waiting.timeline() if e.kind == "model_unavailable"]
     assert len(unavailable) >= 12
     assert sum(u["alone"] for u in unavailable) == 1  # only the outage's first failure
+
+
+def test_a_circuit_opened_thousands_of_times_still_waits_its_maximum(app, clock):
+    breaker = Breaker.of(app.config, clock=clock)
+    for _ in range(3):
+        breaker.failed("down")
+    Circuit.update(opened=5000).where(Circuit.endpoint == breaker.endpoint).execute()
+    clock.advance(30)
+    breaker.refresh()
+    assert breaker.gate().probe
+
+    assert breaker.failed("still down") is not None  # no OverflowError: it opens again
+
+    assert breaker.known().open_until == clock.now + datetime.timedelta(seconds=120)
+
+
+@pytest.mark.parametrize(
+    ("base_url", "key"),
+    [
+        (
+            "https://user:sk-secret@llm.example:8443/v1/?key=sk-secret#part",
+            "https://llm.example:8443/v1",
+        ),
+        ("http://sk-secret@127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1"),
+        ("https://llm.example/v1?api-key=sk-secret", "https://llm.example/v1"),
+        ("https://[::1]:9000/openai/v1/", "https://[::1]:9000/openai/v1"),
+    ],
+)
+def test_the_circuit_s_endpoint_keeps_no_user_password_or_query(base_url, key):
+    from protege.config import ModelSettings
+
+    assert endpoint_of(ModelSettings(base_url=base_url)) == key

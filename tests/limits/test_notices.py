@@ -71,13 +71,15 @@ class Post:
         self.clock = clock
         self.count = 0
 
-    def send(self, sender="Jane <jane@acme.com>", subject="Melted", sign=True):
+    def send(self, sender="Jane <jane@acme.com>", subject="Melted", sign=True, headers=None):
         self.count += 1
         message = EmailMessage()
         message["From"] = sender
         message["To"] = AGENT
         message["Subject"] = subject
         message["Message-ID"] = f"<m{self.count}@acme.com>"
+        for name, value in (headers or {}).items():
+            message[name] = value
         message.set_content(f"message {self.count}")
         raw = KEY.sign(message.as_bytes()) if sign else message.as_bytes()
         (delivered,) = ingest(raw, config=self.app.config, app=self.app, clock=self.clock)
@@ -233,3 +235,50 @@ def test_mail_stored_without_an_installation_still_tells_the_sender(tmp_path, su
         ingest(KEY.sign(message.as_bytes()), config=app.config, clock=mail.clock)
     (notice,) = mail.outbox()  # queued by protege's own inspectors' queue_mail
     assert notice["In-Reply-To"] == "<alone2@acme.com>"
+
+
+def test_a_notice_is_an_automatic_reply_carrying_the_loop_count(tmp_path, sundae):
+    mail = post(tmp_path, notify_held=True)
+    mail.send(headers={"X-Protege-Loop": "1"})
+    assert mail.send(headers={"X-Protege-Loop": "1"}).run.status == "held"
+    (notice,) = mail.outbox()
+    assert notice["Auto-Submitted"] == "auto-replied"
+    assert notice["X-Protege-Loop"] == "2"  # one more: a loop between agents ends
+
+
+def test_an_alert_is_automatic_mail(tmp_path, sundae):
+    mail = post(tmp_path, alert_to="ops@thescoop.com")
+    mail.send()
+    mail.send()
+    (alert,) = mail.outbox()
+    assert alert["Auto-Submitted"] == "auto-generated"
+    assert alert["X-Protege-Loop"] == "1"
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"List-Id": "Ice cream lovers <icecream.lists.acme.com>"},
+        {"List-Post": "<mailto:icecream@lists.acme.com>"},
+        {"Precedence": "list"},
+        {"Precedence": "Bulk"},
+        {"Precedence": "junk"},
+        {"Auto-Submitted": "auto-replied"},
+    ],
+    ids=["List-Id", "List-Post", "list", "bulk", "junk", "auto-submitted"],
+)
+def test_mail_from_a_list_or_an_automaton_gets_no_notice(tmp_path, sundae, headers):
+    mail = post(tmp_path, notify_held=True)
+    mail.send(headers=headers)
+    second = mail.send(headers=headers)
+    if second.run is not None:  # mail the gateway starts no run for is never held at all
+        assert second.run.status == "held"
+    assert mail.outbox() == []
+    assert LimitNotice.select().count() == 0
+
+
+def test_auto_submitted_no_is_a_person_writing_and_gets_its_notice(tmp_path, sundae):
+    mail = post(tmp_path, notify_held=True)
+    mail.send(headers={"Auto-Submitted": "no"})
+    assert mail.send(headers={"Auto-Submitted": "no"}).run.status == "held"
+    assert len(mail.outbox()) == 1

@@ -8,6 +8,7 @@ import queue
 import threading
 
 import attrs
+import peewee
 import pytest
 
 from protege import Tool
@@ -336,3 +337,100 @@ def test_operators_are_alerted_once_when_a_run_is_held_part_way(agent, tmp_path,
     alerts = list(Message.select().where(Message.direction == "outbound"))
     assert [m.to_addresses for m in alerts] == [["ops@thescoop.example"]]
     assert alerts[0].subject == f"Limit reached: agent_tokens_per_day ({agent.name})"
+
+
+@pytest.mark.parametrize(
+    ("prompt", "completion"),
+    [(10**19, 0), (1e30, 5), (9.2e18, 9.2e18)],
+    ids=["an int past 64 bits", "a huge float", "twice near the 64-bit limit"],
+)
+def test_an_absurd_usage_count_is_clamped_and_logged_and_the_run_ends_properly(
+    agent, tmp_path, scripted_model, caplog, prompt, completion
+):
+    config = _config(tmp_path, {"agent_cost_per_day": 10**6}, PRICES)
+    installation = open_installation(config, manifest=manifest_of(TOOLS), connect=False)
+    run = queue_reply(record_inbound(agent, sender="jane@acme.com", body="Count"), now=DAY_ONE)
+    scripted_model.script(
+        answer("gpt-a", prompt, completion, call="one"), answer("gpt-a", 1, 1, text="ok")
+    )
+
+    with caplog.at_level("WARNING", logger="protege.limits.spending"):
+        done = _carried(run.id, installation, DAY_ONE)
+
+    assert (done.status, Run.get_by_id(run.id).status) == ("done", "done")
+    most = spending.MAX_TOKENS_PER_ANSWER
+    clamped = (min(int(prompt), most), min(int(completion), most))
+    cost = clamped[0] * 10 + clamped[1] * 20 + 1 * 10 + 1 * 20
+    assert _ledger()[(agent.id, "2026-03-05", "gpt-a")] == (
+        2,
+        clamped[0] + 1,
+        clamped[1] + 1,
+        cost,
+    )
+    suspect = [r for r in caplog.records if "suspect" in r.getMessage()]
+    assert len(suspect) == 1  # once for the answer, however many of its counts are absurd
+    # The agent is not held for a month by a count no endpoint could mean.
+    later = queue_reply(record_inbound(agent, sender="jane@acme.com", body="More"), now=DAY_ONE)
+    scripted_model.script(answer("gpt-a", 1, 1, text="ok"))
+    assert _carried(later.id, installation, DAY_ONE).status == "done"
+
+
+def test_a_spend_is_bounded_whatever_its_price():
+    huge = ModelPrice(input=1e300, output=float("inf"))
+    spend = spending.spend_of("gpt-a", {"prompt_tokens": 10, "completion_tokens": 10}, huge)
+    assert spend.cost_micros == spending.MAX_COST_MICROS_PER_ANSWER
+    assert spending.tokens_of({"prompt_tokens": -5, "completion_tokens": 2.9}) == (0, 2)
+    # Bounded so that a day of answers cannot pass a signed 64-bit column (SQLite's
+    # INTEGER, PostgreSQL's BIGINT) short of millions of absurd answers.
+    assert spending.MAX_COST_MICROS_PER_ANSWER * 1_000_000 < 2**63
+    assert spending.MAX_TOKENS_PER_ANSWER * 1_000_000 < 2**63
+
+
+def test_a_ledger_that_refuses_an_answer_does_not_leave_its_run_running(
+    agent, tmp_path, scripted_model, caplog
+):
+    from protege.db import database
+
+    if not isinstance(database.obj, peewee.SqliteDatabase):
+        pytest.skip("the refusing trigger is written in SQLite's dialect")
+    config = _config(tmp_path, {}, PRICES)
+    installation = open_installation(config, manifest=manifest_of(TOOLS), connect=False)
+    run = queue_reply(record_inbound(agent, sender="jane@acme.com", body="Count"), now=DAY_ONE)
+    scripted_model.script(answer("gpt-a", 5, 1, call="one"), answer("gpt-a", 7, 2, text="ok"))
+    database.execute_sql(
+        "CREATE TRIGGER refuse_usage BEFORE INSERT ON usage_day "
+        "BEGIN SELECT RAISE(ABORT, 'the ledger is refusing'); END"
+    )
+    try:
+        with caplog.at_level("ERROR", logger="protege.limits.spending"):
+            done = _carried(run.id, installation, DAY_ONE)
+    finally:
+        database.execute_sql("DROP TRIGGER refuse_usage")
+
+    assert (done.status, Run.get_by_id(run.id).status) == ("done", "done")
+    assert _kinds(run).count("model_response") == 2
+    assert CALLED == ["one"]
+    assert _ledger() == {}
+    assert len([r for r in caplog.records if "ledger" in r.getMessage()]) == 2
+
+
+def test_under_a_money_limit_an_answer_of_a_model_without_a_price_is_charged_the_highest(
+    agent, tmp_path, scripted_model, caplog
+):
+    config = _config(tmp_path, {"agent_cost_per_month": 1000}, PRICES)
+    installation = open_installation(config, manifest=manifest_of(TOOLS), connect=False)
+    run = queue_reply(record_inbound(agent, sender="jane@acme.com", body="Count"), now=DAY_ONE)
+    scripted_model.script(
+        answer("openai/GPT-A:latest", 100, 10, call="one"), answer("mystery", 100, 10, text="ok")
+    )
+
+    with caplog.at_level("WARNING", logger="protege.limits.spending"):
+        assert _carried(run.id, installation, DAY_ONE).status == "done"
+
+    ledger = _ledger()
+    assert ledger[(agent.id, "2026-03-05", "openai/GPT-A:latest")] == (1, 100, 10, 1000 + 200)
+    # No price for "mystery": the highest input (gpt-a's 10) and output (gpt-a's 20).
+    assert ledger[(agent.id, "2026-03-05", "mystery")] == (1, 100, 10, 1000 + 200)
+    warned = [r.getMessage() for r in caplog.records if "no price" in r.getMessage()]
+    assert len(warned) == 1
+    assert "'mystery'" in warned[0]

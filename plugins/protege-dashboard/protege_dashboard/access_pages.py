@@ -184,6 +184,14 @@ def _agents(request: Request, error: str | None = None, form: Any = None) -> Res
     )
 
 
+async def circuit_reset(request: Request) -> Response:
+    """Close the model endpoint's circuit, as ``protege status --reset-circuit`` does:
+    workers take runs again at once; recorded in the audit log."""
+    await checked_form(request)
+    closed = admin.reset_circuit(actor=actor(request))
+    return redirect("/", closed.describe(), request)
+
+
 async def agent_page(request: Request) -> Response:
     """An agent: its Agent Toolkits, access rules, catalogue and the explain form."""
     agent = found(Agent, request.path_params["id"])
@@ -428,6 +436,7 @@ ROUTES = [
     Route("/toolkits/{id:int}/edit", toolkit_form, methods=["GET", "POST"]),
     Route("/toolkits/{id:int}/delete", toolkit_delete, methods=["POST"]),
     Route("/agents", agents_page, methods=["GET", "POST"]),
+    Route("/circuit/reset", circuit_reset, methods=["POST"]),
     Route("/agents/{id:int}", agent_page),
     Route("/agents/{id:int}/edit", agent_edit, methods=["POST"]),
     Route("/agents/{id:int}/archive", agent_archive, methods=["POST"]),

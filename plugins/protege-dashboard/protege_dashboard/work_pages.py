@@ -23,21 +23,27 @@ KINDS = ("reply", "scheduled")
 PAGE = 50
 
 
+def _whole(text: str) -> int | None:
+    """``text`` as an id, when it is one: ASCII digits only ("²" is a digit to
+    ``str.isdigit``, not to ``int``), few enough for a database column."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
+
+
 async def runs_page(request: Request) -> Response:
     """Recent runs, newest first, filtered by agent, status and kind."""
     query = Run.select(Run, Agent).join(Agent).order_by(Run.id.desc())
     agent = request.query_params.get("agent", "")
     status = request.query_params.get("status", "")
     kind = request.query_params.get("kind", "")
-    if agent.isdigit():
-        query = query.where(Run.agent == int(agent))
+    if _whole(agent) is not None:
+        query = query.where(Run.agent == _whole(agent))
     if status in STATUSES:
         query = query.where(Run.status == status)
     if kind in KINDS:
         query = query.where(Run.kind == kind)
     before = request.query_params.get("before", "")
-    if before.isdigit():
-        query = query.where(Run.id < int(before))
+    if _whole(before) is not None:
+        query = query.where(Run.id < _whole(before))
     runs = list(query.limit(PAGE + 1))
     return render(
         request,
@@ -154,7 +160,8 @@ async def runs_release(request: Request) -> Response:
     --all`` (``--agent``) does; recorded in the audit log."""
     form = await checked_form(request)
     chosen = str(form.get("agent", ""))
-    agent = Agent.get_or_none(Agent.id == int(chosen)) if chosen.isdigit() else None
+    number = _whole(chosen)
+    agent = Agent.get_or_none(Agent.id == number) if number is not None else None
     if chosen and agent is None:
         raise HTTPException(404, "no such agent")
     try:
@@ -162,6 +169,22 @@ async def runs_release(request: Request) -> Response:
     except ProtegeError as error:
         return redirect("/runs?status=held", str(error), request, error=True)
     return redirect(f"/runs?status=held&agent={chosen}", released.describe(), request)
+
+
+async def runs_cancel_held(request: Request) -> Response:
+    """Cancel every held run (of the agent the form names), as ``protege runs cancel
+    --held`` (``--agent``) does: a flood's held mail, discarded unpaid; audited."""
+    form = await checked_form(request)
+    chosen = str(form.get("agent", ""))
+    number = _whole(chosen)
+    agent = Agent.get_or_none(Agent.id == number) if number is not None else None
+    if chosen and agent is None:
+        raise HTTPException(404, "no such agent")
+    try:
+        cancelled = admin.cancel_held(actor=actor(request), agent=agent)
+    except ProtegeError as error:
+        return redirect("/runs?status=held", str(error), request, error=True)
+    return redirect(f"/runs?status=held&agent={chosen}", cancelled.describe(), request)
 
 
 async def blob_download(request: Request) -> Response:
@@ -225,7 +248,8 @@ async def _responsibility_add(request: Request) -> Response:
         field: str(form.get(field, ""))
         for field in ("agent", "name", "prompt", "schedule", "timezone")
     }
-    agent = Agent.get_or_none(Agent.id == int(typed["agent"])) if typed["agent"].isdigit() else None
+    number = _whole(typed["agent"])
+    agent = Agent.get_or_none(Agent.id == number) if number is not None else None
     try:
         if agent is None:
             raise ProtegeError("choose the agent whose responsibility it is")
@@ -341,6 +365,7 @@ ROUTES = [
     Route("/runs/{id:int}/cancel", run_cancel, methods=["POST"]),
     Route("/runs/{id:int}/release", run_release, methods=["POST"]),
     Route("/runs/release", runs_release, methods=["POST"]),
+    Route("/runs/cancel-held", runs_cancel_held, methods=["POST"]),
     Route("/messages/{id:int}", message_page),
     Route("/files/{id:int}", blob_download),
     Route("/responsibilities", responsibilities_page, methods=["GET", "POST"]),

@@ -111,9 +111,46 @@ def test_release_needs_the_csrf_token(signed_in, held):
     assert AuditEntry.select().count() == 0
 
 
-@pytest.mark.parametrize("form", ["/runs/{id}/release", "/runs/release"])
+@pytest.mark.parametrize("form", ["/runs/{id}/release", "/runs/release", "/runs/cancel-held"])
 def test_a_stranger_releases_nothing(client, held, form):
     answer = client.post(form.format(id=held[0].id), data={}, follow_redirects=False)
     assert answer.status_code == 303
     assert answer.headers["location"] == "/login?next=/"
     assert statuses(held) == ["held"] * 3
+
+
+def test_an_agent_id_that_is_not_ascii_digits_is_no_agent_not_an_error(signed_in, held, token_of):
+    page = signed_in.get("/runs?status=held").text
+    answer = signed_in.post(
+        "/runs/release", data={"csrf_token": token_of(page), "agent": "²"}, follow_redirects=False
+    )
+    assert answer.status_code == 404
+    assert statuses(held) == ["held"] * 3
+    assert signed_in.get("/runs?agent=²&before=١٢").status_code == 200
+
+
+def test_cancelling_every_held_run_of_an_agent_leaves_the_others_held(signed_in, held, token_of):
+    sundae = Agent.get(Agent.name == "Sundae")
+    page = signed_in.get(f"/runs?status=held&agent={sundae.id}").text
+    assert 'id="cancel-all">Cancel every held run of this agent' in page
+    answer = signed_in.post(
+        "/runs/cancel-held", data={"csrf_token": token_of(page), "agent": str(sundae.id)}
+    )
+    assert f"2 held runs of Sundae cancelled: runs {held[0].id}, {held[1].id}" in answer.text
+    assert statuses(held) == ["cancelled", "cancelled", "held"]
+    (entry,) = AuditEntry.select()
+    assert (entry.actor, entry.action, entry.subject) == (
+        "operator:mara",
+        "held runs cancelled",
+        "2 held runs of Sundae",
+    )
+    answer = signed_in.post("/runs/cancel-held", data={"csrf_token": token_of(page), "agent": ""})
+    assert f"run {held[2].id} cancelled: it was held" in answer.text
+    assert statuses(held) == ["cancelled"] * 3
+
+
+def test_cancelling_held_runs_needs_the_csrf_token(signed_in, held):
+    for data in ({}, {"csrf_token": "x"}):
+        assert signed_in.post("/runs/cancel-held", data=data).status_code == 403
+    assert statuses(held) == ["held"] * 3
+    assert AuditEntry.select().count() == 0

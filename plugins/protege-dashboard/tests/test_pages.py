@@ -359,3 +359,61 @@ def test_the_home_page_says_the_model_endpoint_is_failing_and_since_when(signed_
         f"model endpoint failing since {since.isoformat(sep=' ')}Z, circuit open until "
     )
     assert "&lt;b&gt;down&lt;/b&gt;" in shown.group(1)  # the endpoint's words, as text
+
+
+def test_the_home_page_shows_the_endpoint_s_control_characters_as_escapes(signed_in, installation):
+    from protege.limits.circuit import Breaker
+
+    breaker = Breaker.of(installation.config)
+    for _ in range(installation.config.limits.circuit_failures):
+        breaker.failed("answered 500: \x1b[2Jgone\u202eevil")
+    page = signed_in.get("/")
+    shown = re.search(r'<p class="error" id="model-endpoint">(.*?)</p>', page.text)
+    assert shown is not None
+    assert "\x1b" not in shown.group(1)
+    assert "\u202e" not in shown.group(1)
+    assert "answered 500: \\x1b[2Jgone\\u202eevil" in shown.group(1)
+
+
+def test_an_operator_closes_the_circuit_from_the_home_page_and_it_is_audited(
+    signed_in, installation, token_of
+):
+    from protege.limits.circuit import Breaker
+    from protege.models import AuditEntry
+    from protege.models.limits import Circuit
+
+    breaker = Breaker.of(installation.config)
+    for _ in range(installation.config.limits.circuit_failures):
+        breaker.failed("the model endpoint answered 429", retry_after=86_400)
+    page = signed_in.get("/").text
+    assert 'id="reset-circuit-button"' in page
+    for data in ({}, {"csrf_token": "x"}):  # refused without the token: still open
+        assert signed_in.post("/circuit/reset", data=data).status_code == 403
+    assert Circuit.get(Circuit.endpoint == breaker.endpoint).state == "open"
+    assert AuditEntry.select().count() == 0
+
+    answer = signed_in.post("/circuit/reset", data={"csrf_token": token_of(page)})
+
+    assert answer.status_code == 200
+    assert f"circuit closed, runs are taken again: {breaker.endpoint}" in answer.text
+    assert breaker.refresh().healthy
+    assert 'id="model-endpoint"' not in answer.text
+    (entry,) = AuditEntry.select()
+    assert (entry.actor, entry.action, entry.subject) == (
+        "operator:mara",
+        "model circuit reset",
+        breaker.endpoint,
+    )
+    assert entry.before["state"] == "open"
+
+
+def test_a_stranger_cannot_close_the_circuit(client, installation):
+    from protege.limits.circuit import Breaker
+
+    breaker = Breaker.of(installation.config)
+    for _ in range(installation.config.limits.circuit_failures):
+        breaker.failed("down")
+    answer = client.post("/circuit/reset", data={}, follow_redirects=False)
+    assert answer.status_code == 303
+    assert answer.headers["location"].startswith("/login")
+    assert breaker.refresh().state == "open"
