@@ -147,8 +147,6 @@ class Released:
     run_ids: tuple[int, ...]
     which: str
 
-    SHOWN = 20  # ids named in a line; more are counted
-
     def describe(self) -> str:
         """What was released, in one line."""
         which = f" {self.which}" if self.which else ""
@@ -156,11 +154,15 @@ class Released:
             return f"nothing released: no runs{which} are held"
         if len(self.run_ids) == 1:
             return f"run {self.run_ids[0]} released: it is queued"
-        named = ", ".join(map(str, self.run_ids[: self.SHOWN]))
-        more = len(self.run_ids) - self.SHOWN
-        if more > 0:
-            named += f" and {more:,} more"
+        named = _named(self.run_ids)
         return f"{len(self.run_ids):,} held runs{which} released, queued: runs {named}"
+
+
+def _named(run_ids: tuple[int, ...], shown: int = 20) -> str:
+    """Run ids as a line names them: the first ``shown``, then how many more."""
+    named = ", ".join(map(str, run_ids[:shown]))
+    more = len(run_ids) - shown
+    return named + (f" and {more:,} more" if more > 0 else "")
 
 
 def release_held(
@@ -175,8 +177,8 @@ def release_held(
     """Queue held runs now, whatever the limits say: the runs ``run_ids``, or every held
     run of ``agent`` and/or from ``sender`` (an address; its routing key is compared, its
     proven and unproven mail alike), or ``everything`` held. A run a spending limit stopped
-    part way goes on past that limit. They take their senders' fair turns, oldest first. Recorded as
-    ``held runs released``. ``NotFound`` for a run id that does not exist and
+    part way goes on past that limit. They take their senders' fair turns, oldest first.
+    Recorded as ``held runs released``. ``NotFound`` for a run id that does not exist and
     ``OperationRefused`` for one that is not held: then nothing is released."""
     wanted = sorted({int(run_id) for run_id in run_ids})
     ways = bool(wanted) + (agent is not None or sender is not None) + everything
@@ -239,10 +241,7 @@ class CancelledHeld:
             return f"nothing cancelled: no runs{which} are held"
         if len(self.run_ids) == 1:
             return f"run {self.run_ids[0]} cancelled: it was held"
-        named = ", ".join(map(str, self.run_ids[: Released.SHOWN]))
-        more = len(self.run_ids) - Released.SHOWN
-        if more > 0:
-            named += f" and {more:,} more"
+        named = _named(self.run_ids)
         return f"{len(self.run_ids):,} held runs{which} cancelled: runs {named}"
 
 

@@ -28,6 +28,7 @@ from protege.limit_settings import (
     INSTALLATION_TOKENS_PER_DAY,
     SENDER_RUNS_PER_DAY,
     SENDER_RUNS_PER_HOUR,
+    SPENDING_LIMITS,
     UNPROVEN_RUNS_PER_HOUR,
     LimitSettings,
 )
@@ -184,7 +185,7 @@ def spending_limit_reached(
 ) -> Hold | None:
     """The spending limit (tokens or money) the agent ``agent_id`` or the installation has
     reached in its window, or None; of several, the one whose window ends last."""
-    if not any(limits[name] for name in _SPENDING_ORDER):
+    if not any(limits[name] for name in SPENDING_LIMITS):
         return None
     now = naive_utc(now)
     day_start, day_end = window(DAY, now)
@@ -218,7 +219,7 @@ def spending_limit_reached(
         INSTALLATION_COST_PER_DAY: spent[5] / MICROS,
     }
     reached = []
-    for limit in _SPENDING_ORDER:
+    for limit in SPENDING_LIMITS:
         allowed = limits[limit]
         if allowed and used[limit] >= allowed:
             start, end = (
@@ -227,16 +228,6 @@ def spending_limit_reached(
             whose = "the installation" if limit.startswith("installation") else "the agent"
             reached.append(Hold(limit, allowed, used[limit], start, end, whose))
     return _binding(reached)
-
-
-_SPENDING_ORDER = (
-    AGENT_TOKENS_PER_DAY,
-    AGENT_TOKENS_PER_MONTH,
-    INSTALLATION_TOKENS_PER_DAY,
-    AGENT_COST_PER_DAY,
-    AGENT_COST_PER_MONTH,
-    INSTALLATION_COST_PER_DAY,
-)
 
 
 def held_before(agent_id: int, sender_key: str | None) -> datetime.datetime | None:

@@ -158,12 +158,7 @@ async def run_release(request: Request) -> Response:
 async def runs_release(request: Request) -> Response:
     """Queue every held run (of the agent the form names), as ``protege runs release
     --all`` (``--agent``) does; recorded in the audit log."""
-    form = await checked_form(request)
-    chosen = str(form.get("agent", ""))
-    number = _whole(chosen)
-    agent = Agent.get_or_none(Agent.id == number) if number is not None else None
-    if chosen and agent is None:
-        raise HTTPException(404, "no such agent")
+    chosen, agent = await _agent_of_form(request)
     try:
         released = admin.release_held(actor=actor(request), agent=agent, everything=agent is None)
     except ProtegeError as error:
@@ -174,17 +169,24 @@ async def runs_release(request: Request) -> Response:
 async def runs_cancel_held(request: Request) -> Response:
     """Cancel every held run (of the agent the form names), as ``protege runs cancel
     --held`` (``--agent``) does: a flood's held mail, discarded unpaid; audited."""
+    chosen, agent = await _agent_of_form(request)
+    try:
+        cancelled = admin.cancel_held(actor=actor(request), agent=agent)
+    except ProtegeError as error:
+        return redirect("/runs?status=held", str(error), request, error=True)
+    return redirect(f"/runs?status=held&agent={chosen}", cancelled.describe(), request)
+
+
+async def _agent_of_form(request: Request) -> tuple[str, Agent | None]:
+    """The agent a checked form names by id (``agent``), or None when it names none; 404
+    for an id no agent has."""
     form = await checked_form(request)
     chosen = str(form.get("agent", ""))
     number = _whole(chosen)
     agent = Agent.get_or_none(Agent.id == number) if number is not None else None
     if chosen and agent is None:
         raise HTTPException(404, "no such agent")
-    try:
-        cancelled = admin.cancel_held(actor=actor(request), agent=agent)
-    except ProtegeError as error:
-        return redirect("/runs?status=held", str(error), request, error=True)
-    return redirect(f"/runs?status=held&agent={chosen}", cancelled.describe(), request)
+    return chosen, agent
 
 
 async def blob_download(request: Request) -> Response:
