@@ -149,20 +149,24 @@ class Released:
 
     def describe(self) -> str:
         """What was released, in one line."""
-        which = f" {self.which}" if self.which else ""
-        if not self.run_ids:
-            return f"nothing released: no runs{which} are held"
-        if len(self.run_ids) == 1:
-            return f"run {self.run_ids[0]} released: it is queued"
-        named = _named(self.run_ids)
-        return f"{len(self.run_ids):,} held runs{which} released, queued: runs {named}"
+        return _held_line(self.run_ids, self.which, "released", "it is queued", "queued")
 
 
-def _named(run_ids: tuple[int, ...], shown: int = 20) -> str:
-    """Run ids as a line names them: the first ``shown``, then how many more."""
+def _held_line(
+    run_ids: tuple[int, ...], which: str, done: str, one: str, many: str, shown: int = 20
+) -> str:
+    """What an operation on held runs did, in one line: the first ``shown`` ids named,
+    then how many more."""
+    which = f" {which}" if which else ""
+    if not run_ids:
+        return f"nothing {done}: no runs{which} are held"
+    if len(run_ids) == 1:
+        return f"run {run_ids[0]} {done}: {one}"
     named = ", ".join(map(str, run_ids[:shown]))
     more = len(run_ids) - shown
-    return named + (f" and {more:,} more" if more > 0 else "")
+    named += f" and {more:,} more" if more > 0 else ""
+    then = f", {many}" if many else ""
+    return f"{len(run_ids):,} held runs{which} {done}{then}: runs {named}"
 
 
 def release_held(
@@ -236,13 +240,7 @@ class CancelledHeld:
 
     def describe(self) -> str:
         """What was cancelled, in one line."""
-        which = f" {self.which}" if self.which else ""
-        if not self.run_ids:
-            return f"nothing cancelled: no runs{which} are held"
-        if len(self.run_ids) == 1:
-            return f"run {self.run_ids[0]} cancelled: it was held"
-        named = _named(self.run_ids)
-        return f"{len(self.run_ids):,} held runs{which} cancelled: runs {named}"
+        return _held_line(self.run_ids, self.which, "cancelled", "it was held", "")
 
 
 def cancel_held(

@@ -2,31 +2,19 @@
 in its own window of UTC time."""
 
 import datetime
-from email.message import EmailMessage
 
-import attrs
 import pytest
 
 from protege.authentication import Verdict
-from protege.config import load_config
 from protege.gateway.inbound import ingest
 from protege.limit_settings import AgentLimits, LimitSettings
 from protege.limits.admission import BEHIND_HELD, admission, spending_limit_reached
 from protege.limits.windows import DAY, HOUR, MONTH, window
 from protege.models import Agent, Message, Run
 from protege.models.limits import UsageDay
+from tests.limits.mailing import configured, mail
 
 NOON = datetime.datetime(2026, 12, 2, 12, 0, tzinfo=datetime.UTC)
-
-
-def mail(sender: str, number: int, to: str = "sundae@thescoop.example") -> bytes:
-    message = EmailMessage()
-    message["From"] = sender
-    message["To"] = to
-    message["Subject"] = f"Question {number}"
-    message["Message-ID"] = f"<{number}.{sender.split('@')[0]}@acme.example>"
-    message.set_content(f"Question number {number}.")
-    return message.as_bytes()
 
 
 class Clock:
@@ -45,11 +33,6 @@ class Clock:
 @pytest.fixture
 def sundae(protege_db):
     return Agent.create(name="Sundae", address="sundae@thescoop.example")
-
-
-def configured(tmp_path, **limits):
-    loaded = load_config(tmp_path)
-    return attrs.evolve(loaded, limits=attrs.evolve(loaded.limits, **limits))
 
 
 def test_mail_past_the_senders_hourly_limit_is_stored_and_held_until_the_hour_ends(

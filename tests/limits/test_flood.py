@@ -13,7 +13,6 @@ import attrs
 import peewee
 import pytest
 
-from protege.authentication import Verdict
 from protege.db import database
 from protege.gateway.inbound import ingest
 from protege.limit_settings import LimitSettings
@@ -25,6 +24,7 @@ from protege.scheduler import Scheduler
 from protege.testing import say, tool_call
 from protege.worker import Workers, drain
 from tests.cli.serving import patience
+from tests.limits.mailing import signed
 
 UTC = datetime.UTC
 AGENT = "sundae@thescoop.example"
@@ -52,13 +52,6 @@ def letter(sender: str, number: int, body: str) -> bytes:
         f"Date: Mon, 02 Mar 2026 10:00:00 +0000\r\nMessage-ID: <{number}.{sender}>\r\n"
         f"\r\n{body}\r\n"
     ).encode()
-
-
-def signed(sender: str) -> Verdict:
-    """The verdict of mail whose signature proves ``sender`` (each sender here is a real
-    mailbox: a flood from one, and customers writing meanwhile)."""
-    domain = sender.rpartition("@")[2]
-    return Verdict(True, domain, "dkim", "pass", None, (), domain, "signed", sender)
 
 
 def marker(sender: str) -> str:

@@ -7,8 +7,6 @@ from email.message import EmailMessage
 import attrs
 import pytest
 
-from protege.authentication import Verdict
-from protege.config import load_config
 from protege.errors import ProtegeError
 from protege.gateway.inbound import ingest
 from protege.limit_settings import AgentLimits
@@ -16,34 +14,14 @@ from protege.limits.holding import held_runs, release, release_due
 from protege.limits.standing import standings
 from protege.models import Agent, Run
 from protege.queue import claim_next, requeue
+from tests.limits.mailing import configured, mail, signed
 
 NOON = datetime.datetime(2026, 12, 2, 12, 0, tzinfo=datetime.UTC)
-
-
-def mail(sender: str, number: int) -> bytes:
-    message = EmailMessage()
-    message["From"] = sender
-    message["To"] = "sundae@thescoop.example"
-    message["Subject"] = f"Question {number}"
-    message["Message-ID"] = f"<{number}.{sender.split('@')[0]}@acme.example>"
-    message.set_content(f"Question number {number}.")
-    return message.as_bytes()
 
 
 @pytest.fixture
 def sundae(protege_db):
     return Agent.create(name="Sundae", address="sundae@thescoop.example")
-
-
-def configured(tmp_path, **limits):
-    loaded = load_config(tmp_path)
-    return attrs.evolve(loaded, limits=attrs.evolve(loaded.limits, **limits))
-
-
-def signed(sender: str) -> Verdict:
-    """The verdict of mail whose signature proves ``sender``."""
-    domain = sender.rpartition("@")[2]
-    return Verdict(True, domain, "dkim", "pass", None, (), domain, "signed", sender)
 
 
 def send(config, sender, number, now, *, proven=False):
