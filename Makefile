@@ -12,7 +12,7 @@ PYTHON_EXE = $(shell $(PYTHON) -c 'import sys; print(sys.executable)' 2>/dev/nul
 	|| ls -d $$(pyenv root 2>/dev/null)/versions/*/bin/$(notdir $(PYTHON)) 2>/dev/null | tail -1)
 BIN := $(VENV)/bin
 DISTRIBUTIONS := . plugins/protege-mail plugins/protege-files plugins/protege-web \
-	plugins/protege-dashboard examples/protege-weather examples/protege-staging examples/the_scoop
+	plugins/protege-mcp plugins/protege-dashboard examples/protege-weather examples/protege-staging examples/the_scoop
 STAMP := $(VENV)/.installed
 
 .PHONY: install demo test test-sqlite test-postgres lint format bench clean

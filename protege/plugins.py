@@ -29,7 +29,7 @@ ENTRY_POINT_GROUP = "protege"
 BUILTIN_DISTRIBUTIONS = frozenset({"protege-mail", "protege-files", "protege-web"})
 # First-party distributions that are not built-in tool plugins: their entry-point names are
 # theirs all the same (a squatter on protege_dashboard would otherwise take both down).
-FIRST_PARTY_DISTRIBUTIONS = BUILTIN_DISTRIBUTIONS | {"protege-dashboard"}
+FIRST_PARTY_DISTRIBUTIONS = BUILTIN_DISTRIBUTIONS | {"protege-dashboard", "protege-mcp"}
 # What protege's internal plugins are reported as.
 INTERNAL_DISTRIBUTION = "protege"
 # protege's own defaults (transports, blob stores, ingresses...), each a module implementing
@@ -79,7 +79,7 @@ class PluginSource:
 
     @property
     def first_party(self) -> bool:
-        """True for the distributions protege ships (the built-ins and the dashboard): no
+        """True for the distributions protege ships (the built-ins, the dashboard, protege-mcp): no
         other package may use their entry-point names."""
         return self.builtin or normalize(self.distribution) in FIRST_PARTY_DISTRIBUTIONS
 
