@@ -25,11 +25,12 @@ import pluggy
 if TYPE_CHECKING:
     import click
 
+    from protege.config import Config
     from protege.context import RunContext
     from protege.ingresses import Ingress
     from protege.installation import Installation
+    from protege.registry.manifest import ToolRegistration
     from protege.sections import PromptSection
-    from protege.tool import Tool
 
 PROJECT_NAME = "protege"
 
@@ -38,7 +39,9 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 @hookspec
-def register_tools(register: Callable[[type[Tool]], Any]) -> None:
+def register_tools(
+    register: ToolRegistration, config: Config, recorded: Callable[[str], Any]
+) -> None:
     """Called each time a manifest is built: once per command (`protege tools`, `protege sync`,
     `protege runs start`), once when `protege serve` starts, once per test that uses
     `protege_app`. It should only register, with no side effects.
@@ -51,6 +54,18 @@ def register_tools(register: Callable[[type[Tool]], Any]) -> None:
     and the plugin is reported as broken. A tool whose id another tool already holds is
     shadowed (host beats built-in beats plugin; between plugins the first by distribution
     name wins), listed by `protege tools`, never renamed.
+
+    The other two arguments are for plugins whose tools live outside the process (protege-mcp
+    offers the tools of MCP servers); a hook that does not name them is not given them.
+    `config` is the installation's configuration, with each plugin's checked settings
+    (`config.plugin_settings("protege-mcp")`). `recorded` is a function: `recorded(key)` is
+    what this plugin recorded under `key` at the last `protege sync` (see `refresh_tools`),
+    or None. Two more calls say
+    what could not be offered: `register.withhold(tool_id, reason)` names a tool known from
+    the record that cannot be offered now (its server was down at the last sync): it is not
+    offered, but sync keeps it in *All Tools* and toolkits keep it as a member, skipped and
+    reported with `reason`; `register.reject(reason)` reports something the plugin could not
+    make a tool of (a name that cannot be a tool id), as a class breaking the contract is.
 
     Example::
 
@@ -69,6 +84,63 @@ def register_tools(register: Callable[[type[Tool]], Any]) -> None:
         @hookimpl
         def register_tools(register):
             register(RollDiceTool)
+
+    A plugin offering the tools its last sync recorded (see ``refresh_tools``)::
+
+        @hookimpl
+        def register_tools(register, config, recorded):
+            for spec in recorded("catalogue") or []:
+                register(tool_class_for(spec, config.plugin_settings("acme-tools")))
+    """
+
+
+@hookspec
+def refresh_tools(app: Installation, record: Callable[[str, Any], None]) -> None:
+    """Called by `protege sync` (``Installation.sync``), after the database is migrated and
+    before the manifest that sync applies is built, so that a plugin whose tools are listed
+    by something outside the process (an MCP server) lists them now and records what it
+    found. `record` is a function: `record(key, data)` keeps `data` (anything JSON can
+    hold) under `key` for this plugin, replacing what an earlier sync recorded there, and
+    every process's
+    `register_tools` reads it back as `recorded(key)` until the next sync. Serving never
+    lists anything itself, so a server down while protege serves changes nothing offered.
+    `app` is the installation being synced (``app.config.plugin_settings(...)`` holds the
+    plugin's checked settings).
+
+    Record what failed too (a server that did not answer), so that `register_tools` can
+    withhold the tools the earlier record knew rather than forget them. Take as long as the
+    listing needs, within the plugin's own limits: sync waits. If the hook raises, sync goes
+    on, keeps what was recorded before, and reports the plugin's failure
+    (`protege plugins`).
+
+    Example::
+
+        from protege import hookimpl
+
+        @hookimpl
+        def refresh_tools(app, record):
+            catalogue = fetch_catalogue(app.config.plugin_settings("acme-tools"))
+            record("catalogue", catalogue)
+    """
+
+
+@hookspec
+def close_installation(app: Installation) -> None:
+    """Called once when an installation closes (``Installation.close()``), after its
+    servers stopped, so that a plugin ends what it opened for it: sessions, connections,
+    child processes. `app` is the installation closing (its ``manifest`` holds the plugin's
+    tool classes, and with them what they opened). It must not raise; if it does, the error
+    is logged and the others are still called.
+
+    Example::
+
+        from protege import hookimpl
+
+        @hookimpl
+        def close_installation(app):
+            for entry in app.manifest:
+                if issubclass(entry.tool_class, AcmeTool):
+                    entry.tool_class.pool.close()
     """
 
 

@@ -30,9 +30,10 @@ from protege.gateway.outbound import queue_mail
 from protege.harness.runner import QueueMail
 from protege.plugins import PluginHost, normalize
 from protege.registry import Manifest, build_manifest
+from protege.registry.listings import read_listings, refresh_listings
 from protege.registry.offered import Offered, offered
 from protege.serving import Server, serve
-from protege.toolkits import SyncReport, sync
+from protege.toolkits import HostModulesBroken, SyncReport, sync
 from protege.transports import Transport
 from protege.worker import drain
 
@@ -131,10 +132,27 @@ class Installation:
             yield self
 
     def sync(self) -> SyncReport:
-        """Migrate the database and rebuild the system toolkits from this installation's
-        manifest: what ``protege sync`` does after each deploy."""
+        """What ``protege sync`` does after each deploy: migrate the database, have plugins
+        whose tools live outside the process (MCP servers) list and record them, then
+        rebuild the system toolkits from the manifest that record makes.
+
+        The report's ``manifest`` is that manifest. This installation keeps offering the
+        one it was opened with; open a new installation (restart ``serve``) to offer what
+        the sync recorded."""
+        if self.manifest.host_import_errors:  # before anything is recorded or changed
+            raise HostModulesBroken(
+                "sync changed nothing: " + "; ".join(self.manifest.host_import_errors)
+            )
         with self.activated():
-            return sync(self.manifest)
+            applied = db.migrate()
+            problems = refresh_listings(self)
+            manifest = self.manifest
+            if any("refresh_tools" in p.hooks for p in self.plugins.plugins):
+                manifest = build_manifest(self.config, self.plugins, listings=read_listings)
+            report = sync(manifest)
+        return attrs.evolve(
+            report, migrations=applied + report.migrations, listing_problems=problems
+        )
 
     def receive(
         self,
@@ -177,6 +195,7 @@ class Installation:
             lifetime.closed = True
         if lifetime.finalizer is not None:
             lifetime.finalizer.detach()
+        self.plugins.hook.close_installation(app=self)
         if lifetime.owns_database and self.database is not None:
             _close_database(self.database)
 
@@ -291,7 +310,7 @@ def _assemble(
     owns_database: bool,
 ) -> Installation:
     if manifest is None:
-        manifest = build_manifest(config, plugins)
+        manifest = build_manifest(config, plugins, listings=read_listings)
     written = config.plugins
     # From here on, each plugin's table is its checked settings (what its tools read, and
     # what a plugin's transport or blob store is made with).

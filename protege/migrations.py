@@ -659,6 +659,25 @@ def _0017_limits(db: peewee.Database | peewee.DatabaseProxy) -> None:
     )
 
 
+def _0018_tool_listings(db: peewee.Database | peewee.DatabaseProxy) -> None:
+    # What a plugin listed of tools that live outside the process (an MCP server's), at the
+    # last sync: every process offers what was recorded, so serving never waits on, nor
+    # changes with, a server being up. One row per plugin and key, rewritten by each sync.
+    _run(
+        db,
+        """
+        CREATE TABLE tool_listing (
+            id {pk},
+            distribution VARCHAR(200) NOT NULL,
+            key VARCHAR(200) NOT NULL,
+            data TEXT NOT NULL,
+            recorded_at {ts} NOT NULL
+        );
+        CREATE UNIQUE INDEX tool_listing_distribution_key ON tool_listing (distribution, key)
+        """,
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "agents and toolkits", _0001_agents_and_toolkits),
     Migration(2, "messages and runs", _0002_messages_and_runs),
@@ -678,6 +697,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(16, "approvals required per agent", _0016_approvals_required_per_agent),
     Migration(17, "limits, held runs, fair turns, usage, circuit", _0017_limits),
+    Migration(18, "tool listings recorded at sync", _0018_tool_listings),
 )
 
 

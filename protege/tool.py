@@ -6,7 +6,7 @@ import inspect
 import math
 import re
 import types
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from protege.errors import InvalidTool
@@ -28,6 +28,8 @@ _ACRONYM_BOUNDARY = re.compile(r"([A-Z]+)([A-Z][a-z])")
 _WORD_BOUNDARY = re.compile(r"([a-z0-9])([A-Z])")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
 _DERIVED_ATTRIBUTES = ("display_name", "summary")
+# What ``Tool.annotations`` may say of a tool's calls (the Model Context Protocol's hints).
+ANNOTATION_KEYS = ("read_only", "destructive", "idempotent", "open_world")
 
 
 def tool_id_for(class_name: str) -> str:
@@ -74,6 +76,12 @@ class Tool:
     trust: ClassVar[Trust] = Trust.TRUSTED
     requires_approval: ClassVar[bool] = False
     preload: ClassVar[tuple[str, ...]] = ()
+    # Hints for operators deciding who may use the tool, shown by `protege tools` and the
+    # dashboard: ``read_only``, ``destructive``, ``idempotent``, ``open_world`` (True/False;
+    # leave out what is not known). Hints only: nothing is allowed or refused by them.
+    annotations: ClassVar[Mapping[str, bool]] = {}
+    # The outside server that carries out the tool's calls (an MCP server's name), if any.
+    server: ClassVar[str | None] = None
 
     _explicit: ClassVar[frozenset[str]] = frozenset()
 
@@ -163,6 +171,16 @@ def _metadata_problems(tool_class: type[Tool]) -> list[str]:
         isinstance(name, str) and name for name in preload
     ):
         problems.append("preload must be a tuple of module names")
+    annotations = tool_class.annotations
+    if not isinstance(annotations, Mapping) or not all(
+        key in ANNOTATION_KEYS and isinstance(value, bool) for key, value in annotations.items()
+    ):
+        problems.append(
+            f"annotations must map some of {', '.join(ANNOTATION_KEYS)} to True or False"
+        )
+    server = tool_class.server
+    if server is not None and not (isinstance(server, str) and server.strip()):
+        problems.append("server must be None or a non-empty string")
     return problems
 
 

@@ -40,6 +40,10 @@ class SyncReport:
     removed: list[str]
     default_tools_lacks: list[str] = attrs.field(factory=list)  # built-ins; not added
     stale: dict[str, list[str]] = attrs.field(factory=dict)  # toolkit: ids nothing offers
+    # Plugins that could not list their outside tools (``refresh_tools``), one line each.
+    listing_problems: list[str] = attrs.field(factory=list)
+    # The manifest this sync brought the toolkits in line with.
+    manifest: Manifest | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def changed(self) -> bool:
@@ -55,6 +59,7 @@ class SyncReport:
             "all_tools_removed": self.removed,
             "default_tools_lacks_builtins": self.default_tools_lacks,
             "stale_members": self.stale,
+            "listing_problems": self.listing_problems,
         }
 
 
@@ -74,9 +79,12 @@ def sync(manifest: Manifest) -> SyncReport:
         all_tools = Toolkit.all_tools()
         before = set() if all_tools is None else set(all_tools.member_tool_ids)
         all_tools = all_tools or _create_system_toolkit(ALL_TOOLS, [], created)
-        added, removed = sorted(live - before), sorted(before - live)
+        # A withheld tool (its server was down at this sync) keeps its place: it comes back
+        # when its server answers, rather than leaving every toolkit that lists it.
+        kept = before & manifest.withheld_ids()
+        added, removed = sorted(live - before), sorted(before - live - kept)
         if added or removed:
-            all_tools.member_tool_ids = sorted(live)
+            all_tools.member_tool_ids = sorted(live | kept)
             all_tools.save()
         builtins = manifest.ids(Origin.BUILTIN)
         default_tools = Toolkit.default_tools()
@@ -90,6 +98,7 @@ def sync(manifest: Manifest) -> SyncReport:
         removed=removed,
         default_tools_lacks=lacks,
         stale=stale_members(manifest),
+        manifest=manifest,
     )
 
 
@@ -105,12 +114,24 @@ def stale_members(manifest: Manifest) -> dict[str, list[str]]:
 
 
 def describe_stale(toolkit: str, tool_ids: list[str], manifest: Manifest) -> str:
-    """One line saying that ``toolkit`` lists tools nothing offers, and how to clean it up."""
-    named = ", ".join(f"{i}{did_you_mean(i, manifest.ids())}" for i in tool_ids)
-    return (
-        f"toolkit {toolkit} lists {named}, which no installed tool has (skipped; "
-        f'`protege toolkits remove-tools "{toolkit}" {" ".join(tool_ids)}` drops them)'
-    )
+    """One line saying that ``toolkit`` lists tools nothing offers, and how to clean it up
+    (or, for tools withheld until their server answers a sync, why they are skipped)."""
+    withheld = {w.tool_id: w for w in manifest.withheld}
+    lines = []
+    gone = [i for i in tool_ids if i not in withheld]
+    if gone:
+        named = ", ".join(f"{i}{did_you_mean(i, manifest.ids())}" for i in gone)
+        lines.append(
+            f"toolkit {toolkit} lists {named}, which no installed tool has (skipped; "
+            f'`protege toolkits remove-tools "{toolkit}" {" ".join(gone)}` drops them)'
+        )
+    lines += [
+        f"toolkit {toolkit} lists {i}, withheld (skipped until a sync can list it again): "
+        f"{withheld[i].reason}"
+        for i in tool_ids
+        if i in withheld
+    ]
+    return "; ".join(lines)
 
 
 def _create_system_toolkit(key: str, initial_ids: list[str], created: list[str]) -> Toolkit:

@@ -24,6 +24,7 @@ from protege.models import (
     UsedToken,
 )
 from protege.models.limits import Circuit, LimitNotice, UsageDay
+from protege.models.listings import ToolListing
 
 
 def test_sqlite_url_creates_its_folder_and_uses_wal_and_foreign_keys(tmp_path):
@@ -74,6 +75,7 @@ def test_an_unmigrated_database_is_refused_with_what_to_run(tmp_path):
         "0015 archived agents, revocable sessions",
         "0016 approvals required per agent",
         "0017 limits, held runs, fair turns, usage, circuit",
+        "0018 tool listings recorded at sync",
     ]
     db.require_current()
     # A database one migration behind is told what to run, and how many are waiting.
@@ -107,6 +109,7 @@ def test_an_unmigrated_database_is_refused_with_what_to_run(tmp_path):
         UsageDay,
         LimitNotice,
         Circuit,
+        ToolListing,
     ],
 )
 def test_models_match_the_migrated_tables(protege_db, model):

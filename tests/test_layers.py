@@ -237,6 +237,8 @@ TYPE_HINTS_FROM_ABOVE = {
     ("ingresses", "installation"),
     ("dashboard", "installation"),
     ("hookspecs", "installation"),
+    # register_tools is handed the manifest's registration; the hooks never build one.
+    ("hookspecs", "registry"),
 }
 
 

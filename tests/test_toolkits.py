@@ -25,6 +25,7 @@ def test_sync_is_idempotent(protege_db, scoop_manifest):
         "all_tools_removed": [],
         "default_tools_lacks_builtins": [],
         "stale_members": {},
+        "listing_problems": [],
     }
 
 

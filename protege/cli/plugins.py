@@ -49,4 +49,5 @@ def _status(report: Any) -> str:
     if report.error is not None:
         return f"{report.status}: {report.error}"
     failed = [f"{f.hook} failed {f.count}x ({f.error})" for f in report.plugin.failures.values()]
-    return "; ".join([str(report.status), *failed])
+    withheld = [f"withholds {w.tool_id}: {w.reason}" for w in report.withheld]
+    return "; ".join([str(report.status), *failed, *withheld])

@@ -26,14 +26,19 @@ def sync(as_json: bool) -> None:
     """Migrate, then rebuild the system toolkits from the live manifest (run on each deploy)."""
     from protege import db
     from protege.cli.doctor import NO_REPLY
-    from protege.cli.state import manifest
+    from protege.cli.state import manifest, plugins
+    from protege.config import load_config
+    from protege.installation import open_installation
     from protege.toolkits import describe_stale
-    from protege.toolkits import sync as run_sync
 
     db.connect()
-    found = manifest()
-    report = run_sync(found)
+    with open_installation(
+        load_config(), manifest=manifest(), plugins=plugins(), connect=False
+    ) as app:
+        report = app.sync()
+    found = report.manifest or app.manifest
     warnings = [] if found.can_reply else [NO_REPLY]
+    warnings += report.listing_problems
     warnings += [describe_stale(name, ids, found) for name, ids in report.stale.items()]
     if as_json:
         echo_json({**report.as_dict(), "warnings": warnings})

@@ -26,15 +26,23 @@ def tools(as_json: bool) -> None:
                 }
                 for loser in found.shadowed
             ]
+            + [{**w.as_dict(), "status": "withheld"} for w in found.withheld]
         )
         return
     if not found.tools:
         click.echo("No tools registered.")
     else:
         echo_table(
-            ["ID", "NAME", "ORIGIN", "FROM", "SUMMARY"],
+            ["ID", "NAME", "ORIGIN", "FROM", "HINTS", "SUMMARY"],
             [
-                (e.id, e.display_name, e.origin, _source(e.source, e.version), e.summary)
+                (
+                    e.id,
+                    e.display_name,
+                    e.origin,
+                    _source(e.source, e.version) + (f" (server {e.server})" if e.server else ""),
+                    _hints(e.annotations),
+                    e.summary,
+                )
                 for e in found.tools
             ],
         )
@@ -53,6 +61,12 @@ def tools(as_json: bool) -> None:
                 for s in found.shadowed
             ],
         )
+    if found.withheld:
+        click.echo("\nWithheld (known, not offered until a sync can list them):")
+        echo_table(
+            ["ID", "FROM", "WHY"],
+            [(w.tool_id, w.source, w.reason) for w in found.withheld],
+        )
     problems = found.problems()
     if problems:
         click.echo(f"\n{len(problems)} problem(s) found: run `protege doctor`.", err=True)
@@ -60,3 +74,22 @@ def tools(as_json: bool) -> None:
 
 def _source(source: str, version: str | None) -> str:
     return f"{source} {version}" if version else source
+
+
+# How each annotation reads in the HINTS column, when it is True and when False.
+_HINT_WORDS = {
+    "read_only": ("read-only", "writes"),
+    "destructive": ("destructive", "not destructive"),
+    "idempotent": ("idempotent", None),
+    "open_world": ("open world", "closed world"),
+}
+
+
+def _hints(annotations: dict[str, bool]) -> str:
+    words = []
+    for key, (if_true, if_false) in _HINT_WORDS.items():
+        if key in annotations:
+            word = if_true if annotations[key] else if_false
+            if word:
+                words.append(word)
+    return ", ".join(words) or "-"

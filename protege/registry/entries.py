@@ -63,6 +63,17 @@ class ToolEntry:
         return self.tool_class.requires_approval is True
 
     @property
+    def annotations(self) -> dict[str, bool]:
+        """What the tool's author (or its MCP server) says of its calls: read-only,
+        destructive, idempotent, open-world; only what is known."""
+        return dict(self.tool_class.annotations)
+
+    @property
+    def server(self) -> str | None:
+        """The outside server that carries out the tool's calls (an MCP server), if any."""
+        return self.tool_class.server
+
+    @property
     def class_path(self) -> str:
         """``module:QualName`` of the tool class."""
         return f"{self.tool_class.__module__}:{self.tool_class.__qualname__}"
@@ -70,7 +81,8 @@ class ToolEntry:
     def describe_source(self) -> str:
         """Origin and source in one phrase, e.g. ``plugin protege-weather 1.0``."""
         version = f" {self.version}" if self.version else ""
-        return f"{self.origin} {self.source}{version}"
+        server = f" (server {self.server})" if self.server else ""
+        return f"{self.origin} {self.source}{version}{server}"
 
     def as_dict(self) -> dict[str, object]:
         """The entry as plain JSON data."""
@@ -81,6 +93,8 @@ class ToolEntry:
             "origin": str(self.origin),
             "source": self.source,
             "version": self.version,
+            "server": self.server,
+            "annotations": self.annotations,
             "class": self.class_path,
         }
 
@@ -112,3 +126,19 @@ class Rejected:
     def as_dict(self) -> dict[str, object]:
         """The rejection as plain JSON data."""
         return {"origin": str(self.origin), "source": self.source, "reason": self.reason}
+
+
+@attrs.frozen(repr=False)
+class Withheld:
+    """A tool a plugin knows of but cannot offer now (its server was down at the last sync):
+    never offered, yet kept by sync in *All Tools* and in the toolkits that list it."""
+
+    __repr__ = fields_repr
+
+    tool_id: str
+    source: str  # the plugin's distribution
+    reason: str
+
+    def as_dict(self) -> dict[str, object]:
+        """The withheld tool as plain JSON data."""
+        return {"id": self.tool_id, "source": self.source, "reason": self.reason}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
 import attrs
@@ -19,7 +19,7 @@ from protege.plugins import (
     current_plugin,
     normalize,
 )
-from protege.registry.entries import Origin, Rejected, Shadowed, ToolEntry
+from protege.registry.entries import Origin, Rejected, Shadowed, ToolEntry, Withheld
 from protege.registry.host import host_resolver_classes, host_tool_classes
 from protege.registry.settings import read_plugin_settings
 from protege.reprs import fields_repr
@@ -40,6 +40,7 @@ class PluginReport:
     tool_ids: tuple[str, ...]
     rejected: tuple[str, ...] = ()  # why each class it offered was not registered
     settings_error: str | None = None  # its [plugins.NAME] table was refused: skipped
+    withheld: tuple[Withheld, ...] = ()  # known tools it cannot offer now, and why
 
     @property
     def status(self) -> PluginStatus:
@@ -62,6 +63,7 @@ class PluginReport:
             "hooks": list(self.plugin.hooks),
             "tools": list(self.tool_ids),
             "rejected": list(self.rejected),
+            "withheld": [w.as_dict() for w in self.withheld],
             "status": str(self.status),
             "error": self.error,
             "failures": [
@@ -97,6 +99,9 @@ class Manifest:
     settings_problems: tuple[str, ...] = ()
     # The host app's prompt-section resolvers, one per name, in the order declared.
     resolvers: tuple[type[Resolver], ...] = ()
+    # Tools a plugin knows of but cannot offer now (their server was down at the last sync):
+    # not offered, yet kept in All Tools and in toolkits by sync.
+    withheld: tuple[Withheld, ...] = ()
     _by_id: dict[str, ToolEntry] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
@@ -114,6 +119,10 @@ class Manifest:
     def get(self, tool_id: str) -> ToolEntry | None:
         """The entry offered under ``tool_id``, or None."""
         return self._by_id.get(tool_id)
+
+    def withheld_ids(self) -> set[str]:
+        """The ids of the tools withheld from this manifest (known, not offered now)."""
+        return {w.tool_id for w in self.withheld if w.tool_id not in self._by_id}
 
     def ids(self, origin: Origin | None = None) -> list[str]:
         """The offered tool ids, sorted; only those of ``origin`` when given."""
@@ -147,6 +156,9 @@ class Manifest:
         ]
         lines += list(self.settings_problems)
         lines += [f"rejected ({r.origin} {r.source}): {r.reason}" for r in self.rejected]
+        lines += [
+            f"tool {w.tool_id} from {w.source} is withheld: {w.reason}" for w in self.withheld
+        ]
         lines += [
             f"tool {s.entry.id} from {s.entry.describe_source()} is shadowed by "
             f"{s.winner.describe_source()}"
@@ -187,8 +199,17 @@ class _Collector:
         return entry
 
 
-def build_manifest(config: Config, plugins: PluginHost) -> Manifest:
-    """Read the host modules in ``config`` and the tools of ``plugins`` into a manifest."""
+# What a plugin recorded at the last sync, by key, given its distribution name.
+ListingReader = Callable[[str], Mapping[str, Any]]
+
+
+def build_manifest(
+    config: Config, plugins: PluginHost, *, listings: ListingReader | None = None
+) -> Manifest:
+    """Read the host modules in ``config`` and the tools of ``plugins`` into a manifest.
+
+    ``listings`` reads what a plugin recorded at the last sync (its outside tools), for the
+    plugins' ``recorded(key)``; without it they are given nothing recorded."""
     collector = _Collector()
     import_errors: list[str] = []
     for module_name in config.tool_modules:
@@ -199,7 +220,8 @@ def build_manifest(config: Config, plugins: PluginHost) -> Manifest:
             collector.offer(tool_class, Origin.HOST, tool_class.__module__, None)
     resolvers = _host_resolvers(config, collector)
     settings = read_plugin_settings(config, plugins)
-    reports = _register_plugin_tools(plugins, collector, settings.errors)
+    checked_config = attrs.evolve(config, plugins={**config.plugins, **settings.values})
+    reports = _register_plugin_tools(plugins, collector, settings.errors, checked_config, listings)
     tools, shadowed = _resolve(collector.candidates)
     for loser in shadowed:
         if loser.winner.origin is Origin.HOST and loser.entry.id in config.overrides:
@@ -223,6 +245,7 @@ def build_manifest(config: Config, plugins: PluginHost) -> Manifest:
         settings=settings.values,
         settings_problems=settings.problems,
         resolvers=resolvers,
+        withheld=tuple(w for r in reports for w in r.withheld),
     )
 
 
@@ -245,26 +268,84 @@ def _host_resolvers(config: Config, collector: _Collector) -> tuple[type[Resolve
     return tuple(taken.values())
 
 
-def _register_plugin_tools(
-    plugins: PluginHost, collector: _Collector, refused: Mapping[str, str]
-) -> tuple[PluginReport, ...]:
-    registered: dict[int, list[ToolEntry]] = {}
+class ToolRegistration:
+    """The ``register`` a ``register_tools`` hook is handed: call it with each tool class;
+    ``withhold`` and ``reject`` say what the plugin knows of but cannot offer.
 
-    def register(tool_class: type[Tool]) -> None:
-        plugin = current_plugin()
-        if plugin is None:
-            raise RuntimeError("register is for a register_tools hook, while it runs")
+    Each call is attributed to the plugin whose hook implementation is running; one kept and
+    called after the hook returned raises."""
+
+    def __init__(self, collector: _Collector) -> None:
+        self._collector = collector
+        self.registered: dict[int, list[ToolEntry]] = {}
+        self.withheld: dict[int, list[Withheld]] = {}
+
+    def __call__(self, tool_class: type[Tool]) -> None:
+        plugin = self._plugin("register")
         source = plugin.source
-        entry = collector.offer(
+        entry = self._collector.offer(
             tool_class, Origin(source.origin), source.distribution, source.version
         )
         if entry is not None:
-            registered.setdefault(id(plugin), []).append(entry)
+            self.registered.setdefault(id(plugin), []).append(entry)
 
-    plugins.hook.register_tools(register=register)
+    def withhold(self, tool_id: str, reason: str) -> None:
+        """Name a tool the plugin knows of (from its record) but cannot offer now, and why:
+        it is not offered, and sync keeps it where toolkits list it."""
+        plugin = self._plugin("withhold")
+        self.withheld.setdefault(id(plugin), []).append(
+            Withheld(str(tool_id), plugin.source.distribution, str(reason))
+        )
+
+    def reject(self, reason: str) -> None:
+        """Report something the plugin could not make a tool of, as a class breaking the
+        tool contract is reported."""
+        plugin = self._plugin("reject")
+        source = plugin.source
+        self._collector.rejected.append(
+            Rejected(Origin(source.origin), source.distribution, str(reason))
+        )
+
+    def _plugin(self, what: str) -> LoadedPlugin:
+        plugin = current_plugin()
+        if plugin is None:
+            raise RuntimeError(f"{what} is for a register_tools hook, while it runs")
+        return plugin
+
+
+def _recorded_reader(listings: ListingReader | None) -> Callable[[str], Any]:
+    """``recorded(key)`` for ``register_tools``: what the calling plugin recorded under
+    ``key`` at the last sync, read once per plugin; None when nothing was."""
+    cache: dict[str, Mapping[str, Any]] = {}
+
+    def recorded(key: str) -> Any:
+        plugin = current_plugin()
+        if plugin is None:
+            raise RuntimeError("recorded is for a register_tools hook, while it runs")
+        name = normalize(plugin.source.distribution)
+        if name not in cache:
+            cache[name] = {} if listings is None else listings(name)
+        return cache[name].get(str(key))
+
+    return recorded
+
+
+def _register_plugin_tools(
+    plugins: PluginHost,
+    collector: _Collector,
+    refused: Mapping[str, str],
+    config: Config,
+    listings: ListingReader | None,
+) -> tuple[PluginReport, ...]:
+    register = ToolRegistration(collector)
+    plugins.hook.register_tools(
+        register=register, config=config, recorded=_recorded_reader(listings)
+    )
+    registered = register.registered
     for plugin in plugins.plugins:
         if plugin.status is PluginStatus.ERROR or normalize(plugin.source.distribution) in refused:
             withdrawn = registered.pop(id(plugin), [])
+            register.withheld.pop(id(plugin), None)
             collector.candidates[:] = [c for c in collector.candidates if c not in withdrawn]
     return tuple(
         PluginReport(
@@ -276,6 +357,7 @@ def _register_plugin_tools(
                 if r.origin is not Origin.HOST and r.source == plugin.source.distribution
             ),
             refused.get(normalize(plugin.source.distribution)),
+            tuple(register.withheld.get(id(plugin), [])),
         )
         for plugin in plugins.plugins
     )

@@ -14,6 +14,7 @@ def test_plugins_json_reports_every_plugin_with_its_status(site, run_protege):
         "hooks": ["plugin_settings", "register_tools"],
         "tools": ["get_forecast"],
         "rejected": [],
+        "withheld": [],
         "status": "ok",
         "error": None,
         "failures": [],

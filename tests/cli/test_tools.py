@@ -16,6 +16,8 @@ def test_tools_json_lists_the_installed_weather_tool_as_a_plugin_tool(run_proteg
         "origin": "plugin",
         "source": "protege-weather",
         "version": "0.1.0",
+        "server": None,
+        "annotations": {},
         "class": "protege_weather:GetForecastTool",
         "status": "offered",
     }
@@ -104,7 +106,7 @@ def test_tools_table_lists_origin_and_shadowed_entries(site, run_protege):
     site.add("alpha-tools", site.tool_plugin("GetForecastTool"), version="3.0")
     result = run_protege("tools", pythonpath=site.path)
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["ID", "NAME", "ORIGIN", "FROM", "SUMMARY"]
+    assert lines[0].split() == ["ID", "NAME", "ORIGIN", "FROM", "HINTS", "SUMMARY"]
     row = next(line for line in lines if line.startswith("get_forecast "))
     assert "alpha-tools 3.0" in row
     assert "Shadowed (never offered):" in lines
