@@ -95,32 +95,38 @@ def register_tools(
 
 
 @hookspec
-def refresh_tools(app: Installation, record: Callable[[str, Any], None]) -> None:
+def refresh_tools(
+    app: Installation, record: Callable[[str, Any], None], recorded: Callable[[str], Any]
+) -> list[str] | None:
     """Called by `protege sync` (``Installation.sync``), after the database is migrated and
     before the manifest that sync applies is built, so that a plugin whose tools are listed
     by something outside the process (an MCP server) lists them now and records what it
     found. `record` is a function: `record(key, data)` keeps `data` (anything JSON can
-    hold) under `key` for this plugin, replacing what an earlier sync recorded there, and
-    every process's
-    `register_tools` reads it back as `recorded(key)` until the next sync. Serving never
-    lists anything itself, so a server down while protege serves changes nothing offered.
-    `app` is the installation being synced (``app.config.plugin_settings(...)`` holds the
-    plugin's checked settings).
+    hold) under `key` for this plugin, replacing what an earlier sync recorded there
+    (`record(key, None)` forgets the key), and every process's `register_tools` reads it
+    back as `recorded(key)` until the next sync. `recorded` is the same reader, here giving
+    what the earlier sync recorded. Serving never lists anything itself, so a server down
+    while protege serves changes nothing offered. `app` is the installation being synced
+    (``app.config.plugin_settings(...)`` holds the plugin's checked settings).
 
     Record what failed too (a server that did not answer), so that `register_tools` can
-    withhold the tools the earlier record knew rather than forget them. Take as long as the
-    listing needs, within the plugin's own limits: sync waits. If the hook raises, sync goes
-    on, keeps what was recorded before, and reports the plugin's failure
-    (`protege plugins`).
+    withhold the tools the earlier record knew rather than forget them. Return lines for
+    `protege sync` to report (a server that did not answer, a tool whose description
+    changed since the last sync), or None. Take as long as the listing needs, within the
+    plugin's own limits: sync waits. If the hook raises, sync goes on, keeps what was
+    recorded before, and reports the plugin's failure.
 
     Example::
 
         from protege import hookimpl
 
         @hookimpl
-        def refresh_tools(app, record):
+        def refresh_tools(app, record, recorded):
             catalogue = fetch_catalogue(app.config.plugin_settings("acme-tools"))
-            record("catalogue", catalogue)
+            if catalogue != recorded("catalogue"):
+                record("catalogue", catalogue)
+                return ["acme-tools: the catalogue changed"]
+            return None
     """
 
 

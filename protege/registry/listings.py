@@ -52,7 +52,8 @@ def read_listings(distribution: str) -> dict[str, Any]:
 
 
 def write_listing(distribution: str, key: str, data: Any) -> None:
-    """Keep ``data`` under ``key`` for ``distribution``, replacing what was there."""
+    """Keep ``data`` under ``key`` for ``distribution``, replacing what was there (None:
+    forget the key)."""
     if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS:
         raise RecordRefused(f"a record's key must be a string of 1 to {MAX_KEY_CHARS} characters")
     try:
@@ -64,6 +65,11 @@ def write_listing(distribution: str, key: str, data: Any) -> None:
             f"record {key!r} holds {len(text):,} characters, more than {MAX_RECORD_CHARS:,}"
         )
     name = normalize(distribution)
+    if data is None:
+        ToolListing.delete().where(
+            (ToolListing.distribution == name) & (ToolListing.key == key)
+        ).execute()
+        return
     with db.database.atomic():
         updated = (
             ToolListing.update(data=text, recorded_at=utcnow())
@@ -76,8 +82,8 @@ def write_listing(distribution: str, key: str, data: Any) -> None:
 
 def refresh_listings(app: Any) -> list[str]:
     """Have each plugin of ``app`` (an installation) that implements ``refresh_tools`` list
-    and record its tools: the first half of sync. Returns the problems to report, one line
-    each: the plugins whose hook raised (what they recorded before is kept)."""
+    and record its tools: the first half of sync. Returns the lines to report: what the
+    plugins said, and the plugins whose hook raised (what they recorded before is kept)."""
     plugins = app.plugins
 
     def record(key: str, data: Any) -> None:
@@ -86,17 +92,26 @@ def refresh_listings(app: Any) -> list[str]:
             raise RuntimeError("record is for a refresh_tools hook, while it runs")
         write_listing(plugin.source.distribution, key, data)
 
+    def recorded(key: str) -> Any:
+        plugin = current_plugin()
+        if plugin is None:
+            raise RuntimeError("recorded is for a refresh_tools hook, while it runs")
+        return read_listings(plugin.source.distribution).get(str(key))
+
     before = {id(plugin): _failures(plugin) for plugin in plugins.plugins}
-    plugins.hook.refresh_tools(app=app, record=record)
-    problems = []
+    said = plugins.call_with_plugins("refresh_tools", app=app, record=record, recorded=recorded)
+    lines = []
+    for plugin, returned in said:
+        if isinstance(returned, list | tuple):
+            lines += [f"{plugin.source.distribution}: {line}" for line in returned]
     for plugin in plugins.plugins:
         if _failures(plugin) > before.get(id(plugin), 0):
             failure = plugin.failures["refresh_tools"]
-            problems.append(
+            lines.append(
                 f"plugin {plugin.source.distribution} could not list its tools "
                 f"(refresh_tools raised {failure.error}); what it recorded before is kept"
             )
-    return problems
+    return lines
 
 
 def _failures(plugin: Any) -> int:
