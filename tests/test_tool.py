@@ -246,3 +246,44 @@ def test_use_parameters_are_read_as_inspect_reads_them(use):
         for p in list(inspect.signature(use).parameters.values())[1:]
     ]
     assert _use_parameters(use) == expected
+
+
+def test_annotations_and_server_are_checked_and_carried_by_the_entry():
+    from protege.registry.entries import Origin, ToolEntry
+
+    class DeleteRecordTool(Tool):
+        description = "Deletes a record."
+        annotations = {"destructive": True, "read_only": False}
+        server = "crm"
+
+        def use(self, context):
+            return self.success()
+
+    check_tool_class(DeleteRecordTool)
+    entry = ToolEntry(DeleteRecordTool, Origin.PLUGIN, "protege-mcp", "0.1.0")
+    assert entry.as_dict()["annotations"] == {"destructive": True, "read_only": False}
+    assert entry.as_dict()["server"] == "crm"
+    assert entry.describe_source() == "plugin protege-mcp 0.1.0 (server crm)"
+
+
+@pytest.mark.parametrize(
+    ("annotations", "server"),
+    [
+        ({"dangerous": True}, None),  # a hint nobody defines
+        ({"destructive": "yes"}, None),  # a hint that is not True or False
+        (["read_only"], None),
+        ({}, ""),
+        ({}, 7),
+    ],
+)
+def test_annotations_or_server_of_the_wrong_shape_break_the_contract(annotations, server):
+    class OddTool(Tool):
+        description = "Odd."
+
+        def use(self, context):
+            return self.success()
+
+    OddTool.annotations = annotations
+    OddTool.server = server
+    with pytest.raises(InvalidTool, match=r"annotations must map|server must be"):
+        check_tool_class(OddTool)

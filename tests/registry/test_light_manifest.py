@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-HEAVY = ("peewee", "httpx", "bs4", "pypdf", "openai")
+HEAVY = ("peewee", "httpx", "httpx2", "bs4", "pypdf", "openai", "mcp", "anyio")
 
 PROGRAM = f"""
 import sys
