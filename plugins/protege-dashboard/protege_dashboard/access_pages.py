@@ -26,8 +26,32 @@ async def tools_page(request: Request) -> Response:
         "tools.html",
         tools=manifest.tools,
         shadowed=manifest.shadowed,
+        withheld=manifest.withheld,
         problems=manifest.problems(),
+        hints=tool_hints,
     )
+
+
+# How each of a tool's annotations reads on the page, when True and when False; ``kind``
+# colours it (a destructive tool stands out).
+_HINTS = {
+    "read_only": (("read-only", "safe"), ("writes", "plain")),
+    "destructive": (("destructive", "danger"), ("not destructive", "plain")),
+    "idempotent": (("idempotent", "plain"), None),
+    "open_world": (("open world", "plain"), ("closed world", "plain")),
+}
+
+
+def tool_hints(entry: Any) -> list[dict[str, str]]:
+    """What a tool's annotations say, as badges: text and kind."""
+    hints = []
+    for key, (if_true, if_false) in _HINTS.items():
+        if key not in entry.annotations:
+            continue
+        chosen = if_true if entry.annotations[key] else if_false
+        if chosen is not None:
+            hints.append({"text": chosen[0], "kind": chosen[1]})
+    return hints
 
 
 async def toolkits_page(request: Request) -> Response:

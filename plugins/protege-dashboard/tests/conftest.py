@@ -41,6 +41,15 @@ class ProcessRefundTool(Tool):
 
     def use(self, context):
         return self.success()
+
+
+class CloseAccountTool(Tool):
+    description = "Closes a customer's account in the CRM."
+    annotations = {"destructive": True, "read_only": False}
+    server = "crm"
+
+    def use(self, context):
+        return self.success()
 """
 
 

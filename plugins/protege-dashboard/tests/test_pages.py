@@ -44,6 +44,38 @@ def test_the_tools_page_lists_the_manifest_with_summaries(signed_in):
     assert "scoop_tools_for_dashboard" in page
 
 
+def test_the_tools_page_shows_the_server_and_hints_of_a_tool(signed_in):
+    page = signed_in.get("/tools").text
+    row = next(r for r in page.split("<tr>") if "<code>close_account</code>" in r)
+    assert 'server <strong class="tool-server">crm</strong>' in row
+    assert '<span class="tag hint-danger">destructive</span>' in row
+    assert '<span class="tag hint-plain">writes</span>' in row
+    refund = next(r for r in page.split("<tr>") if "<code>process_refund</code>" in r)
+    assert "tool-server" not in refund
+    assert "hint-" not in refund
+
+
+def test_the_tools_page_lists_withheld_tools_with_why(installation, operator, sign_in):
+    import attrs
+    from starlette.testclient import TestClient
+
+    from protege.registry.entries import Withheld
+    from protege_dashboard.app import create_app
+    from protege_dashboard.settings import DashboardSettings
+
+    down = Withheld("crm_find_customer", "protege-mcp", "MCP server crm did not answer")
+    withheld = attrs.evolve(
+        installation, manifest=attrs.evolve(installation.manifest, withheld=(down,))
+    )
+    with TestClient(
+        create_app(withheld, DashboardSettings(), {}), base_url="http://127.0.0.1"
+    ) as client:
+        sign_in(client)
+        page = _text(client.get("/tools").text)
+    assert "Withheld" in page
+    assert "crm_find_customer protege-mcp MCP server crm did not answer" in " ".join(page.split())
+
+
 def test_a_toolkit_is_made_by_ticking_tools(signed_in, token_of):
     answer = _form(
         signed_in,
