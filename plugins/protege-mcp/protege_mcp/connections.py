@@ -118,14 +118,16 @@ class _Session:
     def reason(self) -> str:
         """Why the session ended, as protege says it."""
         transport = self.transport
-        failure = getattr(transport, "failure", None)
         if self.lost is not None:
             return self.lost
+        failure = getattr(transport, "failure", None)
         if failure:
             return str(failure)
         code = getattr(transport, "returncode", None)
         if code is not None:
             return f"its process exited (status {code})"
+        if isinstance(transport, StdioTransport):
+            return "its process ended"
         return "the connection closed"
 
 
@@ -264,6 +266,9 @@ class _Server:
         failure = getattr(transport, "failure", None)
         if failure:
             return str(failure)
+        code = getattr(transport, "returncode", None)
+        if code is not None:
+            return f"it exited at start-up (status {code}; its stderr is in the log)"
         for leaf in leaves:
             if isinstance(leaf, TimeoutError | anyio.get_cancelled_exc_class()):
                 return f"it did not complete its start-up within {seconds:g} s"
@@ -280,9 +285,6 @@ class _Server:
             if isinstance(leaf, OSError):
                 return f"it could not be started ({leaf.strerror or type(leaf).__name__})"
             if isinstance(leaf, MCPError):
-                code = getattr(transport, "returncode", None)
-                if code is not None:
-                    return f"it exited at start-up (status {code}; its stderr is in the log)"
                 if leaf.code == mcp_types.CONNECTION_CLOSED:
                     return "it closed the connection at start-up (its stderr is in the log)"
                 return f"it refused to start a session (error {leaf.code})"
@@ -666,9 +668,8 @@ class Connections:
         the call.
         """
         state = self._server(server)
-        future = asyncio.run_coroutine_threadsafe(
-            _call(state, tool, arguments, timeout), self._running_loop()
-        )
+        loop = self._running_loop()
+        future = asyncio.run_coroutine_threadsafe(_call(state, tool, arguments, timeout), loop)
         waiting = asyncio.wrap_future(future)
         try:
             return await asyncio.wait_for(waiting, timeout + BACKSTOP_SECONDS)

@@ -62,8 +62,8 @@ class StdioTransport:
     than ``max_message_bytes`` stops the transport and kills the server; a line that is
     not JSON-RPC is handed to the session as an exception, as the SDK's transport does.
     Leaving the context closes stdin, gives the server ``grace_seconds`` to exit, then
-    ends its whole process group. ``failure`` says why the transport stopped on its own
-    (for errors shown to operators and the model: never the server's output).
+    ends its whole process group. ``failure`` says why the transport stopped the server
+    on its own (for errors shown to operators and the model: never the server's output).
     ``on_spawn`` and ``on_exit`` are told the process group's id when it starts and
     once it has been ended.
     """
@@ -91,7 +91,6 @@ class StdioTransport:
         self.on_spawn = on_spawn
         self.on_exit = on_exit
         self.failure: str | None = None
-        self._stopping = False
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         self._stderr_logged = 0
         self._process: anyio.abc.Process | None = None
@@ -163,7 +162,6 @@ class StdioTransport:
         """Close stdin, wait ``grace_seconds`` for the server to exit, then end its group."""
         process = self._process
         assert process is not None
-        self._stopping = True
         self._write_stream.close()
         with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
             assert process.stdin is not None
@@ -180,6 +178,14 @@ class StdioTransport:
             with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 if pipe is not None:
                     await pipe.aclose()
+        # asyncio's transport of the process would otherwise stay open (and complain when
+        # collected after its loop closed); nothing public reaches it.
+        close = getattr(
+            getattr(getattr(process, "_process", None), "_transport", None), "close", None
+        )
+        if callable(close):
+            with contextlib.suppress(Exception):
+                close()
         if self.on_exit is not None:
             self.on_exit(process.pid)
 
@@ -220,8 +226,6 @@ class StdioTransport:
                     if len(pending) > cap:
                         self._flooded(process)
                         return
-                if self.failure is None and not self._stopping:
-                    self.failure = "it closed its output (the process ended)"
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass  # the session is gone: the transport is closing
 
@@ -246,8 +250,6 @@ class StdioTransport:
                     await process.stdin.send(data.encode() + b"\n")
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             # The server stopped reading (it ended, or is ending): so ends the session.
-            if self.failure is None and not self._stopping:
-                self.failure = "it stopped reading its input (the process ended)"
             await self._read_writer.aclose()
 
     async def _read_stderr(self, process: anyio.abc.Process) -> None:

@@ -110,6 +110,24 @@ async def malformed() -> str:
 
 
 @server.tool()
+def shout(lines: int, width: int) -> str:
+    """Write ``lines`` lines of ``width`` characters to stderr."""
+    for number in range(lines):
+        sys.stderr.write(f"{number:05d}" + "e" * max(0, width - 5) + "\n")
+    sys.stderr.flush()
+    return "shouted"
+
+
+@server.tool()
+def spawn() -> int:
+    """Start a long-lived child process (in the server's process group); its pid."""
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    return child.pid
+
+
+@server.tool()
 def headers(ctx: Context) -> dict[str, str]:
     """The HTTP headers of this request (over HTTP only)."""
     return {name.lower(): value for name, value in (ctx.headers or {}).items()}
