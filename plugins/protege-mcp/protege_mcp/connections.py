@@ -241,14 +241,20 @@ class _Server:
             header: self._variable(environ, variable, f"header_env.{header}")
             for header, variable in settings.header_env.items()
         }
-        return HttpTransport(
-            settings.url,
-            headers=headers,
-            ca_file=settings.ca_file,
-            max_response_bytes=max_message_bytes,
-            timeout=settings.timeout_seconds,
-            name=self.name,
-        )
+        try:
+            return HttpTransport(
+                settings.url,
+                headers=headers,
+                ca_file=settings.ca_file,
+                max_response_bytes=max_message_bytes,
+                timeout=settings.timeout_seconds,
+                name=self.name,
+            )
+        except (OSError, ssl.SSLError) as error:
+            raise self.unavailable(
+                f"its ca_file {settings.ca_file} cannot be used "
+                f"({getattr(error, 'strerror', None) or type(error).__name__})"
+            ) from None
 
     def _variable(self, environ: Mapping[str, str], name: str, where: str) -> str:
         value = environ.get(name)
@@ -280,10 +286,9 @@ class _Server:
                 return f"it could not be reached ({_ssl_reason(leaf)})"
             if isinstance(leaf, httpx2.TransportError):
                 return f"the connection failed ({type(leaf).__name__})"
-            if isinstance(leaf, PermissionError | FileNotFoundError | NotADirectoryError):
-                return f"it could not be started ({leaf.strerror}: {leaf.filename})"
             if isinstance(leaf, OSError):
-                return f"it could not be started ({leaf.strerror or type(leaf).__name__})"
+                where = f": {leaf.filename}" if leaf.filename else ""
+                return f"it could not be started ({leaf.strerror or type(leaf).__name__}{where})"
             if isinstance(leaf, MCPError):
                 if leaf.code == mcp_types.CONNECTION_CLOSED:
                     return "it closed the connection at start-up (its stderr is in the log)"

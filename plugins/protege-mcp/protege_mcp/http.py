@@ -125,7 +125,8 @@ class HttpTransport:
     Every request carries ``headers`` (their values read from the environment by the
     caller); TLS is verified against ``ca_file`` alone when given; no response body may
     pass ``max_response_bytes``; proxies and CA settings of the environment are not
-    used. ``timeout`` bounds connecting, writing and waiting for each read.
+    used. ``timeout`` bounds connecting, writing and waiting for each read. A ``ca_file``
+    that cannot be read fails here (``OSError`` or ``ssl.SSLError``), before any request.
     """
 
     def __init__(
@@ -144,6 +145,7 @@ class HttpTransport:
         self.max_response_bytes = max_response_bytes
         self.timeout = timeout
         self.name = name or shown_url(url)
+        self.ssl_context = ssl_context(ca_file)
         self._stack: AsyncExitStack | None = None
 
     def __repr__(self) -> str:
@@ -151,8 +153,7 @@ class HttpTransport:
 
     def client(self) -> httpx2.AsyncClient:
         """The HTTP client the SDK's transport talks through."""
-        context = ssl_context(self.ca_file)
-        inner = httpx2.AsyncHTTPTransport(verify=context, trust_env=False)
+        inner = httpx2.AsyncHTTPTransport(verify=self.ssl_context, trust_env=False)
         return httpx2.AsyncClient(
             headers={**self.headers, "Accept-Encoding": "identity"},
             timeout=httpx2.Timeout(min(self.timeout, CONNECT_SECONDS), read=max(self.timeout, 1.0)),

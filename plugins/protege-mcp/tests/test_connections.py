@@ -117,6 +117,15 @@ def test_a_missing_variable_is_named_never_its_value(connect):
     )
 
 
+def test_the_server_runs_in_its_cwd_or_is_not_started(connect, tmp_path):
+    connections = connect(
+        {"box": stdio(cwd=str(tmp_path)), "nowhere": stdio(cwd=str(tmp_path / "missing"))}
+    )
+    assert text(call(connections, "cwd")) == str(tmp_path)
+    with pytest.raises(ServerUnavailable, match="it could not be started \\(No such file"):
+        call(connections, "cwd", "nowhere")
+
+
 def test_one_session_per_server_shared_by_calls_from_any_thread(connect):
     connections = connect({"box": stdio()})
     pids: list[int] = []

@@ -47,6 +47,12 @@ def environ() -> dict[str, str]:
 
 
 @server.tool()
+def cwd() -> str:
+    """The server's working directory."""
+    return os.getcwd()
+
+
+@server.tool()
 def pid() -> int:
     """The server's process id."""
     return os.getpid()
