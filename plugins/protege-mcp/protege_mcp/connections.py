@@ -525,7 +525,7 @@ async def _list_tools(server: _Server, timeout: float) -> list[mcp_types.Tool]:
                 client_info=mcp_types.Implementation(name="protege", version=protege.__version__),
             )
             async with client:
-                return await _pages(server, client)
+                return await _pages(server, client, transport)
     except TimeoutError:
         raise TimeoutError(
             f"MCP server {server.name}: its tools were not listed within {timeout:g} s"
@@ -538,7 +538,9 @@ async def _list_tools(server: _Server, timeout: float) -> list[mcp_types.Tool]:
         raise server.unavailable(server.describe(error, transport, timeout)) from None
 
 
-async def _pages(server: _Server, client: Client) -> list[mcp_types.Tool]:
+async def _pages(
+    server: _Server, client: Client, transport: StdioTransport | HttpTransport
+) -> list[mcp_types.Tool]:
     tools: list[mcp_types.Tool] = []
     cursors: set[str] = set()
     cursor: str | None = None
@@ -546,6 +548,9 @@ async def _pages(server: _Server, client: Client) -> list[mcp_types.Tool]:
         try:
             page = await client.list_tools(cursor=cursor)
         except MCPError as error:
+            if error.code == mcp_types.CONNECTION_CLOSED:
+                why = getattr(transport, "failure", None) or "the connection closed"
+                raise server.unavailable(f"it ended while listing its tools: {why}") from None
             raise server.unavailable(f"it refused to list its tools (error {error.code})") from None
         except pydantic.ValidationError:
             raise server.unavailable("its list of tools is not valid MCP") from None
@@ -679,15 +684,21 @@ class Connections:
         try:
             return await asyncio.wait_for(waiting, timeout + BACKSTOP_SECONDS)
         except TimeoutError:
+            # Only when the private loop did not answer in time (it answers within
+            # ``timeout``, unless something blocks it).
             future.cancel()
-            if future.done() and not future.cancelled() and future.exception() is not None:
-                raise future.exception() from None  # type: ignore[misc]
             raise TimeoutError(
                 f"MCP server {server}: no answer from its tool {tool[:64]} within {timeout:g} s"
             ) from None
         except asyncio.CancelledError:
             future.cancel()
-            raise
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the caller was cancelled
+            # The call was cancelled on the private loop: close() stopped it.
+            raise ServerUnavailable(
+                f"MCP server {server}: the MCP connections were closed during the call"
+            ) from None
 
     def is_open(self, server: str) -> bool:
         """Whether ``server`` has a session open now (one that has not ended)."""

@@ -287,3 +287,22 @@ def test_an_unknown_server_is_unavailable(connect):
         call(connections, "echo", "nope")
     with pytest.raises(ServerUnavailable, match="no MCP server named 'nope'"):
         connections.list_tools("nope", timeout=1.0)
+
+
+def test_a_call_in_flight_when_closing_fails_as_unavailable(connect):
+    connections = connect({"box": stdio()})
+    pid_of(connections)
+    outcome: list[BaseException] = []
+
+    def hanging() -> None:
+        try:
+            call(connections, "hang")
+        except BaseException as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=hanging)
+    thread.start()
+    connections.close()
+    thread.join()
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], ServerUnavailable)
