@@ -30,9 +30,7 @@ def refresh(settings: McpSettings, record: Record, recorded: Recorded) -> list[s
             try:
                 tools = [
                     described(tool)
-                    for tool in connections.list_tools(
-                        name, timeout=settings.list_timeout_seconds
-                    )
+                    for tool in connections.list_tools(name, timeout=settings.list_timeout_seconds)
                 ]
             except Exception as error:  # whatever the server did: this server only
                 reason = _one_line(error)

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from protege import Result, RunContext, Tool, Trust
-
 from protege_mcp.settings import ServerSettings
 
 if TYPE_CHECKING:
@@ -83,9 +82,7 @@ class McpTool(Tool):
             return self.failure(str(error))
         except TimeoutError:
             return self.failure(f"MCP server {server} did not answer within {timeout:g} s")
-        return to_result(
-            answer, max_chars=self.max_result_chars, max_bytes=self.max_result_bytes
-        )
+        return to_result(answer, max_chars=self.max_result_chars, max_bytes=self.max_result_bytes)
 
 
 def tool_class(
