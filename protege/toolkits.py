@@ -125,12 +125,12 @@ def describe_stale(toolkit: str, tool_ids: list[str], manifest: Manifest) -> str
             f"toolkit {toolkit} lists {named}, which no installed tool has (skipped; "
             f'`protege toolkits remove-tools "{toolkit}" {" ".join(gone)}` drops them)'
         )
-    lines += [
-        f"toolkit {toolkit} lists {i}, withheld (skipped until a sync can list it again): "
-        f"{withheld[i].reason}"
-        for i in tool_ids
-        if i in withheld
-    ]
+    held = [i for i in tool_ids if i in withheld]
+    if held:
+        lines.append(
+            f"toolkit {toolkit} lists {', '.join(held)}, withheld until a sync can list "
+            "them again (skipped meanwhile; `protege tools` says why)"
+        )
     return "; ".join(lines)
 
 

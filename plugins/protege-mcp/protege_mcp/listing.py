@@ -70,7 +70,7 @@ def changes(
     added and gone, and tools whose description or input changed (what the model is told
     of a tool is the server's word: a changed one deserves a look before it is granted)."""
     if not before or not before.get("tools"):
-        return [f"MCP server {name} lists {len(tools)} tool(s)"] if tools else []
+        return []  # a first listing: sync's "All Tools: added" says what came
     earlier = {tool["name"]: tool for tool in before["tools"]}
     now = {tool["name"]: tool for tool in tools}
     lines = []

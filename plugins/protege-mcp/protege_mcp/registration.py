@@ -44,9 +44,9 @@ def register_recorded(
             _withhold_or_reject(register, name, tools, reason)
             continue
         if data.get("error"):
+            error = str(data["error"]).removeprefix(f"MCP server {name}: ")
             reason = (
-                f"MCP server {name} did not answer the last sync ({data.get('failed_at')}): "
-                f"{data['error']}"
+                f"MCP server {name} did not answer the last sync ({data.get('failed_at')}): {error}"
             )
             _withhold_or_reject(register, name, tools, reason)
             continue
