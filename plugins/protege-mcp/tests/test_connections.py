@@ -239,6 +239,17 @@ def test_a_server_that_cannot_start_is_tried_again_after_a_doubling_wait(connect
     assert text(call(connections, "echo", "later", text="x")) == "x"
 
 
+def test_a_server_that_never_finishes_starting_fails_within_its_timeout(connect):
+    silent = ServerSettings(
+        command=sys.executable, args=["-c", "import time; time.sleep(600)"], timeout_seconds=1
+    )
+    connections = connect({"silent": silent})
+    with pytest.raises(ServerUnavailable, match="did not complete its start-up within 1 s"):
+        call(connections, "echo", "silent")
+    with pytest.raises(TimeoutError, match="not listed within 1 s"):
+        connections.list_tools("silent", timeout=1.0)
+
+
 def test_cancelling_the_caller_cancels_the_call(connect):
     connections = connect({"box": stdio()})
     server = pid_of(connections)
