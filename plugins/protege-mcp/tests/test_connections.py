@@ -14,7 +14,9 @@ from typing import Any
 import mcp_types
 import pytest
 
+from protege import Trust
 from protege_mcp.connections import MAX_TOOLS, Connections, ServerUnavailable
+from protege_mcp.results import to_result
 from protege_mcp.settings import ServerSettings
 
 from .conftest import BASE_ENVIRON, PAGED, alive, stdio, wait_until
@@ -97,6 +99,14 @@ def test_calls_bring_back_text_structured_content_images_and_errors(connect):
     unknown = call(connections, "no_such_tool")
     assert unknown.is_error
     assert "no_such_tool" in text(unknown)
+
+
+def test_a_real_result_becomes_an_untrusted_result_with_its_image(connect):
+    result = to_result(call(connect({"box": stdio()}), "image"), max_chars=100, max_bytes=10_000)
+    assert result.ok
+    assert result.trust is Trust.UNTRUSTED
+    assert result.data["text"] == "a red dot"
+    assert [part.media_type for part in result.parts] == ["image/png"]
 
 
 def test_the_server_gets_exactly_the_variables_named(connect):
@@ -237,6 +247,17 @@ def test_a_server_that_cannot_start_is_tried_again_after_a_doubling_wait(connect
         call(connections, "echo", "later", text="x")
     clock.now += 1.0
     assert text(call(connections, "echo", "later", text="x")) == "x"
+
+
+def test_a_server_that_never_finishes_starting_fails_within_its_timeout(connect):
+    silent = ServerSettings(
+        command=sys.executable, args=["-c", "import time; time.sleep(600)"], timeout_seconds=1
+    )
+    connections = connect({"silent": silent})
+    with pytest.raises(ServerUnavailable, match="did not complete its start-up within 1 s"):
+        call(connections, "echo", "silent")
+    with pytest.raises(TimeoutError, match="not listed within 1 s"):
+        connections.list_tools("silent", timeout=1.0)
 
 
 def test_cancelling_the_caller_cancels_the_call(connect):
