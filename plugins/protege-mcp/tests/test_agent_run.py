@@ -147,3 +147,73 @@ def test_tool_annotations_and_server_reach_the_manifest(synced):
     assert entry.origin == "plugin"
     assert entry.source == "protege-mcp"
     assert entry.summary == "Tells how many tubs of a flavor are in the freezer."
+
+
+def test_arguments_that_do_not_fit_the_schema_never_reach_the_server(
+    synced, scripted_model, calls_log
+):
+    _report, app = synced(stock_settings())
+    agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    agent.grant(Toolkit.create(name="Stock", member_tool_ids=["stock_check_stock"]))
+    scripted_model.script(tool_call("stock_check_stock", flavour="mango"), say("Hm."))
+    run = run_reply(agent, sender="mara@thescoop.com", body="Mango?", installation=app)
+    assert run.status == "done"
+    assert "do not fit the input schema" in _tool_message(scripted_model, 1)
+    assert not calls_log.exists()
+
+
+def test_a_grant_requiring_approval_holds_the_mcp_call_until_an_approver_agrees(
+    synced, scripted_model, calls_log
+):
+    _report, app = synced(stock_settings())
+    agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    grant = agent.grant(Toolkit.create(name="Orders", member_tool_ids=["stock_order_more"]))
+    grant.require_approval(["*@thescoop.com"], ["mara@thescoop.com"])
+    scripted_model.script(tool_call("stock_order_more", flavor="mango", tubs=40), say("Asked."))
+    run = run_reply(agent, sender="jane@acme.com", body="Order 40 mango!", installation=app)
+    assert run.status == "waiting"
+    assert "approval_requested" in [e.kind for e in run.timeline()]
+    assert not calls_log.exists()  # nothing reached the server
+
+
+def test_a_hung_server_fails_the_call_within_its_timeout_and_the_run_goes_on(
+    synced, scripted_model
+):
+    toolbox = Path(__file__).parent / "servers" / "toolbox.py"
+    settings = {
+        "servers": {
+            "box": {
+                "command": sys.executable,
+                "args": [str(toolbox)],
+                "env": ["STOCK_TOOLS"],  # any set variable: the toolbox needs none
+                "tools": ["hang"],
+                "timeout_seconds": 2,
+            }
+        }
+    }
+    _report, app = synced(settings)
+    agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+    agent.grant(Toolkit.create(name="Box", member_tool_ids=["hang"]))
+    scripted_model.script(tool_call("hang"), say("It did not answer."))
+    run = run_reply(agent, sender="mara@thescoop.com", body="Try it.", installation=app)
+    assert run.status == "done"
+    answer = _tool_message(scripted_model, 1)
+    assert "did not answer within" in answer or "did not finish within" in answer
+
+
+def test_a_streamable_http_servers_tool_is_used_in_a_run(protege_app, http_server, scripted_model):
+    server = http_server()
+    settings = {"servers": {"box": {"url": server.url, "tools": ["echo"], "prefix": "box_"}}}
+    with with_plugin_settings(protege_app, "protege-mcp", settings) as syncing:
+        report = syncing.sync()
+    assert "box_echo" in report.added
+    with with_plugin_settings(protege_app, "protege-mcp", settings) as app:
+        assert app.manifest.get("box_echo").annotations == {"read_only": True}
+        agent = Agent.create(name="Sundae", address="sundae@thescoop.example")
+        agent.grant(Toolkit.create(name="Box", member_tool_ids=["box_echo"]))
+        scripted_model.script(tool_call("box_echo", text="sorbet"), say("Echoed."))
+        run = run_reply(agent, sender="mara@thescoop.com", body="Echo!", installation=app)
+    assert run.status == "done"
+    answer = _tool_message(scripted_model, 1)
+    assert answer.startswith("<<<UNTRUSTED ")
+    assert "sorbet" in answer
