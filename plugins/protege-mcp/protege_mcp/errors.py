@@ -71,6 +71,7 @@ def describe(name: str, error: BaseException, transport: object, seconds: float)
             return f"it refused to start a session (error {leaf.code})"
     code = getattr(transport, "returncode", None)
     if code is not None:
+        _log_stderr(name, transport)
         return f"it exited at start-up (status {code}; its stderr is in the log)"
     for leaf in found:
         if isinstance(leaf, ResponseTooLarge):
@@ -85,9 +86,22 @@ def describe(name: str, error: BaseException, transport: object, seconds: float)
             where = f": {leaf.filename}" if leaf.filename else ""
             return f"it could not be started ({leaf.strerror or type(leaf).__name__}{where})"
         if isinstance(leaf, MCPError):
+            _log_stderr(name, transport)
             return "it closed the connection at start-up (its stderr is in the log)"
         if isinstance(leaf, pydantic.ValidationError):
             return "it answered with messages that are not MCP"
     first = found[0]
     logger.warning("MCP server %s failed", name, exc_info=first)
     return f"it failed ({type(first).__name__})"
+
+
+def _log_stderr(name: str, transport: object) -> None:
+    """Log, as a warning, the last lines a server wrote to stderr before it ended at its
+    start-up: what an operator running ``protege sync`` needs to see why (its stderr is
+    otherwise logged as information only, since servers talk there while they work). Only
+    the log gets them: never the record, the model or the dashboard."""
+    tail = list(getattr(transport, "stderr_tail", ()) or ())[-5:]
+    if tail:
+        logger.warning(
+            "MCP server %s ended at start-up; its last stderr lines: %s", name, " | ".join(tail)
+        )

@@ -33,7 +33,7 @@ def refresh(settings: McpSettings, record: Record, recorded: Recorded) -> list[s
                     for tool in connections.list_tools(name, timeout=settings.list_timeout_seconds)
                 ]
             except Exception as error:  # whatever the server did: this server only
-                reason = _one_line(error)
+                reason = _one_line(error).removeprefix(f"MCP server {name}: ")
                 record(key_for(name), failed(server, reason, before))
                 lines.append(
                     f"MCP server {name} could not be listed: {reason} (its tools are "

@@ -82,7 +82,9 @@ def test_a_server_down_at_sync_is_reported_everywhere_and_its_tools_withheld(pro
     assert protege("sync").returncode == 0
     down = protege("sync", down=True)
     assert down.returncode == 0, down.stderr
-    assert "warning: protege-mcp: MCP server stock could not be listed" in down.stderr
+    assert "warning: protege-mcp: MCP server stock could not be listed: it exited" in down.stderr
+    # Why, in the server's own words, on the operator's terminal (and only there).
+    assert "its last stderr lines: stock: the freezer database is unreachable" in down.stderr
     assert "All Tools: removed" not in down.stdout
     listed = protege("tools")
     assert "Withheld (known, not offered until a sync can list them):" in listed.stdout
