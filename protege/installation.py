@@ -33,7 +33,7 @@ from protege.registry import Manifest, build_manifest
 from protege.registry.listings import read_listings, refresh_listings
 from protege.registry.offered import Offered, offered
 from protege.serving import Server, serve
-from protege.toolkits import HostModulesBroken, SyncReport, sync
+from protege.toolkits import SyncReport, refuse_incomplete, sync
 from protege.transports import Transport
 from protege.worker import drain
 
@@ -139,10 +139,7 @@ class Installation:
         The report's ``manifest`` is that manifest. This installation keeps offering the
         one it was opened with; open a new installation (restart ``serve``) to offer what
         the sync recorded."""
-        if self.manifest.host_import_errors:  # before anything is recorded or changed
-            raise HostModulesBroken(
-                "sync changed nothing: " + "; ".join(self.manifest.host_import_errors)
-            )
+        refuse_incomplete(self.manifest)  # before anything is recorded or changed
         with self.activated():
             applied = db.migrate()
             problems = refresh_listings(self)

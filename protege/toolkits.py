@@ -30,6 +30,27 @@ class HostModulesBroken(ProtegeError):
     """Sync refused: a host tool module failed to import, so the manifest lacks its tools."""
 
 
+class PluginSettingsRefused(ProtegeError):
+    """Sync refused: protege.toml has settings a plugin cannot use, so the manifest lacks
+    that plugin's tools (a typo would otherwise take them out of All Tools)."""
+
+
+def refuse_incomplete(manifest: Manifest) -> None:
+    """Raise when ``manifest`` lacks tools for a reason the operator must fix first: a
+    host module that failed to import, or a plugin whose settings were refused."""
+    if manifest.host_import_errors:
+        raise HostModulesBroken("sync changed nothing: " + "; ".join(manifest.host_import_errors))
+    refused = [
+        f"plugin {r.plugin.source.distribution}: {r.settings_error}"
+        for r in manifest.plugins
+        if r.settings_error
+    ]
+    if refused:
+        raise PluginSettingsRefused(
+            "sync changed nothing: " + "; ".join(refused) + " (fix it, then sync again)"
+        )
+
+
 @attrs.frozen
 class SyncReport:
     """What one sync changed; empty lists everywhere mean it changed nothing."""
@@ -67,11 +88,11 @@ def sync(manifest: Manifest) -> SyncReport:
     """Apply migrations, then bring the system toolkits in line with ``manifest``.
 
     Idempotent; meant to run on every deploy (``protege sync``). A host tool module that
-    failed to import stops sync before it changes anything (``HostModulesBroken``): its
-    tools would otherwise leave All Tools.
+    failed to import (``HostModulesBroken``), or settings a plugin refused
+    (``PluginSettingsRefused``), stop sync before it changes anything: their tools would
+    otherwise leave All Tools.
     """
-    if manifest.host_import_errors:
-        raise HostModulesBroken("sync changed nothing: " + "; ".join(manifest.host_import_errors))
+    refuse_incomplete(manifest)
     migrations = db.migrate()
     created: list[str] = []
     with db.exclusive():

@@ -193,16 +193,20 @@ def _log_to_stderr() -> None:
         def format(self, record: logging.LogRecord) -> str:
             return f"{record.levelname.lower()}: {super().format(record)}"
 
-    def unreported(record: logging.LogRecord) -> bool:
-        return not getattr(record, REPORTED, False)
+    def ours(record: logging.LogRecord) -> bool:
+        # protege's, and its plugins' (protege_mcp, protege_web...): not every library's.
+        name = record.name
+        from_us = name == "protege" or name.startswith(("protege.", "protege_"))
+        return from_us and not getattr(record, REPORTED, False)
 
-    root = logging.getLogger("protege")
-    if root.handlers:
+    root = logging.getLogger()
+    if any(getattr(h, "protege_cli", False) for h in root.handlers):
         return
     handler = logging.StreamHandler(sys.stderr)
+    handler.protege_cli = True  # type: ignore[attr-defined]
     handler.setLevel(logging.WARNING)
     handler.setFormatter(LowerLevel("%(message)s"))
-    handler.addFilter(unreported)
+    handler.addFilter(ours)
     root.addHandler(handler)
 
 

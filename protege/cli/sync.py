@@ -39,9 +39,25 @@ def sync(as_json: bool) -> None:
     found = report.manifest or app.manifest
     warnings = [] if found.can_reply else [NO_REPLY]
     warnings += report.listing_problems
+    # What the manifest could not offer: the operator deploying should hear it here, not
+    # only from `protege doctor`.
+    warnings += [
+        f"tool {w.tool_id} from {w.source} is withheld: {w.reason}" for w in found.withheld
+    ]
+    warnings += [
+        f"rejected ({r.origin} {r.source}): {r.reason}"
+        for r in found.rejected
+        if r.origin != "host"  # a host module's own errors stop sync before this
+    ]
     warnings += [describe_stale(name, ids, found) for name, ids in report.stale.items()]
     if as_json:
-        echo_json({**report.as_dict(), "warnings": warnings})
+        echo_json(
+            {
+                **report.as_dict(),
+                "withheld": [w.as_dict() for w in found.withheld],
+                "warnings": warnings,
+            }
+        )
         return
     for line in warnings:
         click.echo(f"warning: {line}", err=True)

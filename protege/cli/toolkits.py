@@ -96,11 +96,13 @@ def show(name: str, as_json: bool) -> None:
     open_database()
     toolkit = Toolkit.named(name)
     tools = manifest()
+    withheld = {w.tool_id: w.reason for w in tools.withheld}
     members = [
         {
             "id": tool_id,
             "summary": entry.summary if (entry := tools.get(tool_id)) is not None else None,
             "in_manifest": tool_id in tools,
+            "withheld": withheld.get(tool_id),
         }
         for tool_id in toolkit.member_tool_ids
     ]
@@ -122,7 +124,13 @@ def show(name: str, as_json: bool) -> None:
         click.echo(toolkit.description)
     click.echo("tools:" if members else "tools: none")
     for member in members:
-        summary = member["summary"] if member["in_manifest"] else "(not in the manifest: skipped)"
+        summary = (
+            member["summary"]
+            if member["in_manifest"]
+            else f"(withheld: {member['withheld']})"
+            if member["withheld"]
+            else "(not in the manifest: skipped)"
+        )
         click.echo(f"  {member['id']}  {summary}")
     click.echo(f"agents: {', '.join(agents) or 'none'}")
 

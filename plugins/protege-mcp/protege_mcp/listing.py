@@ -34,10 +34,15 @@ def refresh(settings: McpSettings, record: Record, recorded: Recorded) -> list[s
                 ]
             except Exception as error:  # whatever the server did: this server only
                 reason = _one_line(error).removeprefix(f"MCP server {name}: ")
-                record(key_for(name), failed(server, reason, before))
+                kept = failed(server, reason, before)
+                record(key_for(name), kept)
                 lines.append(
-                    f"MCP server {name} could not be listed: {reason} (its tools are "
-                    "withheld until a sync lists them)"
+                    f"MCP server {name} could not be listed: {reason} ("
+                    + (
+                        "its tools are withheld until a sync lists them)"
+                        if kept["tools"]
+                        else "nothing of it is offered until a sync lists it)"
+                    )
                 )
                 continue
             record(key_for(name), listed(server, tools))

@@ -53,9 +53,14 @@ def register_recorded(
         chosen += [(tool_id, name, server, spec) for tool_id, spec in tools]
     clashes = colliding((tool_id, f"{name}/{spec['name']}") for tool_id, name, _, spec in chosen)
     for tool_id, whats in sorted(clashes.items()):
+        one_server = len({what.split("/", 1)[0] for what in whats}) == 1
         register.reject(
             f"the MCP tools {', '.join(whats)} would all be {tool_id}: none of them is offered "
-            "(give their servers different prefixes)"
+            + (
+                "(leave all but one out with the server's tools allow-list)"
+                if one_server
+                else "(give their servers different prefixes)"
+            )
         )
     for tool_id, name, server, spec in chosen:
         if tool_id not in clashes:

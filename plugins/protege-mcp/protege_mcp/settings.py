@@ -86,8 +86,15 @@ def _arguments(instance: object, attribute: attrs.Attribute, value: tuple[str, .
 
 def _variables(instance: object, attribute: attrs.Attribute, value: tuple[str, ...]) -> None:
     for name in value:
-        if not VARIABLE_NAME.match(name):
-            raise ValueError(f"{attribute.name}: {name!r} is not the name of a variable")
+        if VARIABLE_NAME.match(name):
+            continue
+        if "=" in name:  # NAME=value: the value may be a secret, and is never echoed
+            named = name.split("=", 1)[0]
+            raise ValueError(
+                f"{attribute.name}: an entry is a variable's name, not NAME=value (the entry "
+                f"for {named[:64]!r}); set the variable in protege's environment"
+            )
+        raise ValueError(f"{attribute.name}: {name[:64]!r} is not the name of a variable")
 
 
 def _tool_names(

@@ -21,8 +21,9 @@ def _block(marker: str, language: str) -> str:
     return found.group(1)
 
 
-def test_the_mcp_settings_example_is_what_protege_accepts(tmp_path, protege_app):
-    (tmp_path / "protege.toml").write_text(_block("mcp-settings", "toml"))
+def test_the_mcp_settings_examples_are_what_protege_accepts(tmp_path, protege_app):
+    text = _block("mcp-settings", "toml") + "\n" + _block("mcp-http-settings", "toml")
+    (tmp_path / "protege.toml").write_text(text)
     table = load_config(tmp_path, environ={}).plugins["protege-mcp"]
     with with_plugin_settings(protege_app, "protege-mcp", table) as app:
         settings = app.config.plugin_settings("protege-mcp")
@@ -30,7 +31,7 @@ def test_the_mcp_settings_example_is_what_protege_accepts(tmp_path, protege_app)
     assert (stock.command, stock.args, stock.env, stock.prefix) == (
         "python3",
         ("stock_server.py",),
-        ("STOCK_DATABASE_URL",),
+        (),
         "stock_",
     )
     assert stock.timeout_seconds == 20

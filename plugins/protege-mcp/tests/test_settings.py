@@ -135,6 +135,13 @@ def test_an_error_never_shows_a_urls_user_or_query():
     )
 
 
+def test_a_value_written_into_env_is_refused_without_being_shown():
+    with pytest.raises(ConfigError) as refused:
+        read({"servers": {"db": {"command": "x", "env": ["DATABASE_URL=postgres://u:pw@h/db"]}}})
+    assert "a variable's name, not NAME=value (the entry for 'DATABASE_URL')" in str(refused.value)
+    assert "pw@h" not in str(refused.value)
+
+
 def test_settings_made_in_python_are_checked_too():
     with pytest.raises(ValueError, match="give either command"):
         ServerSettings()
