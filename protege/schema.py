@@ -17,7 +17,7 @@ import functools
 import math
 import re
 from typing import Any
-from urllib.parse import urljoin
+from urllib.parse import unquote, urljoin
 
 DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 _DEFS = "#/$defs/"
@@ -154,9 +154,53 @@ def schema_problem(schema: dict[str, Any]) -> str | None:
         validator = _metaschema_validator(cls)
     error = jsonschema.exceptions.best_match(validator.iter_errors(schema))
     if error is None:
-        return None
+        return reference_problem(schema)
     where = "/".join(str(part) for part in error.absolute_path)
     return f"{error.message} (at {where})" if where else error.message
+
+
+def reference_problem(schema: dict[str, Any]) -> str | None:
+    """Why a ``$ref`` in ``schema`` could not be followed when arguments are checked: one
+    that points outside the schema (it would be fetched, or fail, at the first call) or at
+    nothing in it; None when every one leads somewhere."""
+    anchors: set[str] = set()
+    references: list[str] = []
+
+    def walk(node: Any, depth: int) -> None:
+        if depth > MAX_ARGUMENT_DEPTH:
+            return
+        if isinstance(node, dict):
+            for key in ("$ref", "$dynamicRef"):
+                if isinstance(node.get(key), str):
+                    references.append(node[key])
+            for key in ("$anchor", "$dynamicAnchor"):
+                if isinstance(node.get(key), str):
+                    anchors.add(node[key])
+            for value in node.values():
+                walk(value, depth + 1)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value, depth + 1)
+
+    walk(schema, 0)
+    for reference in references:
+        if not reference.startswith("#"):
+            return f"$ref {reference[:100]!r} points outside the schema"
+        fragment = unquote(reference[1:])
+        if fragment and not fragment.startswith("/"):
+            if fragment not in anchors:
+                return f"$ref {reference[:100]!r} names no anchor of the schema"
+            continue
+        node: Any = schema
+        for part in fragment.split("/")[1:]:
+            part = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                return f"$ref {reference[:100]!r} points at nothing in the schema"
+    return None
 
 
 @functools.cache

@@ -30,6 +30,7 @@ import attrs
 from protege.context import CallBook, RunContext
 from protege.db import put_down_connection, take_up_connection
 from protege.harness import events
+from protege.harness.arguments import ArgumentsUncheckable, schema_problems
 from protege.harness.events import EventLog
 from protege.harness.fence import Fence
 from protege.plugins import error_line
@@ -38,7 +39,6 @@ from protege.result import Part, Result, Trust, failure
 from protege.schema import MAX_ARGUMENT_DEPTH, nested_deeper_than
 from protege.tool import Tool
 
-MAX_SCHEMA_ERRORS = 10
 # Deeper arguments are refused: no tool needs them, and validating them recurses.
 
 
@@ -302,7 +302,10 @@ def _arguments(entry: ToolEntry, raw_arguments: str) -> dict[str, Any] | Result:
         return failure("the arguments must be a JSON object")
     if nested_deeper_than(arguments, MAX_ARGUMENT_DEPTH):
         return failure(too_deep)
-    problems = schema_problems(entry.tool_class, arguments)
+    try:
+        problems = schema_problems(entry.tool_class, arguments)
+    except ArgumentsUncheckable as error:
+        return failure(f"the arguments could not be checked: {error}")
     if problems:
         return failure("the arguments do not fit the input schema: " + "; ".join(problems))
     return arguments
@@ -483,33 +486,3 @@ def _slots(count: int) -> asyncio.Semaphore:
     if found is None:
         found = _SLOTS[loop] = asyncio.Semaphore(count)
     return found
-
-
-def schema_problems(tool_class: type[Tool], arguments: dict[str, Any]) -> list[str]:
-    """What is wrong with ``arguments`` under the tool's input schema (empty if nothing)."""
-    errors = sorted(_validator(tool_class).iter_errors(arguments), key=lambda e: list(e.path))
-    problems = [
-        f"{'/'.join(map(str, error.absolute_path)) or '(arguments)'}: {error.message}"
-        for error in errors[:MAX_SCHEMA_ERRORS]
-    ]
-    if len(errors) > MAX_SCHEMA_ERRORS:
-        problems.append(f"and {len(errors) - MAX_SCHEMA_ERRORS} more")
-    return problems
-
-
-_VALIDATORS: dict[type[Tool], Any] = {}
-
-
-def _validator(tool_class: type[Tool]) -> Any:
-    found = _VALIDATORS.get(tool_class)
-    if found is None:
-        found = _VALIDATORS[tool_class] = _new_validator(tool_class)
-    return found
-
-
-def _new_validator(tool_class: type[Tool]) -> Any:
-    import jsonschema  # heavy: loaded at a tool's first call, not when protege starts
-
-    schema = tool_class.input_schema
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    return cls(schema, format_checker=cls.FORMAT_CHECKER)
