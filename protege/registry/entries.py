@@ -96,6 +96,9 @@ class ToolEntry:
             "server": self.server,
             "annotations": self.annotations,
             "class": self.class_path,
+            # What the model is told of the tool.
+            "description": self.description,
+            "input_schema": self.tool_class.input_schema,
         }
 
 

@@ -46,7 +46,7 @@ def read_listings(distribution: str) -> dict[str, Any]:
     for row in rows:
         try:
             found[row.key] = json.loads(row.data)
-        except ValueError:
+        except (ValueError, RecursionError):  # a row not written here, or tampered with
             logger.warning("the tool listing %s of %s is not JSON: ignored", row.key, distribution)
     return found
 

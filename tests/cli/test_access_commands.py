@@ -187,7 +187,12 @@ def test_toolkit_editing(scoop):
     )
     show = json.loads(scoop("toolkits", "show", "Finance", "--json").stdout)
     assert show["tools"] == [
-        {"id": "process_refund", "summary": "Refunds an order.", "in_manifest": True, "withheld": None}
+        {
+            "id": "process_refund",
+            "summary": "Refunds an order.",
+            "in_manifest": True,
+            "withheld": None,
+        }
     ]
     assert show["agents"] == ["Sundae"]
 
@@ -198,7 +203,9 @@ def test_unknown_tool_ids_are_refused_unless_forced(scoop):
     assert "not in the manifest: procss_refund" in result.stderr
     scoop("toolkits", "add-tools", "Finance", "future_tool", "--force")
     show = json.loads(scoop("toolkits", "show", "Finance", "--json").stdout)
-    assert {"id": "future_tool", "summary": None, "in_manifest": False, "withheld": None} in show["tools"]
+    assert {"id": "future_tool", "summary": None, "in_manifest": False, "withheld": None} in show[
+        "tools"
+    ]
     out = scoop("access", "explain", "Sundae", "--sender", "mara@thescoop.com").stdout
     assert "skipped (not in the manifest): future_tool" in out
 

@@ -9,6 +9,8 @@ def test_tools_json_lists_the_installed_weather_tool_as_a_plugin_tool(run_proteg
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     (forecast,) = [t for t in data if t["id"] == "get_forecast"]
+    assert forecast.pop("description").startswith("Gets the daily weather forecast")
+    assert forecast.pop("input_schema")["required"] == ["latitude", "longitude"]
     assert forecast == {
         "id": "get_forecast",
         "display_name": "Get Forecast",

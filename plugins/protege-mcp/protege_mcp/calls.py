@@ -20,6 +20,8 @@ logger = logging.getLogger(__name__)
 
 # A listing is bounded: at most this many tools (and pages) from one server.
 MAX_TOOLS = 1_000
+# All of a server's tools together, as JSON: what one record of a sync may hold.
+MAX_LISTING_CHARS = 8 * 1024 * 1024
 # One message of a listing may be this large, whatever max_result_bytes says.
 LIST_MESSAGE_BYTES = 16 * 1024 * 1024
 MAX_REFUSAL_CHARS = 1_000
@@ -123,13 +125,26 @@ async def list_tools(server: Server, timeout: float) -> list[mcp_types.Tool]:
     try:
         with anyio.fail_after(timeout):
             transport = server.transport(max(LIST_MESSAGE_BYTES, server.settings.max_result_bytes))
+            garbled: list[str] = []
+            listing = anyio.CancelScope()
+
+            async def on_message(message: Any) -> None:
+                # A message that is not JSON-RPC ends the listing at once: waiting for the
+                # answer it may have been would only run out the timeout.
+                if isinstance(message, Exception):
+                    garbled.append(type(message).__name__)
+                    listing.cancel()
+
             client = Client(
                 transport,
                 cache=None,
                 client_info=client_info(),
+                message_handler=on_message,
             )
             async with client:
-                return await _pages(server, client, transport)
+                with listing:
+                    return await _pages(server, client, transport)
+            raise server.unavailable("it wrote a message that is not JSON-RPC while listing")
     except TimeoutError:
         raise TimeoutError(
             f"MCP server {server.name}: its tools were not listed within {timeout:g} s"
@@ -146,6 +161,7 @@ async def _pages(
     server: Server, client: Client, transport: StdioTransport | HttpTransport
 ) -> list[mcp_types.Tool]:
     tools: list[mcp_types.Tool] = []
+    size = 0
     cursors: set[str] = set()
     cursor: str | None = None
     for _page in range(MAX_TOOLS):
@@ -159,6 +175,12 @@ async def _pages(
         except pydantic.ValidationError:
             raise server.unavailable("its list of tools is not valid MCP") from None
         tools += page.tools
+        size += sum(len(tool.model_dump_json(by_alias=True)) for tool in page.tools)
+        if size > MAX_LISTING_CHARS:
+            raise server.unavailable(
+                f"its list of tools is over {MAX_LISTING_CHARS:,} characters, more than "
+                "protege takes"
+            )
         if len(tools) > MAX_TOOLS:
             raise server.unavailable(
                 f"it lists more than {MAX_TOOLS} tools, more than protege takes"

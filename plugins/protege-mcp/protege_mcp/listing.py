@@ -7,6 +7,7 @@ marked with the error, and its tools are withheld until a sync lists them again.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -32,9 +33,10 @@ def refresh(settings: McpSettings, record: Record, recorded: Recorded) -> list[s
                     described(tool)
                     for tool in connections.list_tools(name, timeout=settings.list_timeout_seconds)
                 ]
+                record(key_for(name), listed(server, tools))
             except Exception as error:  # whatever the server did: this server only
                 reason = _one_line(error).removeprefix(f"MCP server {name}: ")
-                kept = failed(server, reason, before)
+                kept = failed(server, reason, before if isinstance(before, dict) else None)
                 record(key_for(name), kept)
                 lines.append(
                     f"MCP server {name} could not be listed: {reason} ("
@@ -45,8 +47,7 @@ def refresh(settings: McpSettings, record: Record, recorded: Recorded) -> list[s
                     )
                 )
                 continue
-            record(key_for(name), listed(server, tools))
-            lines += changes(name, server, before, tools)
+            lines += changes(name, server, before if isinstance(before, dict) else None, tools)
     finally:
         connections.close()
     return lines
@@ -56,13 +57,20 @@ def described(tool: Any) -> dict[str, Any]:
     """What the record keeps of one ``mcp_types.Tool``: as the server described it."""
     from protege_mcp.results import annotations_of
 
-    return {
+    spec = {
         "name": tool.name,
         "title": tool.title,
         "description": tool.description or "",
         "input_schema": tool.input_schema,
         "annotations": annotations_of(tool),
     }
+    try:  # what JSON cannot hold (NaN, infinity) is refused here, naming the tool
+        json.dumps(spec, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        raise ValueError(
+            f"its tool {tool.name[:64]!r} is described with values JSON cannot hold"
+        ) from None
+    return spec
 
 
 def changes(
@@ -87,13 +95,14 @@ def changes(
     for tool_name in sorted(set(now) & set(earlier)):
         changed = [
             what
-            for what in ("description", "input_schema", "annotations")
+            for what in ("title", "description", "input_schema", "annotations")
             if now[tool_name].get(what) != earlier[tool_name].get(what)
         ]
         if changed:
             lines.append(
                 f"MCP server {name} changed the {' and '.join(changed)} of its tool "
-                f"{tool_name} since the last sync (`protege tools --json` shows it)"
+                f"{tool_name} since the last sync (`protege tools --json` shows what the model "
+                "is told)"
             )
     return lines
 

@@ -27,7 +27,8 @@ def register_recorded(
     if not settings.servers:
         return None
     sessions = Sessions(settings.servers)
-    chosen: list[tuple[str, str, ServerSettings, Mapping[str, Any]]] = []
+    # Every recorded tool, offered or withheld: (id, server, settings, spec, why withheld).
+    known: list[tuple[str, str, ServerSettings, Mapping[str, Any], str | None]] = []
     for name, server in sorted(settings.servers.items()):
         data = recorded(key_for(name))
         if not isinstance(data, Mapping):
@@ -35,23 +36,22 @@ def register_recorded(
                 f"MCP server {name}: no tools of it are recorded yet (run `protege sync`)"
             )
             continue
-        tools = _chosen_tools(register, name, server, data)
-        if data.get("fingerprint") != fingerprint(server):
-            reason = (
-                f"the settings of MCP server {name} changed since the last sync "
-                "(run `protege sync`)"
+        try:
+            tools = _chosen_tools(register, name, server, data)
+        except Exception as error:  # a record not in the shape sync writes: this server only
+            register.reject(
+                f"MCP server {name}: its record cannot be read ({type(error).__name__}); "
+                "run `protege sync`"
             )
-            _withhold_or_reject(register, name, tools, reason)
             continue
-        if data.get("error"):
-            error = str(data["error"]).removeprefix(f"MCP server {name}: ")
-            reason = (
-                f"MCP server {name} did not answer the last sync ({data.get('failed_at')}): {error}"
-            )
-            _withhold_or_reject(register, name, tools, reason)
-            continue
-        chosen += [(tool_id, name, server, spec) for tool_id, spec in tools]
-    clashes = colliding((tool_id, f"{name}/{spec['name']}") for tool_id, name, _, spec in chosen)
+        withheld = _why_withheld(name, server, data)
+        if withheld is not None and not tools:
+            register.reject(withheld)
+        known += [(tool_id, name, server, spec, withheld) for tool_id, spec in tools]
+    # Clashes are decided over every known tool, withheld ones included: while one server
+    # is down, another's tool of the same name must not take its id (and with it the
+    # grants of toolkits made for the first).
+    clashes = colliding((tool_id, f"{name}/{spec['name']}") for tool_id, name, _, spec, _ in known)
     for tool_id, whats in sorted(clashes.items()):
         one_server = len({what.split("/", 1)[0] for what in whats}) == 1
         register.reject(
@@ -62,10 +62,24 @@ def register_recorded(
                 else "(give their servers different prefixes)"
             )
         )
-    for tool_id, name, server, spec in chosen:
-        if tool_id not in clashes:
+    for tool_id, name, server, spec, withheld in known:
+        if tool_id in clashes:
+            continue
+        if withheld is not None:
+            register.withhold(tool_id, withheld)
+        else:
             register(tool_class(tool_id, name, server, spec, sessions))
     return sessions
+
+
+def _why_withheld(name: str, server: ServerSettings, data: Mapping[str, Any]) -> str | None:
+    """Why the recorded tools of ``name`` cannot be offered now, or None if they can."""
+    if data.get("fingerprint") != fingerprint(server):
+        return f"the settings of MCP server {name} changed since the last sync (run `protege sync`)"
+    if data.get("error"):
+        error = str(data["error"]).removeprefix(f"MCP server {name}: ")
+        return f"MCP server {name} did not answer the last sync ({data.get('failed_at')}): {error}"
+    return None
 
 
 def _chosen_tools(
@@ -73,8 +87,10 @@ def _chosen_tools(
 ) -> list[tuple[str, Mapping[str, Any]]]:
     """The recorded tools the settings choose (allow-list), each with its id; what cannot
     be offered is rejected with the reason."""
-    listed = [spec for spec in data.get("tools") or [] if isinstance(spec, Mapping)]
-    names = {str(spec.get("name")) for spec in listed}
+    listed = data.get("tools") or []
+    if not isinstance(listed, list):
+        raise TypeError("tools is not a list")
+    names = {str(spec.get("name")) for spec in listed if isinstance(spec, Mapping)}
     allowed = None if server.tools is None else set(server.tools)
     if allowed is not None and data.get("error") is None:
         for missing in sorted(allowed - names):
@@ -83,6 +99,10 @@ def _chosen_tools(
             )
     chosen = []
     for spec in listed:
+        problem = _shape_problem(spec)
+        if problem is not None:
+            register.reject(f"MCP server {name}: a recorded tool {problem}; run `protege sync`")
+            continue
         mcp_name = str(spec.get("name"))
         if allowed is not None and mcp_name not in allowed:
             continue
@@ -102,10 +122,14 @@ def _chosen_tools(
     return chosen
 
 
-def _withhold_or_reject(
-    register: Any, name: str, tools: list[tuple[str, Mapping[str, Any]]], reason: str
-) -> None:
-    if not tools:
-        register.reject(reason)
-    for tool_id, _spec in tools:
-        register.withhold(tool_id, reason)
+def _shape_problem(spec: Any) -> str | None:
+    """What makes a recorded tool unusable (a record not written by sync), or None."""
+    if not isinstance(spec, Mapping):
+        return "is not a table"
+    if not isinstance(spec.get("name"), str) or not spec["name"]:
+        return "has no name"
+    if not isinstance(spec.get("description", ""), str):
+        return f"{spec['name'][:64]!r} has a description that is not text"
+    if not isinstance(spec.get("annotations") or {}, Mapping):
+        return f"{spec['name'][:64]!r} has hints that are not a table"
+    return None

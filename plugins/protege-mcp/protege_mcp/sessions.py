@@ -197,7 +197,7 @@ class Server:
             )
         assert settings.url is not None
         headers = {
-            header: self._variable(environ, variable, f"header_env.{header}")
+            header: self._header_value(environ, variable, header)
             for header, variable in settings.header_env.items()
         }
         try:
@@ -219,6 +219,18 @@ class Server:
         value = environ.get(name)
         if value is None:
             raise self.unavailable(f"the environment variable {name} (named in {where}) is not set")
+        return value
+
+    def _header_value(self, environ: Mapping[str, str], name: str, header: str) -> str:
+        # A secret made from a file often ends in a newline: that much is trimmed. Anything
+        # else a header cannot carry is refused here, naming the variable and never its
+        # value (the HTTP client would put the value in its error, and in its debug log).
+        value = self._variable(environ, name, f"header_env.{header}").strip(" \t\r\n")
+        if not value or any(c in value for c in "\r\n\0") or not value.isascii():
+            raise self.unavailable(
+                f"the environment variable {name} (named in header_env.{header}) holds "
+                "what a header cannot carry (a line break, a NUL, non-ASCII, or nothing)"
+            )
         return value
 
     def describe(self, error: BaseException, transport: object, seconds: float) -> str:
