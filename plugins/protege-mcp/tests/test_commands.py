@@ -107,3 +107,16 @@ def test_the_json_of_sync_carries_what_the_servers_said(protege):
     (line,) = report["listing_problems"]
     assert line.startswith("protege-mcp: MCP server stock could not be listed: ")
     assert "freezer database is unreachable" in line or "exited" in line
+
+
+def test_a_typo_in_the_settings_stops_sync_and_takes_no_tool_away(protege, tmp_path):
+    assert protege("sync").returncode == 0
+    toml = tmp_path / "project" / "protege.toml"
+    toml.write_text(toml.read_text() + "tiemout_seconds = 5\n")
+    refused = protege("sync")
+    assert refused.returncode == 1
+    (line,) = refused.stderr.splitlines()
+    assert line.startswith("Error: sync changed nothing: plugin protege-mcp: protege.toml has ")
+    assert "tiemout_seconds (did you mean timeout_seconds?)" in line
+    kit = json.loads(protege("toolkits", "show", "All Tools", "--json").stdout)
+    assert "stock_check_stock" in [t["id"] for t in kit["tools"]]
