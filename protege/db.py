@@ -146,6 +146,9 @@ def _private_file(path: Path) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
+CONNECT_SECONDS = 15  # PostgreSQL's connect_timeout, unless the URL's query sets one
+
+
 def open_database(url: str) -> peewee.Database:
     """A peewee database for ``url`` (``sqlite:///path`` or ``postgresql://...``), not yet bound."""
     parts = urlsplit(url)
@@ -172,6 +175,8 @@ def open_database(url: str) -> peewee.Database:
             "password": unquote(parts.password) if parts.password else None,
             "host": parts.hostname,
             "port": parts.port,
+            # A server that accepts and never answers must not hang a command for good.
+            "connect_timeout": CONNECT_SECONDS,
         }
         settings.update(parse_qsl(parts.query))  # e.g. ?sslmode=require&options=...
         return _PostgresqlDatabase(unquote(parts.path.lstrip("/")) or "postgres", **settings)

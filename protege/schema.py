@@ -147,6 +147,8 @@ def schema_problem(schema: dict[str, Any]) -> str | None:
     import jsonschema  # heavy (~50 ms): loaded only for schemas the fast check cannot pass
 
     declared = schema.get("$schema")
+    if declared is not None and not isinstance(declared, str):
+        return "$schema must be the URI of a JSON Schema draft"
     if declared is None or declared.rstrip("#") == DRAFT_2020_12:
         validator = _flat_2020_12_validator()
     else:
@@ -160,14 +162,19 @@ def schema_problem(schema: dict[str, Any]) -> str | None:
 
 
 def reference_problem(schema: dict[str, Any]) -> str | None:
-    """Why a ``$ref`` in ``schema`` could not be followed when arguments are checked: one
-    that points outside the schema (it would be fetched, or fail, at the first call) or at
-    nothing in it; None when every one leads somewhere."""
+    """Why ``schema`` could not be used within bounds when arguments are checked: a
+    ``$ref`` that points outside the schema (it would be fetched, or fail, at the first
+    call) or at nothing in it, nesting deeper than can be looked through, or
+    ``unevaluatedProperties`` beside ``patternProperties`` (jsonschema matches those
+    patterns with ``re``, which no deadline can stop); None when it can."""
     anchors: set[str] = set()
     references: list[str] = []
+    keywords: set[str] = set()
+    too_deep: list[int] = []
 
     def walk(node: Any, depth: int) -> None:
         if depth > MAX_ARGUMENT_DEPTH:
+            too_deep.append(depth)
             return
         if isinstance(node, dict):
             for key in ("$ref", "$dynamicRef"):
@@ -176,6 +183,7 @@ def reference_problem(schema: dict[str, Any]) -> str | None:
             for key in ("$anchor", "$dynamicAnchor"):
                 if isinstance(node.get(key), str):
                     anchors.add(node[key])
+            keywords.update(k for k in node if isinstance(k, str))
             for value in node.values():
                 walk(value, depth + 1)
         elif isinstance(node, list):
@@ -183,6 +191,13 @@ def reference_problem(schema: dict[str, Any]) -> str | None:
                 walk(value, depth + 1)
 
     walk(schema, 0)
+    if too_deep:
+        return f"it is nested deeper than {MAX_ARGUMENT_DEPTH} levels"
+    if {"unevaluatedProperties", "patternProperties"} <= keywords:
+        return (
+            "unevaluatedProperties beside patternProperties cannot be checked within bounds "
+            "(use additionalProperties)"
+        )
     for reference in references:
         if not reference.startswith("#"):
             return f"$ref {reference[:100]!r} points outside the schema"
@@ -196,7 +211,12 @@ def reference_problem(schema: dict[str, Any]) -> str | None:
             part = part.replace("~1", "/").replace("~0", "~")
             if isinstance(node, dict) and part in node:
                 node = node[part]
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            elif (
+                isinstance(node, list)
+                and part.isascii()
+                and part.isdecimal()
+                and int(part) < len(node)
+            ):
                 node = node[int(part)]
             else:
                 return f"$ref {reference[:100]!r} points at nothing in the schema"

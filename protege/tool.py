@@ -132,11 +132,11 @@ def check_tool_class(tool_class: object) -> None:
         raise InvalidTool(f"{tool_class!r} is not a subclass of protege.Tool")
     if tool_class.abstract:
         raise InvalidTool(f"{tool_class.__qualname__} is abstract (abstract = True)")
-    problems = [
-        *_id_problems(tool_class),
-        *_metadata_problems(tool_class),
-        *_schema_and_signature_problems(tool_class),
-    ]
+    try:
+        schema_problems = _schema_and_signature_problems(tool_class)
+    except Exception as error:  # a schema from outside that breaks the checker itself
+        schema_problems = [f"input_schema cannot be checked ({type(error).__name__})"]
+    problems = [*_id_problems(tool_class), *_metadata_problems(tool_class), *schema_problems]
     if problems:
         raise InvalidTool(f"{tool_class.__qualname__}: " + "; ".join(problems))
 

@@ -275,3 +275,11 @@ def test_a_new_sqlite_database_and_its_folder_are_its_owners_only(tmp_path):
     database.close()
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert stat.S_IMODE((folder / "protege.db").stat().st_mode) == 0o600
+
+
+def test_a_postgresql_server_that_never_answers_cannot_hang_a_command():
+    # A server that accepts and says nothing is given up on after connect_timeout.
+    bound = db.open_database("postgresql://postgres@127.0.0.1:5432/test")
+    assert bound.connect_params["connect_timeout"] == db.CONNECT_SECONDS
+    chosen = db.open_database("postgresql://postgres@127.0.0.1:5432/test?connect_timeout=3")
+    assert chosen.connect_params["connect_timeout"] == "3"

@@ -28,15 +28,18 @@ def refresh(settings: McpSettings, record: Record, recorded: Recorded) -> list[s
     try:
         for name, server in sorted(settings.servers.items()):
             before = recorded(key_for(name))
+            if not (isinstance(before, dict) and isinstance(before.get("tools", []), list)):
+                before = None  # nothing, or a record not in the shape sync writes
             try:
                 tools = [
                     described(tool)
                     for tool in connections.list_tools(name, timeout=settings.list_timeout_seconds)
                 ]
                 record(key_for(name), listed(server, tools))
+                lines += changes(name, server, before, tools)
             except Exception as error:  # whatever the server did: this server only
                 reason = _one_line(error).removeprefix(f"MCP server {name}: ")
-                kept = failed(server, reason, before if isinstance(before, dict) else None)
+                kept = failed(server, reason, before)
                 record(key_for(name), kept)
                 lines.append(
                     f"MCP server {name} could not be listed: {reason} ("
@@ -46,8 +49,6 @@ def refresh(settings: McpSettings, record: Record, recorded: Recorded) -> list[s
                         else "nothing of it is offered until a sync lists it)"
                     )
                 )
-                continue
-            lines += changes(name, server, before if isinstance(before, dict) else None, tools)
     finally:
         connections.close()
     return lines
@@ -84,7 +85,11 @@ def changes(
     of a tool is the server's word: a changed one deserves a look before it is granted)."""
     if not before or not before.get("tools"):
         return []  # a first listing: sync's "All Tools: added" says what came
-    earlier = {tool["name"]: tool for tool in before["tools"]}
+    earlier = {
+        tool["name"]: tool
+        for tool in before["tools"]
+        if isinstance(tool, Mapping) and isinstance(tool.get("name"), str)
+    }
     now = {tool["name"]: tool for tool in tools}
     lines = []
     added, gone = sorted(set(now) - set(earlier)), sorted(set(earlier) - set(now))

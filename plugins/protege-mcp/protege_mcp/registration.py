@@ -67,8 +67,16 @@ def register_recorded(
             continue
         if withheld is not None:
             register.withhold(tool_id, withheld)
-        else:
-            register(tool_class(tool_id, name, server, spec, sessions))
+            continue
+        try:
+            made = tool_class(tool_id, name, server, spec, sessions)
+        except Exception as error:  # a record's odd values: this tool only
+            register.reject(
+                f"MCP server {name}: the recorded tool {spec['name'][:64]!r} cannot be made a "
+                f"tool ({type(error).__name__}); run `protege sync`"
+            )
+            continue
+        register(made)
     return sessions
 
 

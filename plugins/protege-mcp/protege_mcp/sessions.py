@@ -226,10 +226,10 @@ class Server:
         # else a header cannot carry is refused here, naming the variable and never its
         # value (the HTTP client would put the value in its error, and in its debug log).
         value = self._variable(environ, name, f"header_env.{header}").strip(" \t\r\n")
-        if not value or any(c in value for c in "\r\n\0") or not value.isascii():
+        if not value or any((ord(c) < 0x20 and c != "\t") or ord(c) >= 0x7F for c in value):
             raise self.unavailable(
                 f"the environment variable {name} (named in header_env.{header}) holds "
-                "what a header cannot carry (a line break, a NUL, non-ASCII, or nothing)"
+                "what a header cannot carry (a control character, non-ASCII, or nothing)"
             )
         return value
 

@@ -87,3 +87,24 @@ def test_a_secret_ending_in_a_newline_is_trimmed_not_refused(monkeypatch):
     (line,) = sync({"crm": crm}, store)
     assert "holds what a header" not in line
     assert "could not be reached" in line  # nothing listens on port 9
+
+
+def test_a_header_value_with_any_control_character_is_refused(monkeypatch):
+    monkeypatch.setenv("CRM_AUTHORIZATION", "Bearer S3CRET\x0bTAIL")
+    crm = ServerSettings(
+        url="http://127.0.0.1:9/mcp", header_env={"Authorization": "CRM_AUTHORIZATION"}
+    )
+    (line,) = sync({"crm": crm}, {})
+    assert "holds what a header cannot carry (a control character" in line
+    assert "S3CRET" not in line
+
+
+def test_a_tampered_earlier_record_does_not_stop_the_servers_listed_after_it():
+    store: dict = {"server/aa": {"fingerprint": "x", "tools": 5}, "server/zz": None}
+    sync({"aa": raw("ping"), "zz": raw("ping")}, store)
+    assert [t["name"] for t in store["server/aa"]["tools"]] == ["ping"]
+    assert [t["name"] for t in store["server/zz"]["tools"]] == ["ping"]
+    store["server/aa"]["tools"] = [1, {"no": "name"}]
+    assert sync({"aa": raw("ping"), "zz": raw("ping")}, store) == [
+        "MCP server aa lists new tools: ping"
+    ]

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from protege.errors import InvalidTool
+from protege.tool import check_tool_class
 from protege_mcp.record import failed, key_for, listed
 from protege_mcp.registration import register_recorded
 from protege_mcp.settings import McpSettings, ServerSettings
@@ -21,6 +23,11 @@ class Registration:
         self.rejected: list[str] = []
 
     def __call__(self, tool_class: type) -> None:
+        try:  # as the manifest's register does
+            check_tool_class(tool_class)
+        except InvalidTool as error:
+            self.rejected.append(str(error))
+            return
         self.tools[tool_class.id] = tool_class
 
     def withhold(self, tool_id: str, reason: str) -> None:
@@ -103,3 +110,11 @@ def test_the_allow_list_and_prefix_apply_to_the_record_as_the_settings_now_say()
     assert list(made.tools) == ["box_ping"]
     assert made.tools["box_ping"].server == "aa"
     assert made.tools["box_ping"].mcp_name == "ping"
+
+
+def test_a_record_whose_schema_breaks_the_checker_refuses_that_tool_only():
+    aa = server(args=["aa"])
+    broken = tool("sneaky", input_schema={"type": "object", "$schema": 5})
+    made = register({"aa": aa}, {key_for("aa"): listed(aa, [broken, tool("ping")])})
+    assert list(made.tools) == ["ping"]
+    assert any("$schema must be the URI" in line for line in made.rejected), made.rejected
