@@ -88,9 +88,7 @@ def test_a_schema_whose_checking_grows_exponentially_is_cut_off():
     depth = 40
     defs = {f"a{i}": {"allOf": [{"$ref": f"#/$defs/a{i + 1}"}] * 2} for i in range(depth)}
     defs[f"a{depth}"] = {"type": "string"}
-    tool = tool_with(
-        {"type": "object", "$defs": defs, "properties": {"x": {"$ref": "#/$defs/a0"}}}
-    )
+    tool = tool_with({"type": "object", "$defs": defs, "properties": {"x": {"$ref": "#/$defs/a0"}}})
     with pytest.raises(ArgumentsUncheckable, match="took longer than"):
         schema_problems(tool, {"x": 1})
 
