@@ -209,26 +209,30 @@ def release_held(
             which = ""
         else:
             wanted = holding.held_runs(agent=agent, sender=key)
-            which = " ".join(
-                part
-                for part in (
-                    f"of {agent.name}" if agent is not None else "",
-                    f"from {key}" if key is not None else "",
-                )
-                if part
-            )
+            which = _which_held(agent, key)
         released = holding.release(wanted, utcnow() if now is None else now, by=actor)
         if released:
-            subject = f"run {released[0]}" if len(released) == 1 else f"{len(released)} held runs"
-            record(
-                actor,
-                "held runs released",
-                "run",
-                f"{subject} {which}".strip(),
-                before={"status": HELD, "runs": released},
-                after={"status": QUEUED, "runs": released},
-            )
+            _audit_held(actor, "released", released, which, QUEUED)
     return Released(tuple(released), which)
+
+
+def _which_held(agent: Agent | None, key: str | None) -> str:
+    """How an operator named the held runs they meant: ``of AGENT from SENDER``."""
+    parts = (f"of {agent.name}" if agent is not None else "", f"from {key}" if key else "")
+    return " ".join(part for part in parts if part)
+
+
+def _audit_held(actor: str, done: str, runs: list[int], which: str, status: str) -> None:
+    """One audit entry for held runs an operator released or cancelled."""
+    subject = f"run {runs[0]}" if len(runs) == 1 else f"{len(runs)} held runs"
+    record(
+        actor,
+        f"held runs {done}",
+        "run",
+        f"{subject} {which}".strip(),
+        before={"status": HELD, "runs": runs},
+        after={"status": status, "runs": runs},
+    )
 
 
 @attrs.frozen
@@ -267,14 +271,7 @@ def cancel_held(
             raise ProtegeError("the sender is empty: give the address the mail came from")
         where.append(f"sender_key IN ({p}, {p})")
         values += keys
-    which = " ".join(
-        part
-        for part in (
-            f"of {agent.name}" if agent is not None else "",
-            f"from {key}" if key is not None else "",
-        )
-        if part
-    )
+    which = _which_held(agent, key)
     when = utcnow() if now is None else now
     with database.atomic():
         cursor = database.execute_sql(
@@ -284,16 +281,7 @@ def cancel_held(
         )
         cancelled = sorted(int(row[0]) for row in cursor.fetchall())
         if cancelled:
-            many = f"{len(cancelled)} held runs"
-            subject = f"run {cancelled[0]}" if len(cancelled) == 1 else many
-            record(
-                actor,
-                "held runs cancelled",
-                "run",
-                f"{subject} {which}".strip(),
-                before={"status": HELD, "runs": cancelled},
-                after={"status": CANCELLED, "runs": cancelled},
-            )
+            _audit_held(actor, "cancelled", cancelled, which, CANCELLED)
     return CancelledHeld(tuple(cancelled), which)
 
 

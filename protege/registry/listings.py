@@ -92,11 +92,16 @@ def refresh_listings(app: Any) -> list[str]:
             raise RuntimeError("record is for a refresh_tools hook, while it runs")
         write_listing(plugin.source.distribution, key, data)
 
+    earlier: dict[str, dict[str, Any]] = {}  # read once per plugin, before it records
+
     def recorded(key: str) -> Any:
         plugin = current_plugin()
         if plugin is None:
             raise RuntimeError("recorded is for a refresh_tools hook, while it runs")
-        return read_listings(plugin.source.distribution).get(str(key))
+        name = plugin.source.distribution
+        if name not in earlier:
+            earlier[name] = read_listings(name)
+        return earlier[name].get(str(key))
 
     before = {id(plugin): _failures(plugin) for plugin in plugins.plugins}
     said = plugins.call_with_plugins("refresh_tools", app=app, record=record, recorded=recorded)

@@ -93,6 +93,8 @@ def test_a_server_down_at_sync_is_reported_everywhere_and_its_tools_withheld(pro
     withheld = plugins["protege-mcp"]["withheld"]
     assert {w["id"] for w in withheld} == {"stock_check_stock", "stock_order_more"}
     assert all("did not answer the last sync" in w["reason"] for w in withheld)
+    kit = protege("toolkits", "show", "All Tools").stdout
+    assert "stock_check_stock  (withheld: MCP server stock did not answer the last sync" in kit
     doctor = protege("doctor")
     assert doctor.returncode == 1
     assert "tool stock_check_stock from protege-mcp is withheld: MCP server stock did not" in (
