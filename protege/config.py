@@ -20,6 +20,7 @@ from protege.authentication.resolver import DnsResolver, pinned_records
 from protege.errors import ConfigError, did_you_mean
 from protege.frozen import read_only
 from protege.limit_settings import LimitSettings, ModelPrice
+from protege.mailbox_settings import MailboxSettings, SubmissionSettings, is_mailbox_name
 from protege.reprs import fields_repr
 
 if TYPE_CHECKING:
@@ -332,6 +333,17 @@ class AuthenticationSettings:
         return DnsResolver(self.dns, offline=self.offline, timeout=self.dns_timeout)
 
 
+def _check_mailboxes(
+    instance: object, attribute: attrs.Attribute, value: Mapping[str, MailboxSettings]
+) -> None:
+    for name in value:
+        if not is_mailbox_name(name):
+            raise ValueError(
+                f"imap: {name!r} is not a mailbox name (a lower-case letter, then lower-case "
+                "letters, digits, - and _)"
+            )
+
+
 @attrs.frozen(kw_only=True, repr=False)
 class MailSettings:
     """``[mail]``: the SMTP gateway, outbound transport, and limits on what mail may carry.
@@ -389,6 +401,11 @@ class MailSettings:
     smtp_ca_file: str | None = None
     smtp_backoff_seconds: float = attrs.field(default=1.0, validator=attrs.validators.ge(0))
     authentication: AuthenticationSettings = AuthenticationSettings()
+    # [mail.imap.NAME]: existing mailboxes read over IMAP (protege.mailboxes).
+    imap: Mapping[str, MailboxSettings] = attrs.field(
+        factory=dict, converter=read_only, validator=_check_mailboxes, hash=False
+    )
+    submission: SubmissionSettings = SubmissionSettings()
 
 
 def _check_http_url(instance: object, attribute: attrs.Attribute, value: str) -> None:
@@ -577,6 +594,9 @@ _NONE_TYPE = type(None)
 _REFUSED_KEYS: dict[type, tuple[str, ...]] = {
     BlobSettings: BLOB_SECRETS,
     ModelSettings: ("api_key",),
+    # Before MailSettings: its structuring is built with theirs, as registered by then.
+    MailboxSettings: ("password",),
+    SubmissionSettings: ("password",),
     MailSettings: ("smtp_password",),
 }
 
@@ -935,8 +955,18 @@ def _with_model_secrets(model: ModelSettings, environ: Mapping[str, str]) -> Mod
 
 
 def _with_mail_secrets(mail: MailSettings, environ: Mapping[str, str]) -> MailSettings:
+    mailboxes = {
+        name: attrs.evolve(box, password=environ.get(box.password_env) or None)
+        if box.password_env is not None
+        else box
+        for name, box in mail.imap.items()
+    }
+    submission = mail.submission
     return attrs.evolve(
-        mail, smtp_password=mail.smtp_password or environ.get(mail.smtp_password_env) or None
+        mail,
+        smtp_password=mail.smtp_password or environ.get(mail.smtp_password_env) or None,
+        imap=mailboxes,
+        submission=attrs.evolve(submission, password=environ.get(submission.password_env) or None),
     )
 
 

@@ -678,6 +678,36 @@ def _0018_tool_listings(db: peewee.Database | peewee.DatabaseProxy) -> None:
     )
 
 
+def _0019_mailbox_checkpoints(db: peewee.Database | peewee.DatabaseProxy) -> None:
+    # One row per [mail.imap.NAME] mailbox: where reading it has got to (UIDVALIDITY and the
+    # last UID stored, moved forward in the transaction that stores the mail), how far its
+    # done-marking has caught up, and which serve process reads it (a lease, renewed while
+    # it lives). BIGINT: UIDs and UIDVALIDITY are unsigned 32-bit numbers.
+    _run(
+        db,
+        """
+        CREATE TABLE mailbox_checkpoint (
+            id {pk},
+            name VARCHAR(64) NOT NULL,
+            source VARCHAR(600) NOT NULL,
+            uidvalidity BIGINT,
+            last_uid BIGINT NOT NULL DEFAULT 0,
+            marked_uid BIGINT NOT NULL DEFAULT 0,
+            last_arrived_at {ts},
+            taken INTEGER NOT NULL DEFAULT 0,
+            waiting INTEGER NOT NULL DEFAULT 0,
+            oldest_waiting_at {ts},
+            checked_at {ts},
+            holder VARCHAR(200),
+            lease_expires_at {ts},
+            last_error TEXT,
+            updated_at {ts} NOT NULL
+        );
+        CREATE UNIQUE INDEX mailbox_checkpoint_name ON mailbox_checkpoint (name)
+        """,
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "agents and toolkits", _0001_agents_and_toolkits),
     Migration(2, "messages and runs", _0002_messages_and_runs),
@@ -698,6 +728,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(16, "approvals required per agent", _0016_approvals_required_per_agent),
     Migration(17, "limits, held runs, fair turns, usage, circuit", _0017_limits),
     Migration(18, "tool listings recorded at sync", _0018_tool_listings),
+    Migration(19, "IMAP mailbox checkpoints and leases", _0019_mailbox_checkpoints),
 )
 
 

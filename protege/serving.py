@@ -18,12 +18,14 @@ import asyncio
 import contextlib
 import logging
 import os
+import threading
 from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 from protege.errors import ProtegeError
 from protege.gateway.inbound import Delivered
+from protege.gateway.mailbox import MailboxReader, readers
 from protege.gateway.smtp import Gateway, RefusedMail, serve_gateway
 from protege.harness.events import printable
 from protege.models import Run
@@ -83,6 +85,10 @@ class Server:
         self.supervisor: Supervisor | None = None
         """The worker processes' supervisor, with several processes."""
         self._gateway: Gateway | None = None
+        self.mailboxes: list[MailboxReader] = []
+        """The readers of ``[mail.imap.NAME]`` mailboxes (each reads while it holds the
+        mailbox's lease)."""
+        self._mailbox_threads: list[threading.Thread] = []
         self._scheduler: Scheduler | None = None
         self._tasks: dict[str, asyncio.Task] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -158,6 +164,8 @@ class Server:
                 raise ServeError(
                     f"cannot listen for mail on {host}:{port}: {_reason(error)}"
                 ) from error
+        if self.gateway and config.mail.imap:
+            self._start_mailboxes()
         if self.processes <= 1:
             self.workers = Workers(
                 self.installation,
@@ -211,6 +219,8 @@ class Server:
             if self._gateway is not None:  # the mail being stored is stored and answered
                 gateway = asyncio.ensure_future(self._gateway.stop(grace))
                 cancelled = await _through_cancels(gateway)
+            if self._mailbox_threads:  # the mail being stored is stored
+                await _through_cancels(asyncio.ensure_future(self._stop_mailboxes()))
             if self._scheduler is not None:
                 self._scheduler.stop()
             ending = []
@@ -256,6 +266,28 @@ class Server:
         await self.stop()  # when a part failed, the others stop too
         if self._failure is not None:
             raise ServeError(f"the server failed: {self._failure}") from self._failure
+
+    def _start_mailboxes(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        def heard(delivered: list[Delivered]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed
+                loop.call_soon_threadsafe(self._mail, delivered)
+
+        self.mailboxes = readers(self.installation, on_mail=heard)
+        for reader in self.mailboxes:
+            thread = threading.Thread(
+                target=reader.run, name=f"protege-mailbox-{reader.name}", daemon=True
+            )
+            thread.start()
+            self._mailbox_threads.append(thread)
+
+    async def _stop_mailboxes(self) -> None:
+        for reader in self.mailboxes:
+            reader.stop()
+        for thread in self._mailbox_threads:
+            await asyncio.to_thread(thread.join)
+        self._mailbox_threads = []
 
     def wake(self) -> None:
         """Have the workers look for queued runs now (safe from any thread)."""

@@ -76,6 +76,7 @@ def test_an_unmigrated_database_is_refused_with_what_to_run(tmp_path):
         "0016 approvals required per agent",
         "0017 limits, held runs, fair turns, usage, circuit",
         "0018 tool listings recorded at sync",
+        "0019 IMAP mailbox checkpoints and leases",
     ]
     db.require_current()
     # A database one migration behind is told what to run, and how many are waiting.

@@ -60,6 +60,7 @@ LAYERS = [
             "errors",
             "config",
             "limit_settings",
+            "mailbox_settings",
             "addresses",
             "access",
             "authentication",

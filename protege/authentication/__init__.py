@@ -152,6 +152,7 @@ def authenticate(
     trusted_relays: Iterable[str] = (),
     trusted_authserv_ids: Iterable[str] = (),
     trusted_arc_sealers: Iterable[str] = (),
+    provider_authserv_ids: Iterable[str] | None = None,
 ) -> Verdict:
     """The verdict on ``raw``: whether its From domain is proven, by which method, and
     DMARC's result and policy.
@@ -164,6 +165,11 @@ def authenticate(
     carries its recorded DMARC pass. Either counts as DMARC's pass. One mail's lookups are
     bounded in number and time (``resolver.MAIL_LOOKUPS``, ``MAIL_SECONDS``): past them,
     the verdict is a temporary error.
+
+    ``provider_authserv_ids`` is for mail read from a mailbox at a provider (IMAP), which
+    received it from the sender: no SMTP session of ours to check SPF on, and the
+    provider's topmost ``Authentication-Results`` carrying one of these ids (none: nothing)
+    is read as a trusted relay's, in place of ``trusted_authserv_ids``.
     """
     resolver = Budget(DnsResolver() if resolver is None else resolver)
     relays = networks(trusted_relays)
@@ -189,8 +195,9 @@ def authenticate(
                 DKIM, signature.result, signature.domain, is_aligned, f"{label}: {signature.reason}"
             )
         )
-    relayed_by_trusted = from_trusted_relay(client_ip, relays)
-    if relayed_by_trusted:
+    if provider_authserv_ids is not None:
+        results.append(_relay_result(signer.headers, provider_authserv_ids, ascii_domain, strict))
+    elif from_trusted_relay(client_ip, relays):
         results.append(_relay_result(signer.headers, trusted_authserv_ids, ascii_domain, strict))
     else:
         spf = check_spf(client_ip, mail_from, helo, resolver)

@@ -1,5 +1,6 @@
-"""protege's own mail transports, ``outbox`` and ``smtp`` (``protege.delivery.outbox`` and
-``protege.delivery.smtp``), offered through ``register_transports`` as any plugin would."""
+"""protege's own mail transports, ``outbox``, ``smtp`` and ``submission``
+(``protege.delivery.outbox``, ``.smtp`` and ``.submission``), offered through
+``register_transports`` as any plugin would."""
 
 from __future__ import annotations
 
@@ -21,11 +22,20 @@ def smtp(config: Config) -> Any:
     return imported("protege.delivery.smtp", "SmtpTransport")(config)
 
 
-BUILTIN_TRANSPORTS: dict[str, Callable[[Config], Any]] = {"outbox": outbox, "smtp": smtp}
+def submission(config: Config) -> Any:
+    """The ``submission`` transport: the provider's server ``[mail.submission]`` names."""
+    return imported("protege.delivery.submission", "SubmissionTransport")(config)
+
+
+BUILTIN_TRANSPORTS: dict[str, Callable[[Config], Any]] = {
+    "outbox": outbox,
+    "smtp": smtp,
+    "submission": submission,
+}
 
 
 @hookimpl
 def register_transports(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    """Offer ``outbox`` and ``smtp``."""
+    """Offer ``outbox``, ``smtp`` and ``submission``."""
     for name, factory in BUILTIN_TRANSPORTS.items():
         register(name, factory)

@@ -261,9 +261,12 @@ def verify_sender(
     helo: str | None = None,
     mail_from: str | None = None,
     resolver: Resolver | None = None,
+    provider_authserv_ids: Sequence[str] | None = None,
 ) -> Verdict:
     """The sender verdict on ``raw`` as ``[mail.authentication]`` asks for it (nothing is
-    checked when its mode is ``off``)."""
+    checked when its mode is ``off``). ``provider_authserv_ids`` is for mail read from a
+    provider's mailbox (IMAP): the provider received it, and its topmost
+    ``Authentication-Results`` carrying one of these ids is read as a trusted relay's."""
     settings = config.mail.authentication
     if settings.mode == "off":
         return unverified("sender authentication is off ([mail.authentication] mode)")
@@ -276,6 +279,7 @@ def verify_sender(
         trusted_relays=settings.trusted_relays,
         trusted_authserv_ids=settings.trusted_authserv_ids,
         trusted_arc_sealers=settings.trusted_arc_sealers,
+        provider_authserv_ids=provider_authserv_ids,
     )
 
 

@@ -18,6 +18,7 @@ import logging
 import smtplib
 import socket
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +58,9 @@ class Handover:
     error: str | None = None
 
 
-class _Final(Exception):
-    """A failure of the whole mail that retrying will not fix."""
+class FinalFailure(Exception):
+    """A failure of the whole mail that retrying will not fix (a login refused, a
+    certificate that does not verify): its message says why, in one line."""
 
 
 def send(
@@ -76,9 +78,25 @@ def send(
     ``root`` is where a relative ``smtp_ca_file`` is found. ``international`` asks the relay
     for SMTPUTF8.
     """
+    return send_with(
+        raw, sender, recipients, lambda: _connected(settings, root), international=international
+    )
+
+
+def send_with(
+    raw: bytes,
+    sender: str,
+    recipients: list[str],
+    connect: Callable[[], smtplib.SMTP],
+    *,
+    international: bool = False,
+) -> Handover:
+    """One attempt to send ``raw`` through the server ``connect`` gives (greeted, secured
+    and logged in as it needs; raising ``FinalFailure`` for a failure of the whole mail):
+    what became of each recipient, as ``send`` reports it."""
     try:
-        answers = _attempt(raw, sender, recipients, settings, root, international)
-    except _Final as error:
+        answers = _attempt(raw, sender, recipients, connect, international)
+    except FinalFailure as error:
         return Handover(error=str(error))
     except smtplib.SMTPRecipientsRefused as error:
         answers = {a: _refusal(a, code, text) for a, (code, text) in error.recipients.items()}
@@ -100,18 +118,11 @@ def send(
     )
 
 
-def _attempt(
-    raw: bytes,
-    sender: str,
-    recipients: list[str],
-    settings: MailSettings,
-    root: Path,
-    international: bool,
-) -> dict[str, Refusal]:
-    """One connection; returns the recipients refused while others were accepted."""
+def _connected(settings: MailSettings, root: Path) -> smtplib.SMTP:
+    """A connection to ``[mail] smtp_host``, secured and logged in as ``[mail]`` asks."""
     # Named once connected (EHLO comes later): the default name may be the connection's
     # own address.
-    smtp = _Client(
+    smtp = Client(
         settings.smtp_host, settings.smtp_port, local_hostname="[]", timeout=settings.smtp_timeout
     )
     smtp.data_timeout = settings.smtp_data_timeout
@@ -123,7 +134,7 @@ def _attempt(
             try:
                 smtp.starttls(context=_tls_context(settings, root))
             except ssl.SSLCertVerificationError as error:
-                raise _Final(
+                raise FinalFailure(
                     f"the certificate of {settings.smtp_host} did not verify "
                     f"({error.verify_message}); set [mail] smtp_ca_file if it is signed by "
                     "your own authority"
@@ -132,9 +143,25 @@ def _attempt(
             try:
                 smtp.login(settings.smtp_username, settings.smtp_password or "")
             except smtplib.SMTPAuthenticationError as error:
-                raise _Final(
+                raise FinalFailure(
                     f"SMTP refused the login of {settings.smtp_username}: {_text(error.smtp_error)}"
                 ) from None
+    except BaseException:
+        smtp.close()
+        raise
+    return smtp
+
+
+def _attempt(
+    raw: bytes,
+    sender: str,
+    recipients: list[str],
+    connect: Callable[[], smtplib.SMTP],
+    international: bool,
+) -> dict[str, Refusal]:
+    """One connection; returns the recipients refused while others were accepted."""
+    smtp = connect()
+    try:
         options = ["SMTPUTF8"] if international else []
         smtp.ehlo_or_helo_if_needed()
         if not raw.isascii():
@@ -195,7 +222,7 @@ def seven_bit(raw: bytes) -> bytes:
     return out.getvalue()
 
 
-class _Client(smtplib.SMTP):
+class Client(smtplib.SMTP):
     """``smtplib.SMTP`` waiting ``data_timeout`` for the relay's answer to the mail itself:
     a relay may check the whole mail (content filters) before it answers, and a sender that
     gives up then would hand it the same mail again."""
@@ -214,7 +241,7 @@ def _tls_context(settings: MailSettings, root: Path) -> ssl.SSLContext:
     try:
         return ssl.create_default_context(cafile=str(root / settings.smtp_ca_file))
     except (OSError, ssl.SSLError) as error:
-        raise _Final(f"cannot use smtp_ca_file {settings.smtp_ca_file}: {error}") from None
+        raise FinalFailure(f"cannot use smtp_ca_file {settings.smtp_ca_file}: {error}") from None
 
 
 def _refusal(address: str, code: int, text: bytes | str) -> Refusal:
