@@ -69,6 +69,10 @@ def doctor(as_json: bool) -> None:
     if database["state"] == "current":
         problems += [_problem("limits", line) for line in _limit_strays(config)]
     warnings = database.pop("warnings")
+    mail_servers = _mail_servers(config, database["state"] == "current")
+    for found_at in (*mail_servers["mailboxes"], mail_servers["submission"] or {}):
+        problems += [_problem("mail", line) for line in found_at.pop("problems", ())]
+        warnings += [_problem("mail", line) for line in found_at.pop("warnings", ())]
     report = {
         "config": str(config.path) if config.path else None,
         "database": database,
@@ -76,6 +80,7 @@ def doctor(as_json: bool) -> None:
         "senders": _senders(config),
         "tools": len(found),
         "plugins": len(found.plugins),
+        **mail_servers,
         "problems": problems,
         "warnings": warnings,
     }
@@ -89,6 +94,10 @@ def doctor(as_json: bool) -> None:
         click.echo(f"blobs: {blobs}")
         click.echo(f"senders: {report['senders']}")
         click.echo(f"tools: {len(found)} offered, from {len(found.plugins)} plugin(s)")
+        for box in mail_servers["mailboxes"]:
+            click.echo(f"mailbox: {_mailbox_line(box)}")
+        if mail_servers["submission"] is not None:
+            click.echo(f"submission: {_submission_line(mail_servers['submission'])}")
         for problem in problems:
             click.echo(f"problem: {problem['message']}")
         for warning in warnings:
@@ -251,3 +260,64 @@ def _blob_store(
     except Exception as error:  # a plugin's store, failing in its own way
         return f"{where}, not reachable", f"blob store: {error_line(error)}"
     return f"{where}, reachable", None
+
+
+def _mail_servers(config: Config, migrated: bool) -> dict[str, Any]:
+    """Each mailbox and the submission server, logged in to and left as they were."""
+    from protege.gateway.probe import probe_mailbox, probe_submission
+
+    checkpoints: dict[str, Any] = {}
+    if migrated and config.mail.imap:
+        from protege.models.mailboxes import MailboxCheckpoint
+
+        checkpoints = {row.name: row for row in MailboxCheckpoint.select()}
+    boxes = [
+        probe_mailbox(name, settings, config.root, checkpoints.get(name))
+        for name, settings in sorted(config.mail.imap.items())
+    ]
+    if migrated:
+        from protege.gateway.inbound import agent_for
+
+        for box in boxes:
+            if agent_for(box["agent"]) is None:
+                box["problems"].append(
+                    f"mailbox {box['mailbox']} is for {box['agent']}, which is no agent's "
+                    "address (`protege agents create`)"
+                )
+    submission = None
+    if config.mail.transport == "submission":
+        from protege.delivery.submission import SubmissionTransport
+        from protege.errors import ConfigError
+
+        try:
+            submission = probe_submission(SubmissionTransport(config))
+        except ConfigError as error:
+            submission = {"problems": [str(error)]}
+    return {"mailboxes": boxes, "submission": submission}
+
+
+def _mailbox_line(box: dict[str, Any]) -> str:
+    if "folders" not in box:
+        return f"{box['mailbox']} ({box['server']}): could not log in"
+    waits = ""
+    checkpoint = box.get("checkpoint")
+    if checkpoint is not None:
+        waits = f", checkpoint UID {checkpoint['last_uid']}"
+        if "waiting" in checkpoint:
+            waits += f", {checkpoint['waiting']} waiting"
+    else:
+        waits = ", not read yet"
+    return (
+        f"{box['mailbox']} for {box['agent']} ({box['server']}): logged in; "
+        f"{len(box['folders'])} folder(s); IDLE {'yes' if box.get('idle') else 'no'}; "
+        f"{box.get('messages', '?')} message(s) in the folder read{waits}"
+    )
+
+
+def _submission_line(found: dict[str, Any]) -> str:
+    if "auth" not in found:
+        return "could not log in" if "server" in found else "not usable"
+    return (
+        f"{found['server']}: logged in as {found['username']} "
+        f"(AUTH {' '.join(found['auth']) or '?'})"
+    )

@@ -3,6 +3,8 @@ stand."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from protege.cli.database import open_database
@@ -66,12 +68,14 @@ def status(as_json: bool, reset_circuit: bool) -> None:
         for agent in agents.values()
     ]
     rows.sort(key=lambda row: str(row["agent"]))
+    mailboxes = _mailboxes(now)
     if as_json:
         echo_json(
             {
                 "agents": rows,
                 "installation": standing.installation_json(),
                 "model_endpoint": endpoint,
+                "mailboxes": mailboxes,
             }
         )
         return
@@ -84,6 +88,24 @@ def status(as_json: bool, reset_circuit: bool) -> None:
         echo_table(
             ["agent", "queued", "running", "stuck", "failed", "waiting", "held", "pending mail"],
             [[row["agent"], *(row[c] for c in COUNTS)] for row in busy],
+        )
+    if mailboxes:
+        click.echo("\nmailboxes ([mail.imap]):")
+        echo_table(
+            ["mailbox", "agent", "read by", "last look", "waiting", "lag", "taken", "last error"],
+            [
+                [
+                    box["mailbox"],
+                    box["agent"],
+                    box["reader"] or "nobody (is serve running?)",
+                    _ago(box["seconds_since_check"]),
+                    box["waiting"],
+                    f"{box['lag_seconds']:.0f} s",
+                    box["taken"],
+                    printable(str(box["last_error"] or "-"))[:120],
+                ]
+                for box in mailboxes
+            ],
         )
     by_name = sorted(standing.agents.values(), key=lambda agent: agent.name)
     held = [(agent.name, group) for agent in by_name for group in agent.held]
@@ -106,3 +128,16 @@ def status(as_json: bool, reset_circuit: bool) -> None:
         return
     click.echo("\nlimits in force, and what was used of each in the window under way:")
     echo_table(["whose", "limit", "used", "allowed", "window ends"], in_force)
+
+
+def _mailboxes(now: Any) -> list[dict[str, Any]]:
+    from protege.config import load_config
+    from protege.gateway.checkpoints import standing
+
+    return standing(load_config(), now)
+
+
+def _ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    return f"{seconds:.0f} s ago"

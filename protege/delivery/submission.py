@@ -58,7 +58,7 @@ class SubmissionTransport(Transport):
             message,
             envelope.sender,
             list(envelope.recipients),
-            self._connected,
+            self.open_connection,
             international=envelope.smtputf8,
         )
         if answer.error is not None:
@@ -71,7 +71,9 @@ class SubmissionTransport(Transport):
             *(Outcome.deferred(r.address, r.reason, code=r.code) for r in answer.deferred),
         ]
 
-    def _connected(self) -> smtplib.SMTP:
+    def open_connection(self) -> smtplib.SMTP:
+        """A connection to the submission server, secured and logged in; ``FinalFailure``
+        for what no retry can help (a certificate, a login refused)."""
         settings = self.settings
         host, port = settings.address
         where = f"the submission server {host}:{port}"

@@ -13,6 +13,7 @@ import datetime
 import os
 import socket
 import uuid
+from typing import Any
 
 from protege.db import database
 from protege.errors import ProtegeError
@@ -166,3 +167,45 @@ def failed(name: str, error: str) -> None:
     """Record why mailbox ``name`` could not be read (shown by ``status`` and ``doctor``),
     whoever holds it."""
     MailboxCheckpoint.update_where({"last_error": error[:2000]}, "name = {p}", name)
+
+
+def standing(config: Any, now: datetime.datetime) -> list[dict[str, Any]]:
+    """Where each ``[mail.imap.NAME]`` mailbox of ``config`` stands, for ``protege status``:
+    who reads it, when it was last looked at, how much mail waits and for how long (its
+    lag), how much was taken, and the last failure."""
+    rows = {
+        row.name: row
+        for row in MailboxCheckpoint.select().where(
+            MailboxCheckpoint.name.in_(list(config.mail.imap))
+        )
+    }
+    found = []
+    for name, settings in sorted(config.mail.imap.items()):
+        row = rows.get(name)
+        reading = (
+            row is not None
+            and row.holder is not None
+            and row.lease_expires_at is not None
+            and row.lease_expires_at >= now
+        )
+        waiting = row.waiting if row is not None else 0
+        oldest = row.oldest_waiting_at if row is not None else None
+        lag = (now - oldest).total_seconds() if waiting and oldest is not None else 0.0
+        checked = row.checked_at if row is not None else None
+        found.append(
+            {
+                "mailbox": name,
+                "agent": settings.agent,
+                "folder": settings.folder,
+                "reader": row.holder if reading and row is not None else None,
+                "checked_at": checked.isoformat() + "Z" if checked else None,
+                "seconds_since_check": (now - checked).total_seconds() if checked else None,
+                "waiting": waiting,
+                "lag_seconds": max(lag, 0.0),
+                "taken": row.taken if row is not None else 0,
+                "uidvalidity": row.uidvalidity if row is not None else None,
+                "last_uid": row.last_uid if row is not None else 0,
+                "last_error": row.last_error if row is not None else None,
+            }
+        )
+    return found
