@@ -192,3 +192,20 @@ def test_the_embedding_example_serves_mail_on_the_hosts_loop_and_stops(
     assert protege_threads() == []
     # Run again, the example finds Sundae and serves as before (nothing left open).
     asyncio.run(namespace["serve_beside"](lambda server: asyncio.sleep(0)))
+
+
+def test_every_mailbox_example_is_settings_protege_accepts(tmp_path):
+    from protege.config import load_config
+
+    section = README.read_text().split("## Connect an existing mailbox", 1)[1].split("\n## ")[0]
+    blocks = re.findall(r"```toml\n(.*?)```", section, re.DOTALL)
+    assert len(blocks) == 5  # the settings, then Gmail, Microsoft 365, Fastmail and Dovecot
+    hosts = set()
+    for block in blocks:
+        (tmp_path / "protege.toml").write_text(block)
+        config = load_config(tmp_path, environ={})
+        (mailbox,) = config.mail.imap.values()
+        assert mailbox.agent == "support@company.com"
+        assert config.mail.submission.host is not None
+        hosts.add(mailbox.host)
+    assert {"imap.gmail.com", "outlook.office365.com", "imap.fastmail.com"} <= hosts

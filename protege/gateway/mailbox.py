@@ -165,7 +165,10 @@ class MailboxReader:
             self._client = client
         try:
             while not self._stop.is_set():
-                self.take_new(client)
+                try:
+                    self.take_new(client)
+                finally:
+                    put_down_connection()  # between passes this thread holds none
                 if self._stop.is_set():
                     break
                 self._wait_for_mail(client)
@@ -255,7 +258,6 @@ class MailboxReader:
         validity = int(selected[b"UIDVALIDITY"])
         uidnext = int(selected.get(b"UIDNEXT") or 0)
         checkpoint = checkpoints.ensure(self.name, self.source)
-        put_down_connection()
         if agent_for(settings.agent) is None:
             raise MailboxUnavailable(
                 f"mailbox {self.name} is for {settings.agent}, which is no agent's address"
@@ -269,7 +271,6 @@ class MailboxReader:
                     checkpoint.source,
                 )
             self._begin(client, validity, uidnext, fresh=checkpoint.uidvalidity is None)
-            put_down_connection()
             checkpoint = checkpoints.ensure(self.name, self.source)
         elif checkpoint.uidvalidity != validity:
             return self._after_new_validity(client, checkpoint, validity)
@@ -328,7 +329,6 @@ class MailboxReader:
             uidvalidity=validity,
             last_uid=newest,
         )
-        put_down_connection()
         return done
 
     def _take(self, client: Any, uids: Sequence[int], *, dedupe: bool, moving: bool = True) -> Pass:
@@ -338,7 +338,6 @@ class MailboxReader:
         checkpoints.looked(
             self.name, self.holder, self.lease_seconds, waiting=found, oldest_waiting_at=oldest
         )
-        put_down_connection()
         stored = passed = 0
         delivered: list[Delivered] = []
         for start in range(0, len(uids), settings.batch):
@@ -376,11 +375,9 @@ class MailboxReader:
             if done and moving:
                 self._mark_done(client, done)
                 checkpoints.marked(self.name, self.holder, self.lease_seconds, max(done))
-                put_down_connection()
         checkpoints.looked(
             self.name, self.holder, self.lease_seconds, waiting=0, oldest_waiting_at=None
         )
-        put_down_connection()
         return Pass(found, stored, passed, tuple(delivered))
 
     def _store_one(
@@ -395,42 +392,39 @@ class MailboxReader:
         """Store mail ``uid`` and move the checkpoint past it, in one transaction; None when
         it was passed over (gone, too large, refused before storing: left in the mailbox)."""
         settings = self.settings
-        try:
-            with database.atomic():
-                if raw is None:
-                    why = "gone from the folder" if size is None else "over max_message_bytes"
-                    logger.warning(
-                        "mailbox %s: UID %s passed over (%s); left in the mailbox",
-                        self.name,
-                        uid,
-                        why,
-                    )
-                    self._advance(uid, arrived, stored=False, dedupe=dedupe)
-                    return None
-                if dedupe and _stored_already(raw, settings.agent):
-                    self._advance(uid, arrived, stored=False, dedupe=dedupe)
-                    return []
-                try:
-                    delivered = ingest(
-                        raw,
-                        config=self.config,
-                        recipients=[settings.agent],
-                        verdict=self._verdict(raw),
-                        app=self.app,
-                    )
-                except MailRejected as rejection:
-                    logger.warning(
-                        "mailbox %s: UID %s refused (%s); left in the mailbox",
-                        self.name,
-                        uid,
-                        rejection,
-                    )
-                    self._advance(uid, arrived, stored=False, dedupe=dedupe)
-                    return None
-                self._advance(uid, arrived, stored=True, dedupe=dedupe)
-                return delivered
-        finally:
-            put_down_connection()
+        with database.atomic():
+            if raw is None:
+                why = "gone from the folder" if size is None else "over max_message_bytes"
+                logger.warning(
+                    "mailbox %s: UID %s passed over (%s); left in the mailbox",
+                    self.name,
+                    uid,
+                    why,
+                )
+                self._advance(uid, arrived, stored=False, dedupe=dedupe)
+                return None
+            if dedupe and _stored_already(raw, settings.agent):
+                self._advance(uid, arrived, stored=False, dedupe=dedupe)
+                return []
+            try:
+                delivered = ingest(
+                    raw,
+                    config=self.config,
+                    recipients=[settings.agent],
+                    verdict=self._verdict(raw),
+                    app=self.app,
+                )
+            except MailRejected as rejection:
+                logger.warning(
+                    "mailbox %s: UID %s refused (%s); left in the mailbox",
+                    self.name,
+                    uid,
+                    rejection,
+                )
+                self._advance(uid, arrived, stored=False, dedupe=dedupe)
+                return None
+            self._advance(uid, arrived, stored=True, dedupe=dedupe)
+            return delivered
 
     def _advance(
         self, uid: int, arrived: datetime.datetime | None, *, stored: bool, dedupe: bool
@@ -459,7 +453,6 @@ class MailboxReader:
         if last_uid <= marked_uid or self.settings.done == KEEP:
             if last_uid > marked_uid:
                 checkpoints.marked(self.name, self.holder, self.lease_seconds, last_uid)
-                put_down_connection()
             return
         owed = [
             u
@@ -469,7 +462,6 @@ class MailboxReader:
         if owed:
             self._mark_done(client, owed)
         checkpoints.marked(self.name, self.holder, self.lease_seconds, last_uid)
-        put_down_connection()
 
     def _mark_done(self, client: Any, uids: list[int]) -> None:
         settings = self.settings
