@@ -38,7 +38,7 @@ def test_smtp_is_chosen_by_name(site, tmp_path):
             "mail",
             "smpt",
             "[mail] transport = 'smpt': no mail transport has that name (did you mean smtp?); "
-            "the known ones: outbox, smtp",
+            "the known ones: outbox, smtp, submission",
         ),
         (
             "blobs",

@@ -84,7 +84,7 @@ def test_doctor_reports_a_transport_and_a_blob_store_nothing_registers(run_prote
         "problem: [blobs] store = 'locl': no blob store has that name (did you mean local?); "
         "the known ones: local, s3",
         "problem: [mail] transport = 'smpt': no mail transport has that name "
-        "(did you mean smtp?); the known ones: outbox, smtp",
+        "(did you mean smtp?); the known ones: outbox, smtp, submission",
     ]
     assert "blobs: locl, unknown" in result.stdout.splitlines()
     assert "Traceback" not in result.stderr

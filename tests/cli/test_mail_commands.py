@@ -279,5 +279,5 @@ def test_serve_with_a_transport_nothing_registers_refuses_to_start_in_one_line(r
     assert result.returncode == 1
     assert result.stderr == (
         "Error: [mail] transport = 'pigeon': no mail transport has that name; "
-        "the known ones: outbox, smtp\n"
+        "the known ones: outbox, smtp, submission\n"
     )

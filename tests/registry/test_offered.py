@@ -30,7 +30,7 @@ def transports(host):
 
 def test_protege_s_own_are_offered_with_no_plugin_installed(site):
     found = transports(site.host())
-    assert found.names == ("outbox", "smtp")
+    assert found.names == ("outbox", "smtp", "submission")
     assert found.problems == ()
     stores = offered(site.host(), "register_blob_stores", kind="blob store", setting="[blobs]")
     assert stores.names == ("local", "s3")
@@ -40,7 +40,7 @@ def test_a_name_nothing_offers_is_refused_naming_the_known_ones(site):
     found = transports(site.host())
     assert found.refusal("smpt") == (
         "[mail] transport = 'smpt': no mail transport has that name (did you mean smtp?); "
-        "the known ones: outbox, smtp"
+        "the known ones: outbox, smtp, submission"
     )
     with pytest.raises(ConfigError, match="no mail transport has that name"):
         found.build("pigeon", Config.defaults(site.path))
@@ -74,7 +74,7 @@ def test_a_registration_that_is_no_name_or_no_class_is_reported_and_left_out(sit
         "    register('pigeon', 'not a class')\n",
     )
     found = transports(site.host())
-    assert found.names == ("outbox", "smtp")
+    assert found.names == ("outbox", "smtp", "submission")
     assert found.problems == (
         "odd-carrier registers a mail transport named 'Pigeon Post', which is not a name "
         "(a lower-case letter, then lower-case letters, digits, - and _)",
@@ -90,7 +90,7 @@ def test_what_a_plugin_registered_before_its_hook_raised_is_withdrawn(site):
         ),
     )
     found = transports(site.host())
-    assert found.names == ("outbox", "smtp")
+    assert found.names == ("outbox", "smtp", "submission")
 
 
 def test_a_transport_of_a_plugin_whose_settings_are_refused_is_not_made(site):
