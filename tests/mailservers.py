@@ -78,8 +78,7 @@ class MissingServers(Exception):
 class Programs(NamedTuple):
     dovecot: Path
     doveadm: Path
-    postfix: Path
-    postconf: Path
+    postconf: Path  # names the folder of Postfix's master
 
 
 @functools.cache
@@ -88,10 +87,9 @@ def programs() -> Programs:
     test`` sets it), or where the script finds or installs them."""
 
     def found(folder: Path) -> Programs | None:
-        doveadm = shutil.which("doveadm", path=f"{folder}:/usr/bin:/bin:{os.environ['PATH']}")
-        made = Programs(
-            folder / "dovecot", Path(doveadm or "doveadm"), folder / "postfix", folder / "postconf"
-        )
+        path = f"{folder}:/usr/bin:/bin:{os.environ.get('PATH', '')}"
+        doveadm = shutil.which("doveadm", path=path)
+        made = Programs(folder / "dovecot", Path(doveadm or "doveadm"), folder / "postconf")
         return made if all(os.access(p, os.X_OK) for p in made) else None
 
     given = os.environ.get("PROTEGE_TEST_MAIL_SERVERS", "")
@@ -552,7 +550,7 @@ class Dovecot:
     def add_user(self, address: str, password: str) -> User:
         """A user who logs in as ``address`` with ``password`` (or an OAuth2 token) and is
         delivered mail for ``address`` over LMTP."""
-        assert "/" not in address and address not in (".", ".."), address
+        assert "/" not in address, address  # a file's name
         user = User(address, password)
         records = {
             "passdb": {"password": _ssha256(password)},
@@ -685,14 +683,13 @@ class Dovecot:
     ) -> list[Stored]:
         """The folder's messages once it holds at least ``count`` (mail in flight through
         Postfix, say); a failure if it does not within ``seconds``."""
-        held: list[Stored] = []
-
-        def arrived() -> bool:
-            nonlocal held
-            held = self.messages(address, folder)
-            return len(held) >= count
-
-        until(arrived, seconds, f"{address}'s {folder} holds {len(held)} < {count} messages")
+        deadline = time.monotonic() + patience(seconds)
+        while len(held := self.messages(address, folder)) < count:
+            assert time.monotonic() < deadline, (
+                f"{address}'s {folder} holds {len(held)} messages, not {count}, after"
+                f" {seconds}s\n{self.logs()}"
+            )
+            time.sleep(0.02)  # a look at the folder again, not a synchronisation
         return held
 
     def folders(self, address: str) -> list[str]:
@@ -920,8 +917,8 @@ class Submission:
 
     def _make_queue(self) -> None:
         """The queue's folders with the owners and modes Debian's postfix-files gives them,
-        as ``postfix check`` makes them (in a tenth of the time: it checks every file of
-        the installation too)."""
+        as ``postfix check`` makes them (it takes half a second, checking the files of the
+        installation too)."""
         owner, group = pwd.getpwnam("postfix").pw_uid, grp.getgrnam("postdrop").gr_gid
         queue = self.folder / "queue"
         (queue / "pid").mkdir(mode=0o755)
@@ -942,6 +939,7 @@ class Submission:
         return _tail(self.folder / "master.log") + _tail(self.folder / "maillog")
 
     def stop(self) -> None:
+        """Stop Postfix as its operator would (SIGTERM)."""
         self.daemon.end(gently=True)
 
     def close(self) -> None:
