@@ -19,6 +19,8 @@ import pytest
 from protege.config import Config
 from protege.plugins import PluginHost, PluginSource, Selection, discover, normalize
 from tests.cli import serving
+from tests.mailservers import Certificates, Dovecot, MissingServers, Submission
+from tests.mailservers import programs as mail_server_programs
 
 
 class Site:
@@ -297,3 +299,42 @@ def sql_run() -> Iterator[list[str]]:
     finally:
         peewee_log.removeHandler(handler)
         peewee_log.setLevel(level)
+
+
+@pytest.fixture(scope="session")
+def mail_certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    """The test CA, its certificate for localhost and 127.0.0.1, and an untrusted pair."""
+    return Certificates.make(tmp_path_factory.mktemp("mail-certificates"))
+
+
+def _mail_servers_installed() -> None:
+    try:
+        mail_server_programs()
+    except MissingServers as missing:
+        pytest.fail(str(missing), pytrace=False)
+
+
+@pytest.fixture
+def dovecot(mail_certificates: Certificates) -> Iterator[Dovecot]:
+    """A fresh private Dovecot (IMAP with IDLE, LMTP, SASL) with the users ``AGENT`` and
+    ``PERSON`` of ``tests.mailservers`` (``dovecot.agent``, ``dovecot.person``), ended
+    and removed after the test however it went."""
+    _mail_servers_installed()
+    with Dovecot(certificates=mail_certificates) as server:
+        yield server
+
+
+@pytest.fixture
+def dovecot_no_idle(mail_certificates: Certificates) -> Iterator[Dovecot]:
+    """``dovecot``'s twin that does not advertise IDLE: its clients must poll."""
+    _mail_servers_installed()
+    with Dovecot(idle=False, certificates=mail_certificates) as server:
+        yield server
+
+
+@pytest.fixture
+def submission(dovecot: Dovecot) -> Iterator[Submission]:
+    """A private Postfix taking authenticated submission (STARTTLS or implicit TLS) for
+    ``dovecot``'s users and delivering mail for example.test into it."""
+    with Submission(dovecot) as server:
+        yield server
