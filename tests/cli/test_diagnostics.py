@@ -44,9 +44,11 @@ def test_doctor_json_is_one_object_with_every_finding(run_protege):
     assert result.returncode == 1
     report = json.loads(result.stdout)
     assert set(report) == {
-        "config", "database", "blobs", "senders", "tools", "plugins", "problems", "warnings"
+        "config", "database", "blobs", "senders", "tools", "plugins", "mailboxes",
+        "submission", "problems", "warnings"
     }  # fmt: skip
     assert report["senders"].endswith("(enforce)")  # the default
+    assert (report["mailboxes"], report["submission"]) == ([], None)  # none configured
     assert report["warnings"] == []
     assert report["problems"] == [
         {"kind": "tools", "message": "PROTEGE_LOAD_PLUGINS names ghost, which is not installed"}
