@@ -336,12 +336,21 @@ class AuthenticationSettings:
 def _check_mailboxes(
     instance: object, attribute: attrs.Attribute, value: Mapping[str, MailboxSettings]
 ) -> None:
-    for name in value:
+    read: dict[tuple[str, int, str, str], str] = {}
+    for name, box in value.items():
         if not is_mailbox_name(name):
             raise ValueError(
                 f"imap: {name!r} is not a mailbox name (a lower-case letter, then lower-case "
                 "letters, digits, - and _)"
             )
+        host, port = box.address
+        where = (host.lower(), port, box.username.lower(), box.folder)
+        if where in read:
+            raise ValueError(
+                f"imap: {read[where]} and {name} read the same folder of the same account; "
+                "two readers would take each other's mail"
+            )
+        read[where] = name
 
 
 @attrs.frozen(kw_only=True, repr=False)

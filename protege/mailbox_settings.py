@@ -93,8 +93,8 @@ class MailboxSettings:
 
     On the first connection only mail arriving from then on is taken, unless ``backfill``
     says how far back to begin (``"7d"``, ``"all"``). The provider's
-    ``Authentication-Results`` are trusted for mail read here when they carry one of
-    ``trusted_authserv_ids`` (the topmost such header only). ``sent_folder``, when set, gets
+    ``Authentication-Results`` are trusted for mail read here when the topmost one carries
+    one of ``trusted_authserv_ids`` (none below it ever counts). ``sent_folder``, when set, gets
     a copy of each mail the agent sends through ``[mail] transport = "submission"``.
     """
 
@@ -136,6 +136,11 @@ class MailboxSettings:
             raise ValueError('move_to: required when done = "move" (the folder to move mail to)')
         if self.done == MOVE and self.move_to == self.folder:
             raise ValueError("move_to: must be another folder than the one read")
+        if self.sent_folder is not None and self.sent_folder == self.folder:
+            raise ValueError(
+                "sent_folder: must be another folder than the one read (the agent would read "
+                "its own mail back in)"
+            )
         if self.password_env is None and self.oauth2_command is None:
             raise ValueError(
                 "password_env or oauth2_command: one is required (how protege logs in)"

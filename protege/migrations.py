@@ -681,8 +681,9 @@ def _0018_tool_listings(db: peewee.Database | peewee.DatabaseProxy) -> None:
 def _0019_mailbox_checkpoints(db: peewee.Database | peewee.DatabaseProxy) -> None:
     # One row per [mail.imap.NAME] mailbox: where reading it has got to (UIDVALIDITY and the
     # last UID stored, moved forward in the transaction that stores the mail), how far its
-    # done-marking has caught up, and which serve process reads it (a lease, renewed while
-    # it lives). BIGINT: UIDs and UIDVALIDITY are unsigned 32-bit numbers.
+    # done-marking has caught up (and the mail passed over since, never to be marked), and
+    # which serve process reads it (a lease, renewed while it lives). BIGINT: UIDs and
+    # UIDVALIDITY are unsigned 32-bit numbers.
     _run(
         db,
         """
@@ -693,6 +694,8 @@ def _0019_mailbox_checkpoints(db: peewee.Database | peewee.DatabaseProxy) -> Non
             uidvalidity BIGINT,
             last_uid BIGINT NOT NULL DEFAULT 0,
             marked_uid BIGINT NOT NULL DEFAULT 0,
+            passed_over TEXT,
+            begun_at {ts},
             last_arrived_at {ts},
             taken INTEGER NOT NULL DEFAULT 0,
             waiting INTEGER NOT NULL DEFAULT 0,

@@ -40,6 +40,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["ServeError", "Server", "serve"]
 
+MAILBOX_STOP_SECONDS = 10.0
+
 
 class ServeError(ProtegeError):
     """The server could not start (the SMTP port is taken, say), or a part of it failed."""
@@ -285,8 +287,12 @@ class Server:
     async def _stop_mailboxes(self) -> None:
         for reader in self.mailboxes:
             reader.stop()
+        # A reader still connecting to a silent server cannot be cut short: it is left to
+        # end on its own (a daemon thread; its lease runs out), not waited for past this.
         for thread in self._mailbox_threads:
-            await asyncio.to_thread(thread.join)
+            await asyncio.to_thread(thread.join, MAILBOX_STOP_SECONDS)
+            if thread.is_alive():
+                logger.warning("%s did not stop in time; left to end on its own", thread.name)
         self._mailbox_threads = []
 
     def wake(self) -> None:

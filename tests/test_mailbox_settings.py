@@ -49,6 +49,7 @@ def test_starttls_defaults_to_port_143_and_backfill_reads_days(tmp_path):
         ('oauth2_command = "oama access x"\n', "set one, not both"),
         ('idle = "false"\n', "expected true or false"),
         ('folder = "a\\nb"\n', "is not a folder name"),
+        ('sent_folder = "INBOX"\n', "sent_folder: must be another folder"),
     ],
 )
 def test_a_mistaken_mailbox_setting_is_one_clear_error(tmp_path, extra, message):
@@ -80,3 +81,11 @@ def test_submission_takes_implicit_tls_on_465_and_starttls_otherwise(tmp_path):
     assert loaded(tmp_path, text).mail.submission.tls == "starttls"
     with pytest.raises(ConfigError, match="password may not be written"):
         loaded(tmp_path, text + 'password = "pw"\n')
+
+
+def test_two_mailboxes_reading_one_folder_of_one_account_are_refused(tmp_path):
+    second = MAILBOX.replace("[mail.imap.support]", "[mail.imap.helpdesk]")
+    with pytest.raises(ConfigError, match="support and helpdesk read the same folder"):
+        loaded(tmp_path, MAILBOX + second)
+    other_folder = second + 'folder = "Helpdesk"\n'
+    assert set(loaded(tmp_path, MAILBOX + other_folder).mail.imap) == {"support", "helpdesk"}

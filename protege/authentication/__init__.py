@@ -28,6 +28,7 @@ from protege.authentication.relayed import (
     from_trusted_relay,
     networks,
     read_results,
+    topmost,
     topmost_trusted,
 )
 from protege.authentication.resolver import Budget, DnsResolver, Resolver, pinned_records
@@ -168,8 +169,9 @@ def authenticate(
 
     ``provider_authserv_ids`` is for mail read from a mailbox at a provider (IMAP), which
     received it from the sender: no SMTP session of ours to check SPF on, and the
-    provider's topmost ``Authentication-Results`` carrying one of these ids (none: nothing)
-    is read as a trusted relay's, in place of ``trusted_authserv_ids``.
+    provider's results are read as a trusted relay's, in place of ``trusted_authserv_ids``:
+    the topmost ``Authentication-Results``, only when it carries one of these ids (a header
+    lower down, or on top when the provider added none, is the sender's own).
     """
     resolver = Budget(DnsResolver() if resolver is None else resolver)
     relays = networks(trusted_relays)
@@ -196,7 +198,9 @@ def authenticate(
             )
         )
     if provider_authserv_ids is not None:
-        results.append(_relay_result(signer.headers, provider_authserv_ids, ascii_domain, strict))
+        results.append(
+            _provider_result(signer.headers, provider_authserv_ids, ascii_domain, strict)
+        )
     elif from_trusted_relay(client_ip, relays):
         results.append(_relay_result(signer.headers, trusted_authserv_ids, ascii_domain, strict))
     else:
@@ -273,6 +277,33 @@ def _relay_result(
     if found is None:
         return MethodResult(RELAY, "none", None, False, "the trusted relay recorded no results")
     by, value = found
+    relayed = read_results(value, by, from_domain, strict)
+    return MethodResult(RELAY, relayed.result, by, relayed.result == "pass", relayed.reason)
+
+
+def _provider_result(
+    headers: list[tuple[bytes, bytes]],
+    authserv_ids: Iterable[str],
+    from_domain: str,
+    strict: tuple[bool, bool],
+) -> MethodResult:
+    """What the provider that received the mail recorded: its results are the topmost
+    ``Authentication-Results`` and count only if that carries a trusted id. Any header
+    below it, or on top when the provider added none, is the sender's own writing."""
+    trusted = {i.strip().lower() for i in authserv_ids if i.strip()}
+    found = topmost(headers)
+    if found is None or not trusted:
+        return MethodResult(RELAY, "none", None, False, "the provider recorded no results")
+    by, value = found
+    if by not in trusted:
+        return MethodResult(
+            RELAY,
+            "none",
+            by or None,
+            False,
+            f"the topmost Authentication-Results is by {by or 'nobody named'}, not a trusted "
+            "authserv-id: anything below it is not the provider's",
+        )
     relayed = read_results(value, by, from_domain, strict)
     return MethodResult(RELAY, relayed.result, by, relayed.result == "pass", relayed.reason)
 

@@ -132,6 +132,17 @@ def topmost_trusted(
     return None
 
 
+def topmost(headers: Sequence[tuple[bytes, bytes]]) -> tuple[str, str] | None:
+    """The topmost ``Authentication-Results`` whatever its authserv-id, as (id, value)."""
+    for name, raw_value in headers:
+        if name.lower() != b"authentication-results":
+            continue
+        value = raw_value.decode("utf-8", "replace")
+        match = _AUTHSERV_ID.match(value)
+        return (match.group(1).lower() if match else ""), value
+    return None
+
+
 def arc_verdict(
     raw: bytes, from_domain: str, sealers: Iterable[str], resolver: Resolver
 ) -> tuple[Relayed, bool]:

@@ -12,6 +12,7 @@ is logged, never a reason to send the mail again.
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime
 import logging
 import smtplib
@@ -51,6 +52,15 @@ class SubmissionTransport(Transport):
                 f"in the environment variable {settings.password_env}, or set oauth2_command"
             )
         self.context = _context(settings, config)
+        # Sent copies are made apart from the hand-off, so that the delivery is recorded
+        # before them: a crash while one is made loses a copy, never sends the mail again.
+        self._copies = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="protege-sent-copy"
+        )
+
+    def close(self) -> None:
+        """Wait for the Sent copies under way (for a clean shutdown, and tests)."""
+        self._copies.shutdown(wait=True)
 
     def send(self, message: bytes, envelope: Envelope) -> Iterable[Outcome]:
         """One attempt at the submission server, then the Sent copy."""
@@ -63,8 +73,11 @@ class SubmissionTransport(Transport):
         )
         if answer.error is not None:
             raise MailRefused(answer.error)
-        if answer.delivered:
-            self._copy_to_sent(message, envelope)
+        if answer.delivered and sent_mailbox(self.config, envelope.sender) is not None:
+            try:
+                self._copies.submit(self._copy_to_sent, message, envelope)
+            except RuntimeError:  # closed: the copy is made here, the mail is sent
+                self._copy_to_sent(message, envelope)
         return [
             *(Outcome.delivered(address) for address in answer.delivered),
             *(Outcome.refused(r.address, r.reason, code=r.code) for r in answer.refused),
@@ -118,23 +131,10 @@ class SubmissionTransport(Transport):
             if settings.oauth2_command is None:
                 smtp.login(username, settings.password or "")
                 return
-            try:
-                token = oauth2.access_token(settings.oauth2_command)
-            except oauth2.TokenUnavailable as error:
-                raise relay.FinalFailure(str(error)) from None
-            response = oauth2.xoauth2(username, token)
-
-            def answer(challenge: bytes | None = None) -> str:
-                # After a refusal the server sends its reason as a challenge; an empty
-                # answer ends the exchange (RFC 7628's way, which XOAUTH2 follows).
-                return response if challenge is None else ""
-
-            try:
-                smtp.auth("XOAUTH2", answer, initial_response_ok=True)
-            except smtplib.SMTPAuthenticationError:
-                oauth2.forget(settings.oauth2_command)
-                raise
+            self._oauth2_log_in(smtp, settings.oauth2_command, username)
         except smtplib.SMTPAuthenticationError as error:
+            if error.smtp_code < 500:  # the server's trouble for now: tried again later
+                raise
             raise relay.FinalFailure(
                 f"{where} refused the login of {username}: {_text(error.smtp_error)}"
             ) from None
@@ -144,6 +144,29 @@ class SubmissionTransport(Transport):
                     f"{where} offers no login method protege can use with a password"
                 ) from None
             raise
+
+    def _oauth2_log_in(self, smtp: smtplib.SMTP, command: str, username: str) -> None:
+        """XOAUTH2 with the command's token; a token refused is asked for afresh once (it
+        may have run out while reused). A command that fails is a failure for now."""
+        for fresh in (False, True):
+            try:
+                token = oauth2.access_token(command, fresh=fresh)
+            except oauth2.TokenUnavailable as error:
+                raise smtplib.SMTPException(str(error)) from None
+            response = oauth2.xoauth2(username, token)
+
+            def answer(challenge: bytes | None = None, response: str = response) -> str:
+                # After a refusal the server sends its reason as a challenge; an empty
+                # answer ends the exchange (RFC 7628's way, which XOAUTH2 follows).
+                return response if challenge is None else ""
+
+            try:
+                smtp.auth("XOAUTH2", answer, initial_response_ok=True)
+                return
+            except smtplib.SMTPAuthenticationError:
+                oauth2.forget(command)
+                if fresh:
+                    raise
 
     # -- the Sent copy ---------------------------------------------------------------------
 

@@ -2,9 +2,10 @@
 
 Exactly one serve process reads a mailbox: the one holding its lease. The lease is taken
 only when free or run out, renewed by its holder, and renewed again by every step that moves
-the checkpoint, which also requires it: a process that lost its lease (it stalled past the
-lease, and another took over) cannot move the checkpoint, so the mail it was storing is
-rolled back with it and stored once, by the new holder.
+the checkpoint. Moving the checkpoint requires still being the holder: a process whose lease
+ran out may go on until another takes it over (a slow fetch is no reason to fetch again),
+but once another has, it cannot move the checkpoint, so the mail it was storing is rolled
+back with it and stored once, by the new holder.
 """
 
 from __future__ import annotations
@@ -79,34 +80,37 @@ def _held(name: str, holder: str, seconds: float, changes: dict) -> None:
         "lease_expires_at": now + datetime.timedelta(seconds=seconds),
         "updated_at": now,
     }
-    done = MailboxCheckpoint.update_where(
-        changes,
-        "name = {p} AND holder = {p} AND lease_expires_at >= {p}",
-        name,
-        holder,
-        MailboxCheckpoint.lease_expires_at.db_value(now),
-    )
+    done = MailboxCheckpoint.update_where(changes, "name = {p} AND holder = {p}", name, holder)
     if not done:
         raise LeaseLost(f"mailbox {name} is read by another process now")
 
 
 def begin(
-    name: str, holder: str, seconds: float, *, source: str, uidvalidity: int, last_uid: int
+    name: str,
+    holder: str,
+    seconds: float,
+    *,
+    source: str,
+    uidvalidity: int,
+    last_uid: int,
+    first: bool = False,
+    begun_at: datetime.datetime | None = None,
 ) -> None:
-    """Set where reading begins: mail above ``last_uid`` of ``uidvalidity`` is taken."""
-    _held(
-        name,
-        holder,
-        seconds,
-        {
-            "source": source,
-            "uidvalidity": uidvalidity,
-            "last_uid": last_uid,
-            "marked_uid": last_uid,
-            "waiting": 0,
-            "oldest_waiting_at": None,
-        },
-    )
+    """Set where reading begins: mail above ``last_uid`` of ``uidvalidity`` is taken.
+    ``first`` for the first time: ``begun_at`` is then the arrival before which no mail is
+    this reader's (None: none is too old)."""
+    changes: dict[str, Any] = {
+        "source": source,
+        "uidvalidity": uidvalidity,
+        "last_uid": last_uid,
+        "marked_uid": last_uid,
+        "passed_over": None,
+        "waiting": 0,
+        "oldest_waiting_at": None,
+    }
+    if first:
+        changes["begun_at"] = begun_at
+    _held(name, holder, seconds, changes)
 
 
 def advance(
@@ -123,21 +127,39 @@ def advance(
     p = database.param
     now = utcnow()
     until = now + datetime.timedelta(seconds=seconds)
+    # Mail passed over is listed, so that marking what was stored never marks it.
+    passed = "passed_over" if stored else f"COALESCE(passed_over, '') || {p}"
     cursor = database.execute_sql(
-        f"UPDATE mailbox_checkpoint SET last_uid = {p}, "
+        f"UPDATE mailbox_checkpoint SET last_uid = {p}, passed_over = {passed}, "
         f"last_arrived_at = COALESCE({p}, last_arrived_at), taken = taken + {p}, "
         f"waiting = CASE WHEN waiting > 0 THEN waiting - 1 ELSE 0 END, "
         f"lease_expires_at = {p}, updated_at = {p} "
-        f"WHERE name = {p} AND holder = {p} AND lease_expires_at >= {p} AND last_uid < {p}",
-        (uid, arrived_at, 1 if stored else 0, until, now, name, holder, now, uid),
+        f"WHERE name = {p} AND holder = {p} AND last_uid < {p}",
+        (
+            uid,
+            *(() if stored else (f",{uid}",)),
+            arrived_at,
+            1 if stored else 0,
+            until,
+            now,
+            name,
+            holder,
+            uid,
+        ),
     )
     if cursor.rowcount != 1:
         raise LeaseLost(f"mailbox {name} is read by another process now")
 
 
 def marked(name: str, holder: str, seconds: float, uid: int) -> None:
-    """Stored mail up to ``uid`` has been marked done in the mailbox."""
-    _held(name, holder, seconds, {"marked_uid": uid})
+    """Stored mail up to ``uid`` has been marked done in the mailbox (and nothing up to it
+    is owed any more)."""
+    _held(name, holder, seconds, {"marked_uid": uid, "passed_over": None})
+
+
+def passed_over(checkpoint: MailboxCheckpoint) -> set[int]:
+    """The UIDs above ``checkpoint.marked_uid`` that were passed over, not stored."""
+    return {int(part) for part in (checkpoint.passed_over or "").split(",") if part.isdigit()}
 
 
 def looked(

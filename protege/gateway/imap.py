@@ -10,7 +10,6 @@ the password and tokens never appear in it.
 from __future__ import annotations
 
 import contextlib
-import imaplib
 import socket
 import ssl
 from pathlib import Path
@@ -73,7 +72,7 @@ def connect(name: str, settings: MailboxSettings, root: Path) -> Any:
         raise MailboxUnavailable(
             f"{where} refused the login of {settings.username}: {_said(error)}"
         ) from None
-    except (OSError, imaplib.IMAP4.error, imapclient.exceptions.IMAPClientError) as error:
+    except Exception as error:  # whatever the server or the socket did: said, not raised
         _close(client)
         raise MailboxUnavailable(f"{where}: {describe(error)}") from None
 
@@ -87,9 +86,15 @@ def _log_in(client: Any, settings: MailboxSettings) -> None:
                 f"the password of {settings.username} is not set: put it in the environment "
                 f"variable {settings.password_env}"
             )
-        client.login(settings.username, settings.password)
+        if (settings.username + settings.password).isascii():
+            client.login(settings.username, settings.password)
+        else:  # LOGIN takes ASCII only; AUTHENTICATE PLAIN carries UTF-8 (RFC 4616)
+            client.plain_login(settings.username, settings.password)
         return
-    token = oauth2.access_token(settings.oauth2_command)
+    try:
+        token = oauth2.access_token(settings.oauth2_command)
+    except oauth2.TokenUnavailable as error:
+        raise MailboxUnavailable(str(error)) from None
     try:
         client.oauth2_login(settings.username, token)
     except imapclient.exceptions.LoginError:

@@ -101,6 +101,7 @@ def ingest(
     verdict: Verdict | None = None,
     app: Any = None,
     clock: Callable[[], datetime.datetime] = utcnow,
+    provider_authserv_ids: Sequence[str] | None = None,
 ) -> list[Delivered]:
     """Store ``raw`` for each agent among ``recipients`` and queue their runs.
 
@@ -110,7 +111,8 @@ def ingest(
     (``client_ip``, ``helo``, ``envelope_sender``), through ``resolver`` (one built from
     ``[mail.authentication]`` when None), unless ``verdict`` is given. Each stored mail is
     then inspected by the ``inspect_inbound`` plugins of ``app`` (the installation; without
-    one, by protege's own inspectors only), which may flag it or hold it. Raises
+    one, by protege's own inspectors only), which may flag it or hold it. Mail read from a
+    provider's mailbox passes ``provider_authserv_ids`` (see ``verify_sender``). Raises
     ``MailRejected`` for mail over the limits or for no known agent (then nothing is
     stored), and ``StorageUnavailable`` only when the database or disk failed in a way a
     later attempt can get past.
@@ -128,6 +130,7 @@ def ingest(
             verdict,
             app,
             naive_utc(clock()),
+            provider_authserv_ids,
         )
 
 
@@ -142,6 +145,7 @@ def _ingest(
     verdict: Verdict | None,
     app: Any,
     now: datetime.datetime,
+    provider_authserv_ids: Sequence[str] | None = None,
 ) -> list[Delivered]:
     limits = config.mail
     if len(raw) > limits.max_message_bytes:
@@ -162,6 +166,7 @@ def _ingest(
             helo=helo,
             mail_from=envelope_sender,
             resolver=resolver,
+            provider_authserv_ids=provider_authserv_ids,
         )
     verdict = _for_sender(verdict, parsed.sender)
     if parsed.sender and agent_for(parsed.sender) is not None:

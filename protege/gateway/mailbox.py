@@ -44,7 +44,6 @@ from protege.gateway.inbound import (
     MailRejected,
     agent_for,
     ingest,
-    verify_sender,
 )
 from protege.mailbox_settings import KEEP, MOVE, SEEN, MailboxSettings
 from protege.models import Blob, Message
@@ -55,6 +54,7 @@ logger = logging.getLogger(__name__)
 # RFC 2177: a client in IDLE should re-issue it at least every 29 minutes.
 IDLE_RESTART_SECONDS = 25 * 60
 MAX_BACKOFF_SECONDS = 300.0
+MIN_PASS_SECONDS = 0.5
 # On a new UIDVALIDITY, mail since this long before the last one stored is looked at again.
 RESCAN_MARGIN = datetime.timedelta(days=1)
 
@@ -103,6 +103,7 @@ class MailboxReader:
         self._client_lock = threading.Lock()
         self.holding = False
         """Whether this reader holds the mailbox's lease (it reads it)."""
+        self._problem: str | None = None  # what went wrong in a pass that went on
 
     # -- the thread ---------------------------------------------------------------------
 
@@ -134,6 +135,8 @@ class MailboxReader:
                     logger.warning("%s; this process stops reading it", lost)
                     self.holding = False
                 except Exception as error:
+                    if self._stop.is_set():
+                        break  # stopping cut the connection: no failure to record
                     failures += 1
                     reason = error_line(error)
                     logger.warning("mailbox %s: %s", self.name, reason)
@@ -165,13 +168,19 @@ class MailboxReader:
             self._client = client
         try:
             while not self._stop.is_set():
+                started = time.monotonic()
                 try:
-                    self.take_new(client)
+                    found = self.take_new(client).found
                 finally:
                     put_down_connection()  # between passes this thread holds none
                 if self._stop.is_set():
                     break
-                self._wait_for_mail(client)
+                # Mail that came during a pass was announced in the answer to one of its
+                # commands, not to IDLE: a pass that found some is followed by another.
+                if not found:
+                    self._wait_for_mail(client)
+                # However often a server says there is mail, passes come at most so often.
+                self._wait(MIN_PASS_SECONDS - (time.monotonic() - started))
         finally:
             with self._client_lock:
                 self._client = None
@@ -254,7 +263,13 @@ class MailboxReader:
         """One pass: store the mail above the checkpoint, a batch at a time, and mark it
         done. Requires the lease (``LeaseLost`` once another process has it)."""
         settings = self.settings
+        self._problem = None
         selected = client.select_folder(settings.folder)
+        if not selected.get(b"UIDVALIDITY"):
+            raise MailboxUnavailable(
+                f"mailbox {self.name}: the server did not say the folder's UIDVALIDITY, "
+                "without which no checkpoint can be kept"
+            )
         validity = int(selected[b"UIDVALIDITY"])
         uidnext = int(selected.get(b"UIDNEXT") or 0)
         checkpoint = checkpoints.ensure(self.name, self.source)
@@ -273,25 +288,22 @@ class MailboxReader:
             self._begin(client, validity, uidnext, fresh=checkpoint.uidvalidity is None)
             checkpoint = checkpoints.ensure(self.name, self.source)
         elif checkpoint.uidvalidity != validity:
-            return self._after_new_validity(client, checkpoint, validity)
-        self._mark_owed(client, checkpoint.marked_uid, checkpoint.last_uid)
-        uids = [
-            u
-            for u in client.search(["UID", f"{checkpoint.last_uid + 1}:*"])
-            if u > checkpoint.last_uid
-        ]
-        return self._take(client, sorted(uids), dedupe=False)
+            return self._after_new_validity(client, checkpoint, validity, uidnext)
+        self._mark_owed(client, checkpoint)
+        return self._take(client, _above(client, checkpoint.last_uid), dedupe=False)
 
     def _begin(self, client: Any, validity: int, uidnext: int, *, fresh: bool) -> None:
         """Where a mailbox read for the first time begins: its next mail, or ``backfill``."""
         days = self.settings.backfill_days if fresh else None
-        newest = uidnext - 1 if uidnext else max(client.search(["ALL"]) or [0])
-        start = newest
+        newest = uidnext - 1 if uidnext else max(_uids(client.search(["ALL"])) or [0])
+        # When reading began, by the server's clock: the arrival of the newest mail not
+        # taken (no bound when there is none). Only a new UIDVALIDITY needs it.
+        start, begun_at = newest, _arrival(client, newest) if newest else None
         if days == 0:
-            start = 0
+            start, begun_at = 0, None
         elif days is not None:
-            since = (utcnow() - datetime.timedelta(days=days)).date()
-            found = client.search(["SINCE", since])
+            begun_at = utcnow() - datetime.timedelta(days=days)
+            found = _uids(client.search(["SINCE", begun_at.date()]))
             start = min(found) - 1 if found else newest
         checkpoints.begin(
             self.name,
@@ -300,27 +312,40 @@ class MailboxReader:
             source=self.source,
             uidvalidity=validity,
             last_uid=max(start, 0),
+            first=True,
+            begun_at=begun_at,
         )
         logger.info("mailbox %s: reading begins after UID %s", self.name, max(start, 0))
 
-    def _after_new_validity(self, client: Any, checkpoint: Any, validity: int) -> Pass:
+    def _after_new_validity(
+        self, client: Any, checkpoint: Any, validity: int, uidnext: int
+    ) -> Pass:
         """The folder's UIDs mean other mail now: look again at what arrived since a day
-        before the last mail stored, taking what is not stored already, then go on from
-        the new UIDs."""
+        before the last mail stored (never before reading began), taking what is not
+        stored already, then go on after the newest UID seen before that look."""
         logger.warning(
             "mailbox %s: UIDVALIDITY changed from %s to %s; looking at its recent mail again",
             self.name,
             checkpoint.uidvalidity,
             validity,
         )
-        if checkpoint.last_arrived_at is None:
-            uids = []
+        bounds = [checkpoint.begun_at]
+        if checkpoint.last_arrived_at is not None:
+            bounds.append(checkpoint.last_arrived_at - RESCAN_MARGIN)
+        since = max((b for b in bounds if b is not None), default=None)
+        if since is None:
+            uids = _uids(client.search(["ALL"]))
         else:
-            since = (checkpoint.last_arrived_at - RESCAN_MARGIN).date()
-            uids = sorted(client.search(["SINCE", since]))
+            found = _uids(client.search(["SINCE", since.date()]))
+            arrivals = client.fetch(found, ["INTERNALDATE"]) if found else {}
+            uids = [
+                u
+                for u in found
+                if (when := _utc((arrivals.get(u) or {}).get(b"INTERNALDATE"))) is None
+                or when >= since
+            ]
         done = self._take(client, uids, dedupe=True, moving=False)
-        selected = client.select_folder(self.settings.folder)
-        newest = max([*uids, int(selected.get(b"UIDNEXT") or 1) - 1, 0])
+        newest = max([*uids, uidnext - 1, 0])
         checkpoints.begin(
             self.name,
             self.holder,
@@ -333,6 +358,7 @@ class MailboxReader:
 
     def _take(self, client: Any, uids: Sequence[int], *, dedupe: bool, moving: bool = True) -> Pass:
         settings = self.settings
+        limit = self.config.mail.max_message_bytes
         found = len(uids)
         oldest = _arrival(client, uids[0]) if uids else None
         checkpoints.looked(
@@ -344,23 +370,34 @@ class MailboxReader:
             if self._stop.is_set():
                 break
             batch = list(uids[start : start + settings.batch])
-            done: list[int] = []
-            sizes = client.fetch(batch, ["RFC822.SIZE"])
-            wanted = [
-                u
-                for u in batch
-                if u in sizes and _size(sizes[u]) <= self.config.mail.max_message_bytes
-            ]
-            bodies = client.fetch(wanted, ["BODY.PEEK[]", "INTERNALDATE"]) if wanted else {}
+            sizes = {u: _size(d) for u, d in client.fetch(batch, ["RFC822.SIZE"]).items()}
+            wanted = [u for u in batch if 0 <= sizes.get(u, -1) <= limit]
+            bodies: dict[int, Any] = {}
+            for part in _by_bytes(wanted, sizes):  # a batch's bytes in memory are bounded
+                # At most one byte over the limit is asked for: a server whose size was
+                # wrong cannot send a mail larger than that.
+                bodies.update(client.fetch(part, [f"BODY.PEEK[]<0.{limit + 1}>", "INTERNALDATE"]))
+            missing = [u for u in wanted if _body(bodies.get(u) or {}) is None]
+            if missing:
+                # The server said these are there and not too large: a missing body is its
+                # failure, not the mail's. The pass is tried again; nothing is passed over.
+                raise MailboxUnavailable(
+                    f"mailbox {self.name}: the server sent no body for UID {missing[0]}"
+                )
             failpoints.reached("imap.fetched")  # fetched, nothing of the batch stored
+            done: list[int] = []
+            last = None
             for uid in batch:
                 if self._stop.is_set():
                     break
-                data = bodies.get(uid)
-                raw = None if data is None else data.get(b"BODY[]")
-                arrived = None if data is None else _utc(data.get(b"INTERNALDATE"))
+                data = bodies.get(uid) or {}
+                raw = _body(data)
+                if raw is not None and len(raw) > limit:
+                    raw = None  # the size the server gave was not the mail's
+                arrived = _utc(data.get(b"INTERNALDATE"))
                 outcome = self._store_one(uid, raw, arrived, sizes.get(uid), dedupe=dedupe)
                 failpoints.reached("imap.stored")  # committed, not marked done
+                last = uid
                 if outcome is None:
                     passed += 1
                     continue
@@ -372,11 +409,15 @@ class MailboxReader:
                         self.on_mail(list(outcome))
                     except Exception:
                         logger.exception("on_mail failed")
-            if done and moving:
-                self._mark_done(client, done)
-                checkpoints.marked(self.name, self.holder, self.lease_seconds, max(done))
+            if moving and last is not None and self._mark_done(client, done):
+                checkpoints.marked(self.name, self.holder, self.lease_seconds, last)
         checkpoints.looked(
-            self.name, self.holder, self.lease_seconds, waiting=0, oldest_waiting_at=None
+            self.name,
+            self.holder,
+            self.lease_seconds,
+            waiting=0,
+            oldest_waiting_at=None,
+            error=self._problem,
         )
         return Pass(found, stored, passed, tuple(delivered))
 
@@ -407,12 +448,15 @@ class MailboxReader:
                 self._advance(uid, arrived, stored=False, dedupe=dedupe)
                 return []
             try:
+                # The verdict is ingest's to reach, after its limits: a header block
+                # built to make checking signatures slow is refused before that.
                 delivered = ingest(
                     raw,
                     config=self.config,
                     recipients=[settings.agent],
-                    verdict=self._verdict(raw),
+                    resolver=self.resolver,
                     app=self.app,
+                    provider_authserv_ids=settings.trusted_authserv_ids,
                 )
             except MailRejected as rejection:
                 logger.warning(
@@ -438,47 +482,54 @@ class MailboxReader:
         if not checkpoints.take_lease(self.name, self.holder, self.lease_seconds):
             raise LeaseLost(f"mailbox {self.name} is read by another process now")
 
-    def _verdict(self, raw: bytes) -> Any:
-        return verify_sender(
-            raw,
-            self.config,
-            resolver=self.resolver,
-            provider_authserv_ids=self.settings.trusted_authserv_ids,
-        )
-
     # -- marking done ----------------------------------------------------------------------
 
-    def _mark_owed(self, client: Any, marked_uid: int, last_uid: int) -> None:
-        """Finish the marking a crash left owed: mail stored above ``marked_uid``."""
-        if last_uid <= marked_uid or self.settings.done == KEEP:
-            if last_uid > marked_uid:
-                checkpoints.marked(self.name, self.holder, self.lease_seconds, last_uid)
+    def _mark_owed(self, client: Any, checkpoint: Any) -> None:
+        """Finish the marking a crash left owed: mail stored above ``marked_uid`` (not the
+        mail passed over there)."""
+        marked_uid, last_uid = checkpoint.marked_uid, checkpoint.last_uid
+        if last_uid <= marked_uid:
             return
+        skipped = checkpoints.passed_over(checkpoint)
         owed = [
             u
-            for u in client.search(["UID", f"{marked_uid + 1}:{last_uid}"])
-            if marked_uid < u <= last_uid
+            for u in _uids(client.search(["UID", f"{marked_uid + 1}:{last_uid}"]))
+            if marked_uid < u <= last_uid and u not in skipped
         ]
-        if owed:
-            self._mark_done(client, owed)
-        checkpoints.marked(self.name, self.holder, self.lease_seconds, last_uid)
+        if self._mark_done(client, owed):
+            checkpoints.marked(self.name, self.holder, self.lease_seconds, last_uid)
 
-    def _mark_done(self, client: Any, uids: list[int]) -> None:
+    def _mark_done(self, client: Any, uids: list[int]) -> bool:
+        """Mark stored mail done as ``done`` says; whether it was. The server refusing
+        (a ``move_to`` folder deleted, say) is logged and recorded, and tried again next
+        pass: it never keeps new mail from being taken."""
+        import imapclient.exceptions
+
         settings = self.settings
-        if settings.done == SEEN:
-            client.add_flags(uids, [b"\\Seen"], silent=True)
-        elif settings.done == MOVE and settings.move_to:
-            if client.has_capability("MOVE"):
-                client.move(uids, settings.move_to)
-            elif client.has_capability("UIDPLUS"):
-                client.copy(uids, settings.move_to)
-                client.add_flags(uids, [b"\\Deleted"], silent=True)
-                client.uid_expunge(uids)
-            else:
-                raise MailboxUnavailable(
-                    f'mailbox {self.name}: done = "move" needs a server offering MOVE or '
-                    "UIDPLUS; this one offers neither"
-                )
+        if not uids or settings.done == KEEP:
+            return True
+        try:
+            if settings.done == SEEN:
+                client.add_flags(uids, [b"\\Seen"], silent=True)
+            elif settings.done == MOVE and settings.move_to:
+                if client.has_capability("MOVE"):
+                    client.move(uids, settings.move_to)
+                elif client.has_capability("UIDPLUS"):
+                    client.copy(uids, settings.move_to)
+                    client.add_flags(uids, [b"\\Deleted"], silent=True)
+                    client.uid_expunge(uids)
+                else:
+                    raise imapclient.exceptions.IMAPClientError(
+                        'done = "move" needs a server offering MOVE or UIDPLUS'
+                    )
+        except imapclient.exceptions.IMAPClientAbortError:
+            raise  # the connection is gone: a failed pass
+        except imapclient.exceptions.IMAPClientError as error:
+            reason = f"mailbox {self.name}: could not mark stored mail done: {describe(error)}"
+            logger.warning("%s; tried again next pass", reason)
+            self._problem = reason  # recorded with the pass, for status and doctor
+            return False
+        return True
 
 
 def _announces_mail(response: Any) -> bool:
@@ -488,10 +539,51 @@ def _announces_mail(response: Any) -> bool:
 
 
 def _size(data: Any) -> int:
+    """The size the server gave, or -1 when it gave none to believe."""
     try:
-        return int(data.get(b"RFC822.SIZE", 0))
-    except (TypeError, ValueError):
-        return 0
+        size = int(data.get(b"RFC822.SIZE"))
+    except (TypeError, ValueError, AttributeError):
+        return -1
+    return size if size >= 0 else -1
+
+
+def _body(data: Any) -> bytes | None:
+    """The mail's bytes in a FETCH answer, whether the server named the part whole or
+    partial; None when it sent none."""
+    for key in (b"BODY[]", b"BODY[]<0>"):
+        value = data.get(key)
+        if isinstance(value, bytes):
+            return value
+    return None
+
+
+# A batch's bodies are fetched in parts of at most this many bytes (by the sizes the server
+# gave), so that a batch of large mail holds a bounded amount in memory.
+MAX_FETCH_BYTES = 64 * 1024 * 1024
+MAX_UID = 2**32 - 1  # RFC 3501: a UID is a 32-bit number
+
+
+def _by_bytes(uids: list[int], sizes: dict[int, int]) -> list[list[int]]:
+    parts: list[list[int]] = []
+    size = 0
+    for uid in uids:
+        if not parts or size + sizes[uid] > MAX_FETCH_BYTES:
+            parts.append([])
+            size = 0
+        parts[-1].append(uid)
+        size += sizes[uid]
+    return parts
+
+
+def _uids(found: Any) -> list[int]:
+    """UIDs a server answered, those that can be UIDs at all, in order."""
+    return sorted(u for u in found if isinstance(u, int) and 0 < u <= MAX_UID)
+
+
+def _above(client: Any, last_uid: int) -> list[int]:
+    """The UIDs above ``last_uid`` (``n:*`` answers the highest UID even when it is below
+    ``n``: that one is not above)."""
+    return [u for u in _uids(client.search(["UID", f"{last_uid + 1}:*"])) if u > last_uid]
 
 
 def _utc(value: Any) -> datetime.datetime | None:

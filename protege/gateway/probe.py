@@ -29,8 +29,12 @@ def probe_mailbox(
     }
     try:
         client = connect(name, settings, root)
-    except MailboxUnavailable as error:
-        report["problems"].append(str(error))
+    except Exception as error:  # MailboxUnavailable, or anything else: said, not raised
+        report["problems"].append(
+            str(error)
+            if isinstance(error, MailboxUnavailable)
+            else f"mailbox {name}: {describe(error)}"
+        )
         return report
     try:
         capabilities = {c.decode("ascii", "replace").upper() for c in client.capabilities()}

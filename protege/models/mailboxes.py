@@ -13,7 +13,10 @@ class MailboxCheckpoint(Record):
     ``source`` names the account and folder read (``user@host:port/folder``): a checkpoint
     for another source is begun again. ``uidvalidity`` and ``last_uid`` say which mail has
     been stored (every UID up to it); ``marked_uid`` how far marking stored mail done has
-    caught up. ``holder`` is the serve process reading it, until ``lease_expires_at``.
+    caught up, and ``passed_over`` the UIDs above it that were not stored (too large,
+    refused), which are never marked. ``begun_at`` is when reading began (less the
+    backfill): mail older than that was never this reader's to take. ``holder`` is the
+    serve process reading it, until ``lease_expires_at``.
     ``waiting`` and ``oldest_waiting_at`` are the mail found but not yet stored at the last
     look (``checked_at``), for ``protege status``; ``last_error`` the last failure.
     """
@@ -23,6 +26,8 @@ class MailboxCheckpoint(Record):
     uidvalidity = peewee.BigIntegerField(null=True)
     last_uid = peewee.BigIntegerField(default=0)
     marked_uid = peewee.BigIntegerField(default=0)
+    passed_over = peewee.TextField(null=True)
+    begun_at = peewee.DateTimeField(null=True)
     last_arrived_at = peewee.DateTimeField(null=True)
     taken = peewee.IntegerField(default=0)
     waiting = peewee.IntegerField(default=0)

@@ -76,6 +76,7 @@ def test_mail_is_submitted_over_starttls_with_auth_and_a_copy_is_put_in_sent(tmp
     raw, envelope = outgoing(1)
 
     outcomes = list(transport.send(raw, envelope))
+    transport.close()  # the Sent copy is made apart from the hand-off
 
     assert [(o.address, o.status) for o in outcomes] == [(PERSON.address, OutcomeStatus.DELIVERED)]
     (arrived,) = submission.dovecot.await_messages(PERSON.address, 1)
@@ -90,6 +91,7 @@ def test_sending_again_makes_no_second_sent_copy(tmp_path, submission):
     raw, envelope = outgoing(2)
     list(transport.send(raw, envelope))
     list(transport.send(raw, attrs.evolve(envelope, attempt=2)))
+    transport.close()
     assert len(submission.dovecot.messages(AGENT.address, "Sent")) == 1
 
 
@@ -108,6 +110,7 @@ def test_each_recipient_gets_the_servers_own_answer(tmp_path, submission):
     envelope = attrs.evolve(envelope, recipients=(PERSON.address, refused))
 
     outcomes = {o.address: o for o in transport.send(raw, envelope)}
+    transport.close()
 
     assert outcomes[PERSON.address].status is OutcomeStatus.DELIVERED
     assert outcomes[refused].status is OutcomeStatus.REFUSED
@@ -155,3 +158,33 @@ def test_the_probe_logs_in_and_leaves_without_a_mail(tmp_path, submission):
         SubmissionTransport(config_for(tmp_path, submission, password="not it"))
     )
     assert "refused the login" in wrong["problems"][0]
+
+
+def test_a_token_refused_as_run_out_is_asked_for_afresh_once(tmp_path, submission):
+    server = submission.dovecot
+    expired = server.oauth_token(AGENT.address, lifetime=-60)
+    valid = server.oauth_token(AGENT.address)
+    counter = tmp_path / "asked"
+    printer = shlex.join(
+        [
+            sys.executable,
+            "-c",
+            f"import pathlib; p = pathlib.Path({str(counter)!r}); "
+            "n = int(p.read_text()) + 1 if p.exists() else 1; p.write_text(str(n)); "
+            f"print({expired!r} if n == 1 else {valid!r})",
+        ]
+    )
+    config = config_for(tmp_path, submission, password=None, oauth2_command=printer)
+    raw, envelope = outgoing(8)
+    outcomes = list(SubmissionTransport(config).send(raw, envelope))
+    assert outcomes[0].status is OutcomeStatus.DELIVERED
+    assert counter.read_text() == "2"
+
+
+def test_a_token_command_that_fails_fails_only_this_attempt(tmp_path, submission):
+    failing = shlex.join([sys.executable, "-c", "import sys; sys.exit(1)"])
+    config = config_for(tmp_path, submission, password=None, oauth2_command=failing)
+    raw, envelope = outgoing(9)
+    outcomes = list(SubmissionTransport(config).send(raw, envelope))
+    assert outcomes[0].status is OutcomeStatus.DEFERRED  # tried again later, not refused
+    assert "oauth2_command" in outcomes[0].reason

@@ -374,3 +374,72 @@ def test_a_ten_thousand_mail_backlog_is_taken_whole_and_once(reading, dovecot):
     row = MailboxCheckpoint.get(MailboxCheckpoint.name == NAME)
     assert (row.last_uid, row.marked_uid, row.taken) == (10_000, 10_000, 10_000)
     assert all("\\Seen" in m.flags for m in dovecot.messages(AGENT.address))
+
+
+# -- from the attacker's pass ---------------------------------------------------------------
+
+
+def test_a_header_built_to_be_slow_is_refused_before_any_check_and_blocks_nothing(reading, dovecot):
+    reader, client = reading()
+    reader.take_new(client)
+    folded = "X-Folded: a\r\n" + "".join(f" {n}\r\n" for n in range(40_000))  # 240 KB
+    dovecot.append(AGENT.address, mail(1, headers=folded))
+    dovecot.append(AGENT.address, mail(2))
+
+    taken = reader.take_new(client)
+
+    assert (taken.stored, taken.passed_over) == (1, 1)
+    assert [m.subject for m in inbound()] == ["Order 2"]
+    assert "\\Seen" not in dovecot.messages(AGENT.address)[0].flags
+
+
+def test_results_under_an_unlisted_providers_header_prove_nothing(reading, dovecot):
+    reader, client = reading(trusted_authserv_ids=("mx1.example.test",))
+    reader.take_new(client)
+    headers = (
+        "Authentication-Results: mx3.example.test; dmarc=fail header.from=bank.example\r\n"
+        "Authentication-Results: mx1.example.test; dmarc=pass header.from=bank.example\r\n"
+    )
+    dovecot.append(AGENT.address, mail(1, sender="ceo@bank.example", headers=headers))
+    reader.take_new(client)
+    assert inbound()[0].sender_authenticated is False
+
+
+def test_marking_owed_after_a_failure_never_touches_mail_that_was_passed_over(reading, dovecot):
+    dovecot.create_folder(AGENT.address, "Taken")
+    reader, client = reading(done="move", move_to="Gone")  # no such folder: marking fails
+    reader.take_new(client)
+    reader.config = attrs.evolve(
+        reader.config, mail=attrs.evolve(reader.config.mail, max_message_bytes=2000)
+    )
+    dovecot.append(AGENT.address, mail(1, headers="X-Padding: " + "x" * 3000 + "\r\n"))
+    dovecot.append(AGENT.address, mail(2))
+
+    first = reader.take_new(client)  # stores 2, cannot move it: owed, and new mail still taken
+    dovecot.append(AGENT.address, mail(3))
+    second = reader.take_new(client)
+
+    assert (first.stored, second.stored) == (1, 1)
+    assert "could not mark" in MailboxCheckpoint.get(MailboxCheckpoint.name == NAME).last_error
+    reader.settings = attrs.evolve(reader.settings, move_to="Taken")
+    reader.take_new(client)  # the owed marking is done now
+    left = dovecot.messages(AGENT.address)
+    assert [m.uid for m in left] == [1]  # the mail passed over stays where it was, unread
+    assert "\\Seen" not in left[0].flags
+    assert sorted(m.raw for m in dovecot.messages(AGENT.address, "Taken")) == sorted(
+        [mail(2), mail(3)]
+    )
+
+
+def test_mail_waiting_when_the_uidvalidity_changed_before_any_was_taken_is_taken(reading, dovecot):
+    reader, client = reading()
+    reader.take_new(client)  # reading begins: nothing stored yet
+    checkpoints.release(NAME, reader.holder)
+    dovecot.append(AGENT.address, mail(1))  # arrive while serve is down
+    dovecot.append(AGENT.address, mail(2))
+    dovecot.change_uidvalidity(AGENT.address)
+
+    again, fresh_client = reading()
+    again.take_new(fresh_client)
+
+    assert [m.subject for m in inbound()] == ["Order 1", "Order 2"]
