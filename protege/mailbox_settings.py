@@ -77,6 +77,23 @@ def _check_folder(instance: object, attribute: attrs.Attribute, value: str | Non
         raise ValueError(f"{attribute.name}: {value!r} is not a folder name")
 
 
+def _same_folder(one: str, other: str) -> bool:
+    """Whether two folder names name one folder (INBOX is INBOX in any case, RFC 3501)."""
+    return one == other or (one.upper() == "INBOX" and other.upper() == "INBOX")
+
+
+_AUTHSERV_ID = re.compile(r"[^\s;()\\\"]{1,255}")
+
+
+def _check_ids(instance: object, attribute: attrs.Attribute, value: tuple[str, ...]) -> None:
+    for item in value:
+        if not _AUTHSERV_ID.fullmatch(item):
+            raise ValueError(
+                f"trusted_authserv_ids: {item!r} is not an authserv-id (the first word of an "
+                "Authentication-Results header, such as mx.google.com)"
+            )
+
+
 @attrs.frozen(kw_only=True, repr=False)
 class MailboxSettings:
     """One ``[mail.imap.NAME]`` table: a mailbox whose mail is for the agent ``agent``.
@@ -124,7 +141,7 @@ class MailboxSettings:
     timeout: float = attrs.field(
         default=30.0, validator=[attrs.validators.gt(0), attrs.validators.le(600)]
     )
-    trusted_authserv_ids: tuple[str, ...] = ()
+    trusted_authserv_ids: tuple[str, ...] = attrs.field(default=(), validator=_check_ids)
     sent_folder: str | None = attrs.field(default=None, validator=_check_folder)
 
     def __attrs_post_init__(self) -> None:
@@ -134,9 +151,9 @@ class MailboxSettings:
             )
         if self.done == MOVE and not self.move_to:
             raise ValueError('move_to: required when done = "move" (the folder to move mail to)')
-        if self.done == MOVE and self.move_to == self.folder:
+        if self.done == MOVE and self.move_to and _same_folder(self.move_to, self.folder):
             raise ValueError("move_to: must be another folder than the one read")
-        if self.sent_folder is not None and self.sent_folder == self.folder:
+        if self.sent_folder is not None and _same_folder(self.sent_folder, self.folder):
             raise ValueError(
                 "sent_folder: must be another folder than the one read (the agent would read "
                 "its own mail back in)"

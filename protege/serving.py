@@ -289,8 +289,10 @@ class Server:
             reader.stop()
         # A reader still connecting to a silent server cannot be cut short: it is left to
         # end on its own (a daemon thread; its lease runs out), not waited for past this.
+        deadline = asyncio.get_running_loop().time() + MAILBOX_STOP_SECONDS
         for thread in self._mailbox_threads:
-            await asyncio.to_thread(thread.join, MAILBOX_STOP_SECONDS)
+            left = max(0.0, deadline - asyncio.get_running_loop().time())
+            await asyncio.to_thread(thread.join, left)
             if thread.is_alive():
                 logger.warning("%s did not stop in time; left to end on its own", thread.name)
         self._mailbox_threads = []

@@ -50,6 +50,9 @@ def test_starttls_defaults_to_port_143_and_backfill_reads_days(tmp_path):
         ('idle = "false"\n', "expected true or false"),
         ('folder = "a\\nb"\n', "is not a folder name"),
         ('sent_folder = "INBOX"\n', "sent_folder: must be another folder"),
+        ('sent_folder = "inbox"\n', "sent_folder: must be another folder"),
+        ('trusted_authserv_ids = ["mx.google.com; dmarc=pass"]\n', "is not an authserv-id"),
+        ('trusted_authserv_ids = [""]\n', "is not an authserv-id"),
     ],
 )
 def test_a_mistaken_mailbox_setting_is_one_clear_error(tmp_path, extra, message):

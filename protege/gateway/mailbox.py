@@ -289,8 +289,10 @@ class MailboxReader:
             checkpoint = checkpoints.ensure(self.name, self.source)
         elif checkpoint.uidvalidity != validity:
             return self._after_new_validity(client, checkpoint, validity, uidnext)
-        self._mark_owed(client, checkpoint)
-        return self._take(client, _above(client, checkpoint.last_uid), dedupe=False)
+        settled = self._mark_owed(client, checkpoint)
+        # While marking owed from before is not done, marking this pass's mail must not
+        # move marked_uid past it: the next pass marks the whole owed range.
+        return self._take(client, _above(client, checkpoint.last_uid), dedupe=False, record=settled)
 
     def _begin(self, client: Any, validity: int, uidnext: int, *, fresh: bool) -> None:
         """Where a mailbox read for the first time begins: its next mail, or ``backfill``."""
@@ -336,7 +338,8 @@ class MailboxReader:
         if since is None:
             uids = _uids(client.search(["ALL"]))
         else:
-            found = _uids(client.search(["SINCE", since.date()]))
+            # SINCE is a date by the server's own clock: a day early, then by arrival.
+            found = _uids(client.search(["SINCE", (since - datetime.timedelta(days=1)).date()]))
             arrivals = client.fetch(found, ["INTERNALDATE"]) if found else {}
             uids = [
                 u
@@ -356,7 +359,15 @@ class MailboxReader:
         )
         return done
 
-    def _take(self, client: Any, uids: Sequence[int], *, dedupe: bool, moving: bool = True) -> Pass:
+    def _take(
+        self,
+        client: Any,
+        uids: Sequence[int],
+        *,
+        dedupe: bool,
+        moving: bool = True,
+        record: bool = True,
+    ) -> Pass:
         settings = self.settings
         limit = self.config.mail.max_message_bytes
         found = len(uids)
@@ -371,6 +382,13 @@ class MailboxReader:
                 break
             batch = list(uids[start : start + settings.batch])
             sizes = {u: _size(d) for u, d in client.fetch(batch, ["RFC822.SIZE"]).items()}
+            if not sizes:
+                # Mail can vanish between SEARCH and FETCH, not a whole batch of it: the
+                # server's answer is broken. Nothing is passed over; the pass is tried again.
+                raise MailboxUnavailable(
+                    f"mailbox {self.name}: the server answered FETCH with none of the UIDs "
+                    "asked for"
+                )
             wanted = [u for u in batch if 0 <= sizes.get(u, -1) <= limit]
             bodies: dict[int, Any] = {}
             for part in _by_bytes(wanted, sizes):  # a batch's bytes in memory are bounded
@@ -409,7 +427,7 @@ class MailboxReader:
                         self.on_mail(list(outcome))
                     except Exception:
                         logger.exception("on_mail failed")
-            if moving and last is not None and self._mark_done(client, done):
+            if moving and last is not None and self._mark_done(client, done) and record:
                 checkpoints.marked(self.name, self.holder, self.lease_seconds, last)
         checkpoints.looked(
             self.name,
@@ -484,20 +502,22 @@ class MailboxReader:
 
     # -- marking done ----------------------------------------------------------------------
 
-    def _mark_owed(self, client: Any, checkpoint: Any) -> None:
-        """Finish the marking a crash left owed: mail stored above ``marked_uid`` (not the
-        mail passed over there)."""
+    def _mark_owed(self, client: Any, checkpoint: Any) -> bool:
+        """Finish the marking a crash or a refusal left owed: mail stored above
+        ``marked_uid`` (not the mail passed over there); whether none is owed now."""
         marked_uid, last_uid = checkpoint.marked_uid, checkpoint.last_uid
         if last_uid <= marked_uid:
-            return
+            return True
         skipped = checkpoints.passed_over(checkpoint)
         owed = [
             u
             for u in _uids(client.search(["UID", f"{marked_uid + 1}:{last_uid}"]))
             if marked_uid < u <= last_uid and u not in skipped
         ]
-        if self._mark_done(client, owed):
-            checkpoints.marked(self.name, self.holder, self.lease_seconds, last_uid)
+        if not self._mark_done(client, owed):
+            return False
+        checkpoints.marked(self.name, self.holder, self.lease_seconds, last_uid)
+        return True
 
     def _mark_done(self, client: Any, uids: list[int]) -> bool:
         """Mark stored mail done as ``done`` says; whether it was. The server refusing
