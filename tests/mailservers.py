@@ -947,3 +947,18 @@ class Submission:
         with contextlib.suppress(AttributeError):
             self.daemon.end(gently=False)
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def order_mail(number: int, *, sender: str = "jane@acme.example", headers: str = "") -> bytes:
+    """A customer's mail to the agent asking after order ``number``, as a mailbox holds it
+    (CRLF line ends), with ``headers`` written on top (as a provider adds its own)."""
+    from email import policy
+    from email.message import EmailMessage
+
+    message = EmailMessage()
+    message["From"] = sender
+    message["To"] = AGENT.address
+    message["Subject"] = f"Order {number}"
+    message["Message-ID"] = f"<order-{number}@acme.example>"
+    message.set_content(f"Where is order {number}?")
+    return headers.encode() + message.as_bytes(policy=policy.SMTP)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from protege.config import Config
-from protege.delivery.transports import Envelope, MailRefused, Outcome, Transport
+from protege.delivery.transports import Envelope, MailRefused, Outcome, Transport, outcomes_of
 from protege.gateway import relay
 
 
@@ -32,8 +32,4 @@ class SmtpTransport(Transport):
         )
         if answer.error is not None:
             raise MailRefused(answer.error)
-        return [
-            *(Outcome.delivered(address) for address in answer.delivered),
-            *(Outcome.refused(r.address, r.reason, code=r.code) for r in answer.refused),
-            *(Outcome.deferred(r.address, r.reason, code=r.code) for r in answer.deferred),
-        ]
+        return outcomes_of(answer)

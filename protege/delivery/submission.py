@@ -22,7 +22,7 @@ from typing import Any
 
 from protege.access import routing_key
 from protege.config import Config
-from protege.delivery.transports import Envelope, MailRefused, Outcome, Transport
+from protege.delivery.transports import Envelope, MailRefused, Outcome, Transport, outcomes_of
 from protege.errors import ConfigError
 from protege.gateway import oauth2, relay
 from protege.gateway.imap import MailboxUnavailable, connect, describe, log_out, tls_context
@@ -78,11 +78,7 @@ class SubmissionTransport(Transport):
                 self._copies.submit(self._copy_to_sent, message, envelope)
             except RuntimeError:  # closed: the copy is made here, the mail is sent
                 self._copy_to_sent(message, envelope)
-        return [
-            *(Outcome.delivered(address) for address in answer.delivered),
-            *(Outcome.refused(r.address, r.reason, code=r.code) for r in answer.refused),
-            *(Outcome.deferred(r.address, r.reason, code=r.code) for r in answer.deferred),
-        ]
+        return outcomes_of(answer)
 
     def open_connection(self) -> smtplib.SMTP:
         """A connection to the submission server, secured and logged in; ``FinalFailure``

@@ -19,6 +19,7 @@ __all__ = [
     "OutcomeStatus",
     "Transport",
     "handover_of",
+    "outcomes_of",
 ]
 
 logger = logging.getLogger(__name__)
@@ -62,3 +63,14 @@ def handover_of(
 
 def _refusal(outcome: Outcome) -> Refusal:
     return Refusal(outcome.address, outcome.code, outcome.reason)
+
+
+def outcomes_of(handover: Handover) -> list[Outcome]:
+    """What an SMTP hand-off did (``protege.gateway.relay``), as a transport reports it:
+    delivered, refused for good (5xx) and deferred recipients, each with the server's
+    answer."""
+    return [
+        *(Outcome.delivered(address) for address in handover.delivered),
+        *(Outcome.refused(r.address, r.reason, code=r.code) for r in handover.refused),
+        *(Outcome.deferred(r.address, r.reason, code=r.code) for r in handover.deferred),
+    ]

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import datetime
 import json
-from email import policy
-from email.message import EmailMessage
 
 import pytest
 
@@ -15,16 +13,7 @@ from protege.models import Agent
 from protege.models.base import utcnow
 from protege.models.mailboxes import MailboxCheckpoint
 from tests.mailservers import AGENT
-
-
-def mail(number: int) -> bytes:
-    message = EmailMessage()
-    message["From"] = "jane@acme.example"
-    message["To"] = AGENT.address
-    message["Subject"] = f"Order {number}"
-    message["Message-ID"] = f"<order-{number}@acme.example>"
-    message.set_content(f"Where is order {number}?")
-    return message.as_bytes(policy=policy.SMTP)
+from tests.mailservers import order_mail as mail
 
 
 @pytest.fixture

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from email import policy
-from email.message import EmailMessage
 
 import pytest
 
@@ -16,19 +14,10 @@ from protege.models import Agent, Message
 from protege.models.mailboxes import MailboxCheckpoint
 
 from ..mailservers import AGENT
+from ..mailservers import order_mail as mail
 from .serving import patience, start, until
 
 WAIT = 90
-
-
-def mail(number: int) -> bytes:
-    message = EmailMessage()
-    message["From"] = "jane@acme.example"
-    message["To"] = AGENT.address
-    message["Subject"] = f"Order {number}"
-    message["Message-ID"] = f"<order-{number}@acme.example>"
-    message.set_content(f"Where is order {number}?")
-    return message.as_bytes(policy=policy.SMTP)
 
 
 @pytest.fixture

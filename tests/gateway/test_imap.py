@@ -7,8 +7,6 @@ from __future__ import annotations
 import shlex
 import sys
 import threading
-from email import policy
-from email.message import EmailMessage
 
 import attrs
 import pytest
@@ -23,18 +21,9 @@ from protege.models import Agent, Message, Run
 from protege.models.mailboxes import MailboxCheckpoint
 from tests.cli.serving import until
 from tests.mailservers import AGENT
+from tests.mailservers import order_mail as mail
 
 NAME = "support"
-
-
-def mail(number: int, *, sender: str = "jane@acme.example", headers: str = "") -> bytes:
-    message = EmailMessage()
-    message["From"] = sender
-    message["To"] = AGENT.address
-    message["Subject"] = f"Order {number}"
-    message["Message-ID"] = f"<order-{number}@acme.example>"
-    message.set_content(f"Where is order {number}?")
-    return headers.encode() + message.as_bytes(policy=policy.SMTP)
 
 
 def settings_for(server, **changes) -> MailboxSettings:
