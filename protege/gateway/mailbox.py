@@ -454,13 +454,7 @@ class MailboxReader:
         with database.atomic():
             if raw is None:
                 why = "gone from the folder" if size is None else "over max_message_bytes"
-                logger.warning(
-                    "mailbox %s: UID %s passed over (%s); left in the mailbox",
-                    self.name,
-                    uid,
-                    why,
-                )
-                self._advance(uid, arrived, stored=False, dedupe=dedupe)
+                self._pass_over(uid, arrived, why, dedupe=dedupe)
                 return None
             if dedupe and _stored_already(raw, settings.agent):
                 self._advance(uid, arrived, stored=False, dedupe=dedupe)
@@ -477,16 +471,19 @@ class MailboxReader:
                     provider_authserv_ids=settings.trusted_authserv_ids,
                 )
             except MailRejected as rejection:
-                logger.warning(
-                    "mailbox %s: UID %s refused (%s); left in the mailbox",
-                    self.name,
-                    uid,
-                    rejection,
-                )
-                self._advance(uid, arrived, stored=False, dedupe=dedupe)
+                self._pass_over(uid, arrived, f"refused: {rejection}", dedupe=dedupe)
                 return None
             self._advance(uid, arrived, stored=True, dedupe=dedupe)
             return delivered
+
+    def _pass_over(
+        self, uid: int, arrived: datetime.datetime | None, why: str, *, dedupe: bool
+    ) -> None:
+        """Move past mail ``uid`` without storing it; it stays in the mailbox, unmarked."""
+        logger.warning(
+            "mailbox %s: UID %s passed over (%s); left in the mailbox", self.name, uid, why
+        )
+        self._advance(uid, arrived, stored=False, dedupe=dedupe)
 
     def _advance(
         self, uid: int, arrived: datetime.datetime | None, *, stored: bool, dedupe: bool
